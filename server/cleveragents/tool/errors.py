@@ -1,0 +1,40 @@
+"""The project's exception hierarchy, rooted in :class:`ToolRuntimeError`.
+
+Tool failures are never exceptions: they become failed records. Exceptions are kept for
+misuse of the API and for runs that cannot go on (an LLM caller that raises).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cleveragents.tool.records import ToolCallRecord, ToolCallRunResult
+
+__all__ = ["LLMCallError", "ScriptExhaustedError", "ToolRuntimeError"]
+
+
+class ToolRuntimeError(Exception):
+    """Root of every exception this project raises on purpose."""
+
+
+class LLMCallError(ToolRuntimeError):
+    """The LLM caller raised, so the run cannot continue.
+
+    Carries the iteration that failed and the partial result, whose ``tool_call_history``
+    holds every record produced before the failure. The original exception is ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, iteration: int, result: ToolCallRunResult) -> None:
+        super().__init__(message)
+        self.iteration = iteration
+        self.result = result
+
+    @property
+    def tool_call_history(self) -> tuple[ToolCallRecord, ...]:
+        """The records produced before the LLM call failed."""
+        return self.result.tool_call_history
+
+
+class ScriptExhaustedError(ToolRuntimeError):
+    """A :class:`ScriptedLLMCaller` was asked for more responses than it was given."""

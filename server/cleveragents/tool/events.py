@@ -1,0 +1,113 @@
+"""Run events: what ``stream_tool_loop`` yields and the sidecar turns into protobuf, one to one.
+
+Every run starts with ``RunStarted`` and ends with exactly one of ``RunCompleted``,
+``RunFailed`` or ``RunCancelled``. Every tool call has one ``ToolCallStarted`` and one
+``ToolCallCompleted``, whatever happens to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from cleveragents.tool.messages import ToolCall, Usage
+from cleveragents.tool.records import ToolCallRecord, ToolCallRunResult
+
+__all__ = [
+    "EventSink",
+    "IterationStarted",
+    "LLMResponded",
+    "RunCancelled",
+    "RunCompleted",
+    "RunEvent",
+    "RunFailed",
+    "RunStarted",
+    "TerminalEvent",
+    "ToolCallCompleted",
+    "ToolCallStarted",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """The run began: its id, prompt and the names of the tools offered to the model."""
+
+    run_id: str
+    prompt: str
+    tool_names: tuple[str, ...]
+    max_iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class IterationStarted:
+    """The loop is about to make its ``iteration``-th LLM call."""
+
+    iteration: int
+
+
+@dataclass(frozen=True, slots=True)
+class LLMResponded:
+    """The LLM answered: its text, the tool calls it asked for and the usage it reported."""
+
+    iteration: int
+    content: str
+    tool_calls: Sequence[ToolCall]
+    usage: Usage | None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    """A tool call passed resolution and validation (or failed them) and is about to run."""
+
+    call_id: str
+    tool_name: str
+    inputs: Mapping[str, Any]
+    iteration: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallCompleted:
+    """A tool call ended; ``record`` says how."""
+
+    record: ToolCallRecord
+
+
+@dataclass(frozen=True, slots=True)
+class RunCompleted:
+    """The run ended normally: a final answer, the iteration limit or its deadline."""
+
+    result: ToolCallRunResult
+
+
+@dataclass(frozen=True, slots=True)
+class RunFailed:
+    """The run could not go on (its LLM caller raised); ``result`` holds what was done."""
+
+    message: str
+    result: ToolCallRunResult
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunCancelled:
+    """The run was cancelled; calls in flight were closed with ``cancelled`` records."""
+
+    reason: str
+    result: ToolCallRunResult
+
+
+RunEvent: TypeAlias = (
+    RunStarted
+    | IterationStarted
+    | LLMResponded
+    | ToolCallStarted
+    | ToolCallCompleted
+    | RunCompleted
+    | RunFailed
+    | RunCancelled
+)
+TerminalEvent: TypeAlias = RunCompleted | RunFailed | RunCancelled
+
+#: Receives each event synchronously, in order, as the loop produces it.
+EventSink = Callable[[RunEvent], None]

@@ -1,0 +1,94 @@
+"""The ``LLMCaller`` protocol, and ``ScriptedLLMCaller``, its deterministic stand-in."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from cleveragents.tool.errors import ScriptExhaustedError
+from cleveragents.tool.messages import LLMRequest, LLMResponse, ToolCall, Usage
+
+__all__ = ["LLMCaller", "ScriptedLLMCaller", "response_from_dict"]
+
+
+@runtime_checkable
+class LLMCaller(Protocol):
+    """One LLM invocation: conversation and tool schemas in, text and tool calls out.
+
+    ``call`` may be ``async def`` (preferred) or a plain function; plain ones run in a worker
+    thread so that a blocking HTTP client cannot stall the event loop.
+    """
+
+    def call(self, request: LLMRequest) -> LLMResponse | Awaitable[LLMResponse]: ...
+
+
+class ScriptedLLMCaller:
+    """Returns the given responses in order, for demos, tests and dry runs.
+
+    Raises :class:`ScriptExhaustedError` when asked for more responses than it holds.
+    ``calls`` counts the requests it has answered.
+    """
+
+    __slots__ = ("_responses", "calls")
+
+    def __init__(self, responses: Iterable[LLMResponse | Mapping[str, Any]]) -> None:
+        self._responses = [
+            r if isinstance(r, LLMResponse) else response_from_dict(r, turn_number=i + 1)
+            for i, r in enumerate(responses)
+        ]
+        self.calls = 0
+
+    def __len__(self) -> int:
+        return len(self._responses)
+
+    async def call(self, request: LLMRequest) -> LLMResponse:
+        """The next scripted response."""
+        if self.calls >= len(self._responses):
+            raise ScriptExhaustedError(
+                f"the script has {len(self._responses)} response(s) and iteration "
+                f"{request.iteration} asked for one more"
+            )
+        response = self._responses[self.calls]
+        self.calls += 1
+        return response
+
+
+def response_from_dict(turn: Mapping[str, Any], *, turn_number: int = 1) -> LLMResponse:
+    """Build an ``LLMResponse`` from a scripted turn's JSON shape.
+
+    The shape is ``{"content": str, "tool_calls": [{"id", "name", "arguments"}], "usage":
+    {"input_tokens", "output_tokens"}}``, every key optional; a call without an ``id`` gets
+    ``call_<turn_number>_<index>`` so ids stay unique across a script. Raises ``ValueError``
+    on a wrong shape, naming the offending key.
+    """
+    if not isinstance(turn, Mapping):
+        raise ValueError(f"a scripted turn must be a JSON object, got {type(turn).__name__}")
+    unknown = set(turn) - {"content", "tool_calls", "usage"}
+    if unknown:
+        raise ValueError(f"unknown key(s) in scripted turn: {', '.join(sorted(unknown))}")
+    content = turn.get("content", "")
+    if not isinstance(content, str):
+        raise ValueError("'content' of a scripted turn must be a string")
+    raw_calls = turn.get("tool_calls", [])
+    if not isinstance(raw_calls, list):
+        raise ValueError("'tool_calls' of a scripted turn must be an array")
+    calls = []
+    for index, raw in enumerate(raw_calls):
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
+            raise ValueError(f"tool_calls[{index}] needs a string 'name'")
+        arguments = raw.get("arguments", {})
+        if not isinstance(arguments, Mapping):
+            raise ValueError(f"tool_calls[{index}].arguments must be a JSON object")
+        call_id = raw.get("id") or f"call_{turn_number}_{index + 1}"
+        if not isinstance(call_id, str):
+            raise ValueError(f"tool_calls[{index}].id must be a string")
+        calls.append(ToolCall(call_id, raw["name"], dict(arguments)))
+    usage = None
+    if (raw_usage := turn.get("usage")) is not None:
+        if not isinstance(raw_usage, Mapping):
+            raise ValueError("'usage' of a scripted turn must be an object")
+        tokens = [raw_usage.get("input_tokens", 0), raw_usage.get("output_tokens", 0)]
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens):
+            raise ValueError("usage token counts must be non-negative integers")
+        usage = Usage(*tokens)
+    return LLMResponse(content=content, tool_calls=calls, usage=usage)

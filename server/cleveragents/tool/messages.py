@@ -1,0 +1,90 @@
+"""The conversation's values: messages, tool calls, token usage, LLM requests and responses."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["LLMRequest", "LLMResponse", "Message", "Role", "ToolCall", "Usage"]
+
+
+class Role(enum.StrEnum):
+    """Who wrote a message."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call requested by the model.
+
+    ``arguments_error`` is set (and ``arguments`` empty) when the provider sent arguments that
+    could not be parsed; the runner turns such a call into a failed record instead of running it.
+    """
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    arguments_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts reported by an LLM provider."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One turn of the conversation sent to the LLM.
+
+    Assistant messages carry the ``tool_calls`` they requested; tool messages carry the
+    ``tool_call_id`` they answer, the result as JSON text in ``content`` and ``is_error`` when
+    the call failed.
+    """
+
+    role: Role
+    content: str = ""
+    tool_calls: Sequence[ToolCall] = ()
+    tool_call_id: str = ""
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRequest:
+    """What one LLM invocation receives.
+
+    ``messages`` is the run's live conversation, shared rather than copied so that each
+    iteration costs the same however long the history is: a caller that keeps it past the call
+    must copy it. ``tools`` are the tool schemas in the provider's format.
+    """
+
+    messages: Sequence[Message]
+    tools: Sequence[Mapping[str, Any]]
+    iteration: int
+
+
+@dataclass(frozen=True, slots=True)
+class LLMResponse:
+    """What one LLM invocation returns: text, tool calls (none means a final answer), usage."""
+
+    content: str = ""
+    tool_calls: Sequence[ToolCall] = ()
+    usage: Usage | None = None

@@ -1,0 +1,66 @@
+"""What a run produces: one ``ToolCallRecord`` per tool call and a ``ToolCallRunResult``."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cleveragents.tool.messages import Usage
+
+__all__ = ["ErrorKind", "StopReason", "ToolCallRecord", "ToolCallRunResult"]
+
+
+class ErrorKind(enum.StrEnum):
+    """Why a tool call failed."""
+
+    UNKNOWN_TOOL = "unknown_tool"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    TIMEOUT = "timeout"
+    EXCEPTION = "exception"
+    CANCELLED = "cancelled"
+    DENIED = "denied"
+
+
+class StopReason(enum.StrEnum):
+    """Why a run ended."""
+
+    FINAL_ANSWER = "final_answer"
+    MAX_ITERATIONS = "max_iterations"
+    CANCELLED = "cancelled"
+    DEADLINE = "deadline"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRecord:
+    """The outcome of one tool call, successful or not.
+
+    ``inputs`` are what the tool received, context keys included; ``output`` is a JSON object
+    (``{}`` on failure); ``started_at`` is a Unix timestamp in seconds.
+    """
+
+    tool_name: str
+    inputs: Mapping[str, Any]
+    output: Mapping[str, Any]
+    duration_ms: float
+    success: bool
+    error: str | None
+    iteration: int
+    call_id: str = ""
+    error_kind: ErrorKind | None = None
+    started_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRunResult:
+    """The end of a run: the final (or partial) text and every record, in order."""
+
+    content: str
+    tool_call_history: tuple[ToolCallRecord, ...]
+    iterations: int
+    terminated_by_limit: bool
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: StopReason = StopReason.FINAL_ANSWER
+    run_id: str = ""

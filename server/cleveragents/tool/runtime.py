@@ -1,0 +1,342 @@
+"""``ToolCallingRuntime``: the loop that alternates LLM calls and tool calls.
+
+The loop is async at heart (:meth:`arun_tool_loop`); :meth:`run_tool_loop` blocks and
+:meth:`stream_tool_loop` yields events. Tool execution lives in ``runner.py``; the per-run
+bookkeeping lives in ``_run_state.py``. Each iteration costs the same however long the history:
+nothing here walks the conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import json
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from typing import Any
+
+from cleveragents.tool._run_state import RunState
+from cleveragents.tool.context import ToolActorContext
+from cleveragents.tool.errors import LLMCallError
+from cleveragents.tool.events import (
+    EventSink,
+    IterationStarted,
+    LLMResponded,
+    RunCancelled,
+    RunCompleted,
+    RunEvent,
+    RunFailed,
+    RunStarted,
+    ToolCallCompleted,
+    ToolCallStarted,
+)
+from cleveragents.tool.llm import LLMCaller
+from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, Role, ToolCall
+from cleveragents.tool.records import StopReason, ToolCallRecord, ToolCallRunResult
+from cleveragents.tool.registry import ToolRegistry
+from cleveragents.tool.router import ToolCallRouter, route_call
+from cleveragents.tool.runner import ToolRunner
+
+__all__ = ["DEFAULT_MAX_ITERATIONS", "ToolCallingRuntime"]
+
+DEFAULT_MAX_ITERATIONS = 25
+_TERMINAL = (RunCompleted, RunFailed, RunCancelled)
+
+
+def _ignore(event: RunEvent) -> None:
+    return None
+
+
+class ToolCallingRuntime:
+    """Runs the tool-calling loop: LLM, tools, results back to the LLM, until a final answer.
+
+    ``parallel_tool_calls`` runs the calls of one LLM response concurrently (their records
+    keep the order the model asked for them); ``system_prompt`` opens every conversation.
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        runner: ToolRunner,
+        llm_caller: LLMCaller,
+        max_iterations: int = DEFAULT_MAX_ITERATIONS,
+        router: ToolCallRouter | None = None,
+        *,
+        parallel_tool_calls: bool = True,
+        system_prompt: str | None = None,
+    ) -> None:
+        if not isinstance(registry, ToolRegistry):
+            raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
+        if not isinstance(runner, ToolRunner):
+            raise TypeError(f"runner must be a ToolRunner, got {type(runner).__name__}")
+        if not callable(getattr(llm_caller, "call", None)):
+            raise TypeError("llm_caller must have a call(request) method (see LLMCaller)")
+        if router is not None and not isinstance(router, ToolCallRouter):
+            raise TypeError(f"router must be a ToolCallRouter, got {type(router).__name__}")
+        if isinstance(max_iterations, bool) or not isinstance(max_iterations, int):
+            raise TypeError("max_iterations must be an int")
+        if max_iterations < 1:
+            raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
+        self.registry = registry
+        self.runner = runner
+        self.llm_caller = llm_caller
+        self.max_iterations = max_iterations
+        self.router = router
+        self.parallel_tool_calls = parallel_tool_calls
+        self.system_prompt = system_prompt
+        self._llm_is_async = inspect.iscoroutinefunction(llm_caller.call)
+
+    # -- public entry points ---------------------------------------------------------------
+
+    def run_tool_loop(
+        self,
+        prompt: str,
+        context: ToolActorContext | None = None,
+        *,
+        run_id: str = "",
+        timeout_s: float | None = None,
+    ) -> ToolCallRunResult:
+        """Run the loop to its end and return the result, blocking the calling thread.
+
+        Works from any thread. Called where an event loop is already running, it runs the
+        loop on a fresh event loop in a worker thread and blocks until it finishes.
+        """
+        _check_prompt(prompt)
+        coro = self.arun_tool_loop(prompt, context, run_id=run_id, timeout_s=timeout_s)
+        return _run_blocking(coro)
+
+    async def arun_tool_loop(
+        self,
+        prompt: str,
+        context: ToolActorContext | None = None,
+        *,
+        run_id: str = "",
+        timeout_s: float | None = None,
+        on_event: EventSink | None = None,
+    ) -> ToolCallRunResult:
+        """Run the loop and return the result; ``on_event`` receives every event in order.
+
+        ``timeout_s`` is the run's wall-clock budget: when it passes, calls in flight are
+        closed as cancelled and the partial result comes back with ``stop_reason=deadline``.
+        Raises :class:`LLMCallError` when the LLM caller raises; cancelling the awaiting task
+        closes calls in flight, emits ``RunCancelled`` and re-raises ``CancelledError``.
+        """
+        _check_prompt(prompt)
+        return await self._execute(prompt, context, run_id, timeout_s, on_event or _ignore)
+
+    def stream_tool_loop(
+        self,
+        prompt: str,
+        context: ToolActorContext | None = None,
+        *,
+        run_id: str = "",
+        timeout_s: float | None = None,
+    ) -> AsyncIterator[RunEvent]:
+        """Yield the run's events as they happen, ending with its terminal event.
+
+        A failed run ends with ``RunFailed`` (nothing is raised); closing the iterator early
+        cancels the run.
+        """
+        _check_prompt(prompt)
+        return self._stream(prompt, context, run_id, timeout_s)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def _stream(
+        self,
+        prompt: str,
+        context: ToolActorContext | None,
+        run_id: str,
+        timeout_s: float | None,
+    ) -> AsyncIterator[RunEvent]:
+        queue: asyncio.Queue[RunEvent] = asyncio.Queue()
+        task = asyncio.create_task(
+            self._execute(prompt, context, run_id, timeout_s, queue.put_nowait)
+        )
+        try:
+            while True:
+                event = await queue.get()
+                yield event
+                if isinstance(event, _TERMINAL):
+                    break
+        finally:
+            if not task.done():
+                task.cancel()
+            # The run's own outcome is already in its terminal event.
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _execute(
+        self,
+        prompt: str,
+        context: ToolActorContext | None,
+        run_id: str,
+        timeout_s: float | None,
+        emit: EventSink,
+    ) -> ToolCallRunResult:
+        state = RunState(run_id, context if context is not None else ToolActorContext())
+        specs = self.registry.specs()
+        tools = (
+            self.router.tool_schemas(specs)
+            if self.router is not None
+            else [
+                {"name": s.name, "description": s.description, "input_schema": s.input_schema}
+                for s in specs
+            ]
+        )
+        if self.system_prompt:
+            state.messages.append(Message(Role.SYSTEM, self.system_prompt))
+        state.messages.append(Message(Role.USER, prompt))
+        emit(RunStarted(run_id, prompt, tuple(s.name for s in specs), self.max_iterations))
+        try:
+            if timeout_s is None:
+                result = await self._loop(state, tools, emit)
+            else:
+                async with asyncio.timeout(timeout_s) as scope:
+                    result = await self._loop(state, tools, emit)
+        except TimeoutError:
+            if timeout_s is None or not scope.expired():
+                raise
+            reason = f"the run's deadline of {timeout_s:g}s passed"
+            await self._close_batch(state, emit, reason)
+            result = state.result(StopReason.DEADLINE)
+            emit(RunCancelled(reason, result))
+            return result
+        except asyncio.CancelledError as exc:
+            reason = str(exc.args[0]) if exc.args and exc.args[0] else "cancelled"
+            await self._close_batch(state, emit, reason)
+            emit(RunCancelled(reason, state.result(StopReason.CANCELLED)))
+            raise
+        except LLMCallError as exc:
+            emit(RunFailed(str(exc), exc.result, exc.__cause__ or exc))
+            raise
+        emit(RunCompleted(result))
+        return result
+
+    async def _loop(
+        self, state: RunState, tools: Sequence[Mapping[str, Any]], emit: EventSink
+    ) -> ToolCallRunResult:
+        route = self.router.route if self.router is not None else route_call
+        for iteration in range(1, self.max_iterations + 1):
+            emit(IterationStarted(iteration))
+            response = await self._call_llm(state, tools, iteration)
+            state.iterations = iteration
+            state.add_response(response)
+            emit(LLMResponded(iteration, response.content, response.tool_calls, response.usage))
+            if not response.tool_calls:
+                return state.result(StopReason.FINAL_ANSWER, content=response.content)
+            calls = [route(call) for call in response.tool_calls]
+            state.messages.append(Message(Role.ASSISTANT, response.content, calls))
+            await self._run_batch(state, calls, iteration, emit)
+        return state.result(StopReason.MAX_ITERATIONS)
+
+    async def _call_llm(
+        self, state: RunState, tools: Sequence[Mapping[str, Any]], iteration: int
+    ) -> LLMResponse:
+        request = LLMRequest(state.messages, tools, iteration)
+        try:
+            if self._llm_is_async:
+                response: Any = await self.llm_caller.call(request)  # type: ignore[misc]
+            else:
+                response = await asyncio.to_thread(self.llm_caller.call, request)
+                if inspect.isawaitable(response):
+                    response = await response
+        except Exception as exc:
+            raise LLMCallError(
+                f"the LLM call of iteration {iteration} failed: {type(exc).__name__}: {exc}",
+                iteration=iteration,
+                result=state.result(StopReason.ERROR),
+            ) from exc
+        if not isinstance(response, LLMResponse):
+            raise LLMCallError(
+                f"the LLM caller returned {type(response).__name__} at iteration {iteration}, "
+                "not an LLMResponse",
+                iteration=iteration,
+                result=state.result(StopReason.ERROR),
+            )
+        return response
+
+    async def _run_batch(
+        self, state: RunState, calls: Sequence[ToolCall], iteration: int, emit: EventSink
+    ) -> None:
+        state.start_batch(calls, iteration)
+        if len(calls) == 1 or not self.parallel_tool_calls:
+            for index in range(len(calls)):
+                await self._run_call(state, index, emit)
+        else:
+            state.tasks = [
+                asyncio.create_task(self._run_call(state, index, emit))
+                for index in range(len(calls))
+            ]
+            await asyncio.gather(*state.tasks)
+        self._finish_batch(state)
+
+    async def _run_call(self, state: RunState, index: int, emit: EventSink) -> None:
+        call = state.batch_calls[index]
+
+        def started(call: ToolCall, inputs: Mapping[str, Any]) -> None:
+            state.mark_started(index, inputs)
+            emit(ToolCallStarted(call.id, call.name, inputs, state.batch_iteration))
+
+        record = await self.runner.run(
+            call, iteration=state.batch_iteration, context=state.context, on_started=started
+        )
+        state.batch_records[index] = record
+        emit(ToolCallCompleted(record))
+
+    def _finish_batch(self, state: RunState) -> None:
+        """Record the batch in request order and feed every result back to the model."""
+        for record in state.end_batch():
+            state.messages.append(
+                Message(
+                    Role.TOOL,
+                    _result_text(record),
+                    tool_call_id=record.call_id,
+                    is_error=not record.success,
+                )
+            )
+
+    async def _close_batch(self, state: RunState, emit: EventSink, reason: str) -> None:
+        """Close every call of an interrupted batch with a ``cancelled`` record."""
+        if state.tasks:
+            for task in state.tasks:
+                task.cancel()
+            await asyncio.gather(*state.tasks, return_exceptions=True)
+        for index, call in enumerate(state.batch_calls):
+            if state.batch_records[index] is not None:
+                continue
+            begun = state.batch_started[index]
+            if begun is None:
+                inputs = ToolRunner.thread_context(call.arguments, state.context)
+                state.mark_started(index, inputs)
+                emit(ToolCallStarted(call.id, call.name, inputs, state.batch_iteration))
+                begun = state.batch_started[index]
+            assert begun is not None
+            record = ToolRunner.cancelled_record(
+                call, begun[0], state.batch_iteration, begun[1], reason
+            )
+            state.batch_records[index] = record
+            emit(ToolCallCompleted(record))
+        if state.batch_calls:
+            self._finish_batch(state)
+
+
+def _result_text(record: ToolCallRecord) -> str:
+    if record.success:
+        return json.dumps(record.output, ensure_ascii=False)
+    return json.dumps({"error": record.error}, ensure_ascii=False)
+
+
+def _check_prompt(prompt: str) -> None:
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+    if not prompt.strip():
+        raise ValueError("prompt must not be empty")
+
+
+def _run_blocking(coro: Coroutine[Any, Any, ToolCallRunResult]) -> ToolCallRunResult:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tool-loop") as pool:
+        return pool.submit(asyncio.run, coro).result()
