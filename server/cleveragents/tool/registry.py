@@ -116,6 +116,11 @@ class ToolRegistry:
             raise UnknownToolError(f"unknown tool(s): {', '.join(missing)}")
         return self._with(self._tools[n] for n in wanted)
 
+    def include(self, other: ToolRegistry) -> None:
+        """Add every tool of ``other``; a name already here is a ``ValueError``."""
+        for entry in other._tools.values():
+            self._add(entry)
+
     def copy(self) -> ToolRegistry:
         """A new registry with the same tools, to which more can be added."""
         return self._with(self._tools.values())

@@ -11,6 +11,8 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from cleveragents.tool.context import ToolActorContext
@@ -19,12 +21,29 @@ from cleveragents.tool.records import ErrorKind, ToolCallRecord
 from cleveragents.tool.registry import RegisteredTool, ToolRegistry
 from cleveragents.tool.spec import RESERVED_INPUT_KEYS
 
-__all__ = ["StartedCallback", "ToolRunner"]
+__all__ = ["CallScope", "StartedCallback", "ToolRunner", "current_call"]
 
 #: Called once per call, after validation and before execution, with the inputs the tool gets.
 StartedCallback = Callable[[ToolCall, Mapping[str, Any]], None]
 
 _EMPTY: Mapping[str, Any] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class CallScope:
+    """The call a handler is executing, for handlers that need more than their inputs."""
+
+    call: ToolCall
+    iteration: int
+    timeout_s: float | None
+
+
+_current: ContextVar[CallScope | None] = ContextVar("cleveragents_tool_call", default=None)
+
+
+def current_call() -> CallScope | None:
+    """The tool call being executed by the calling handler, or ``None`` outside a handler."""
+    return _current.get()
 
 
 class ToolRunner:
@@ -137,6 +156,7 @@ class ToolRunner:
         kind: ErrorKind | None = None
         error: str | None = None
         output: dict[str, Any] = {}
+        token = _current.set(CallScope(call, iteration, timeout_s))
         try:
             if timeout_s is None:
                 raw = await _invoke(entry, inputs)
@@ -152,6 +172,8 @@ class ToolRunner:
                 kind, error = ErrorKind.EXCEPTION, _describe(exc)
         except Exception as exc:
             kind, error = ErrorKind.EXCEPTION, _describe(exc)
+        finally:
+            _current.reset(token)
         duration_ms = (time.perf_counter() - clock) * 1000.0
         return ToolCallRecord(
             call.name, inputs, output, duration_ms, kind is None, error, iteration, call.id, kind,

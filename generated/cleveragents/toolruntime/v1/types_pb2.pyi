@@ -265,12 +265,17 @@ class Message(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     TOOL_CALLS_FIELD_NUMBER: _builtins.int
     TOOL_CALL_ID_FIELD_NUMBER: _builtins.int
+    IS_ERROR_FIELD_NUMBER: _builtins.int
     role: Global___Role.ValueType
     """Author of this entry."""
     content: _builtins.str
     """Text of the entry; for ROLE_TOOL, the result of the tool call."""
     tool_call_id: _builtins.str
     """For ROLE_TOOL entries, the id of the tool call this entry answers."""
+    is_error: _builtins.bool
+    """For ROLE_TOOL entries, true when the tool call failed and content holds
+    a JSON object {"error": "..."} instead of the tool's output.
+    """
     @_builtins.property
     def tool_calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolCall]:
         """Tool calls the assistant asked for in this entry (ROLE_ASSISTANT only)."""
@@ -282,10 +287,11 @@ class Message(_message.Message):
         content: _builtins.str = ...,
         tool_calls: _abc.Iterable[Global___ToolCall] | None = ...,
         tool_call_id: _builtins.str = ...,
+        is_error: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "role", b"role", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "is_error", b"is_error", "role", b"role", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,37 @@
+"""Errors the sidecar turns into gRPC statuses."""
+
+from __future__ import annotations
+
+import grpc
+
+from cleveragents.tool import ToolRuntimeError
+
+__all__ = ["ConfigError", "SidecarError"]
+
+
+class SidecarError(ToolRuntimeError):
+    """A request the sidecar refuses, with the gRPC status code that says why."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def invalid(cls, message: str) -> SidecarError:
+        """``INVALID_ARGUMENT``: the request itself is wrong."""
+        return cls(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+    @classmethod
+    def not_found(cls, message: str) -> SidecarError:
+        """``NOT_FOUND``: a run, profile or tool the request names does not exist."""
+        return cls(grpc.StatusCode.NOT_FOUND, message)
+
+    @classmethod
+    def out_of_order(cls, message: str) -> SidecarError:
+        """``FAILED_PRECONDITION``: a session message that does not fit the conversation."""
+        return cls(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+
+class ConfigError(ToolRuntimeError, ValueError):
+    """The sidecar's configuration is invalid; the message names the setting."""

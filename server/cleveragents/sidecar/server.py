@@ -1,0 +1,177 @@
+"""The grpc.aio server: the service, health checking, reflection and graceful shutdown."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from cleveragents.sidecar.config import SidecarConfig
+from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.runs import RunManager
+from cleveragents.sidecar.service import ToolRuntimeService
+from cleveragents.sidecar.tools import builtin_registry
+from cleveragents.tool import ToolRegistry
+from cleveragents.toolruntime.v1 import service_pb2, session_pb2
+
+__all__ = ["SERVICE_NAME", "Sidecar", "default_registry", "load_tool_module"]
+
+SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["ToolRuntimeService"].full_name
+log = structlog.get_logger("cleveragents.sidecar.server")
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+class Sidecar:
+    """A configured sidecar: ``await start()`` binds and serves, ``await stop()`` drains.
+
+    ``registry`` holds the server-side tools; by default the built-in ones plus those of the
+    configured ``tool_modules``.
+    """
+
+    def __init__(self, config: SidecarConfig, registry: ToolRegistry | None = None) -> None:
+        self.config = config
+        self.registry = registry if registry is not None else default_registry(config)
+        self.manager = RunManager(
+            max_concurrent_runs=config.max_concurrent_runs,
+            max_finished_runs=config.max_finished_runs,
+            finished_run_ttl_s=config.finished_run_ttl_s,
+            watcher_queue_size=config.watcher_queue_size,
+        )
+        self.service = ToolRuntimeService(config, self.registry, self.manager)
+        self.health = health.aio.HealthServicer()
+        self.address = ""
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> str:
+        """Bind the configured address and start serving; returns the address bound."""
+        size = self.config.max_message_bytes
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", size),
+                ("grpc.max_send_message_length", size),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        server.add_generic_rpc_handlers((_handlers(self.service),))
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        listen = self.config.listen
+        try:
+            port = server.add_insecure_port(listen)
+        except RuntimeError as exc:
+            raise ConfigError(f"cannot listen on {listen!r}: {exc}") from None
+        await server.start()
+        self._server = server
+        if listen.startswith("unix:"):
+            path = listen.removeprefix("unix:").removeprefix("//")
+            os.chmod(path, 0o600)
+            self.address = listen
+        else:
+            host = listen.rsplit(":", 1)[0]
+            self.address = f"{host}:{port}"
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("sidecar listening", address=self.address, tools=self.registry.names())
+        return self.address
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop accepting runs, let live ones finish within the grace period, cancel the rest.
+
+        Every run ends with its terminal event; streams get a moment to deliver it.
+        """
+        grace = self.config.shutdown_grace_s if grace_s is None else grace_s
+        await self.health.enter_graceful_shutdown()
+        log.info("sidecar stopping", live_runs=self.manager.live_count, grace_s=grace)
+        await self.manager.drain(grace)
+        if self._server is not None:
+            await self._server.stop(min(grace, 2.0))
+        log.info("sidecar stopped")
+
+    async def wait_for_termination(self) -> None:
+        """Wait until the server has stopped."""
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    async def __aenter__(self) -> Sidecar:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+
+def default_registry(config: SidecarConfig) -> ToolRegistry:
+    """The built-in tools (unless disabled) and those of the configured tool modules."""
+    registry = builtin_registry() if config.builtin_tools else ToolRegistry()
+    for reference in config.tool_modules:
+        try:
+            registry.include(load_tool_module(reference))
+        except ValueError as exc:
+            raise ConfigError(f"tool module {reference!r}: {exc}") from None
+    return registry
+
+
+def load_tool_module(reference: str) -> ToolRegistry:
+    """The ``ToolRegistry`` named by ``module:attribute`` (attribute defaults to ``registry``)."""
+    module_name, _, attribute = reference.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"tool module {reference!r}: {exc}") from None
+    registry = getattr(module, attribute or "registry", None)
+    if not isinstance(registry, ToolRegistry):
+        raise ConfigError(f"tool module {reference!r} does not name a ToolRegistry")
+    return registry
+
+
+def _handlers(service: ToolRuntimeService) -> grpc.GenericRpcHandler:
+    pb = service_pb2
+    return grpc.method_handlers_generic_handler(
+        SERVICE_NAME,
+        {
+            "RunToolLoop": grpc.unary_unary_rpc_method_handler(
+                service.RunToolLoop,
+                request_deserializer=pb.RunToolLoopRequest.FromString,
+                response_serializer=pb.RunToolLoopResponse.SerializeToString,
+            ),
+            "StreamToolLoop": grpc.unary_stream_rpc_method_handler(
+                service.StreamToolLoop,
+                request_deserializer=pb.StreamToolLoopRequest.FromString,
+                response_serializer=_identity,
+            ),
+            "Session": grpc.stream_stream_rpc_method_handler(
+                service.Session,
+                request_deserializer=session_pb2.SessionRequest.FromString,
+                response_serializer=_identity,
+            ),
+            "WatchRun": grpc.unary_stream_rpc_method_handler(
+                service.WatchRun,
+                request_deserializer=pb.WatchRunRequest.FromString,
+                response_serializer=_identity,
+            ),
+            "GetRun": grpc.unary_unary_rpc_method_handler(
+                service.GetRun,
+                request_deserializer=pb.GetRunRequest.FromString,
+                response_serializer=pb.GetRunResponse.SerializeToString,
+            ),
+            "CancelRun": grpc.unary_unary_rpc_method_handler(
+                service.CancelRun,
+                request_deserializer=pb.CancelRunRequest.FromString,
+                response_serializer=pb.CancelRunResponse.SerializeToString,
+            ),
+            "ListTools": grpc.unary_unary_rpc_method_handler(
+                service.ListTools,
+                request_deserializer=pb.ListToolsRequest.FromString,
+                response_serializer=pb.ListToolsResponse.SerializeToString,
+            ),
+        },
+    )

@@ -1,0 +1,302 @@
+"""``ToolRuntimeService``: every RPC of the API, on top of the run manager.
+
+Streaming RPCs send pre-encoded frames from the run log (see ``runs.py``), so their handlers
+are registered with an identity response serialiser in ``server.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+import structlog
+
+from cleveragents.sidecar import convert
+from cleveragents.sidecar.config import SidecarConfig
+from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.profiles import resolve_llm
+from cleveragents.sidecar.runs import FAILED, Listener, Run, RunManager, Subscriber
+from cleveragents.sidecar.session import ClientLLMCaller, SessionChannel
+from cleveragents.tool import (
+    DEFAULT_MAX_ITERATIONS,
+    ToolCallingRuntime,
+    ToolRegistry,
+    ToolRunner,
+    ToolSpec,
+    UnknownToolError,
+)
+from cleveragents.toolruntime.v1 import service_pb2, types_pb2
+
+__all__ = ["ToolRuntimeService"]
+
+log = structlog.get_logger("cleveragents.sidecar.service")
+_CANCEL_WAIT_S = 5.0
+
+
+class ToolRuntimeService:
+    """The servicer. Server-side tools come from ``registry``; runs live in ``manager``."""
+
+    def __init__(self, config: SidecarConfig, registry: ToolRegistry, manager: RunManager) -> None:
+        self.config = config
+        self.registry = registry
+        self.manager = manager
+
+    # -- unary -----------------------------------------------------------------------------
+
+    async def RunToolLoop(
+        self, request: service_pb2.RunToolLoopRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> service_pb2.RunToolLoopResponse:
+        try:
+            run = self._start(request.spec, context)
+        except SidecarError as exc:
+            await context.abort(exc.code, exc.message)
+        try:
+            await run.wait()
+        except asyncio.CancelledError:
+            self._abandoned(run, context, "the client cancelled its RunToolLoop call")
+            raise
+        if run.state == FAILED and run.failure is not None:
+            await context.abort(run.failure[0], run.failure[1])
+        return service_pb2.RunToolLoopResponse(result=run.result)
+
+    async def GetRun(
+        self, request: service_pb2.GetRunRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> service_pb2.GetRunResponse:
+        run = await self._require(request.run_id, context)
+        response = service_pb2.GetRunResponse(
+            run_id=run.run_id, state=run.state, last_sequence=run.last_sequence
+        )
+        if run.result is not None:
+            response.result.CopyFrom(run.result)
+        return response
+
+    async def CancelRun(
+        self, request: service_pb2.CancelRunRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> service_pb2.CancelRunResponse:
+        run = await self._require(request.run_id, context)
+        if not run.finished:
+            self.manager.cancel(run, request.reason or "cancelled by CancelRun")
+            await asyncio.wait_for(run.wait(), _CANCEL_WAIT_S)
+        return service_pb2.CancelRunResponse(state=run.state)
+
+    async def ListTools(
+        self, request: service_pb2.ListToolsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> service_pb2.ListToolsResponse:
+        return service_pb2.ListToolsResponse(
+            tools=[convert.spec_to_pb(s) for s in self.registry.specs()]
+        )
+
+    # -- streaming -------------------------------------------------------------------------
+
+    async def StreamToolLoop(
+        self,
+        request: service_pb2.StreamToolLoopRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[bytes]:
+        stream = Subscriber(None)
+        try:
+            run = self._start(request.spec, context, listener=stream)
+        except SidecarError as exc:
+            await context.abort(exc.code, exc.message)
+        finished = False
+        try:
+            while (item := await stream.get()) is not None:
+                yield item
+            finished = True
+        finally:
+            if not finished:
+                self._abandoned(run, context, "the client cancelled its StreamToolLoop call")
+
+    async def WatchRun(
+        self, request: service_pb2.WatchRunRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        run = await self._require(request.run_id, context)
+        after = request.after_sequence
+        if after > run.last_sequence and run.finished:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"after_sequence {after} is past the run's last event ({run.last_sequence})",
+            )
+        sub = self.manager.subscribe(run, min(after, run.last_sequence))
+        skip = max(0, after - run.last_sequence)
+        sent = min(after, run.last_sequence)
+        try:
+            while (item := await sub.get()) is not None:
+                sent += 1
+                if skip:
+                    skip -= 1
+                    continue
+                yield item
+        finally:
+            run.unsubscribe(sub)
+        if sub.dropped:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this watcher fell more than {self.manager.watcher_queue_size} events behind "
+                f"and was dropped; reconnect with after_sequence={sent}",
+            )
+
+    async def Session(
+        self, request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        first = await context.read()
+        if first is grpc.aio.EOF:
+            return
+        kind = first.WhichOneof("kind")
+        if kind != "start":
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"the first SessionRequest must be 'start', got {kind or 'an empty message'!r}",
+            )
+        start = first.start
+        channel = SessionChannel(self.config.default_tool_timeout_s)
+        try:
+            client_specs = _client_specs(start.tools)
+            run = self._start(
+                start.spec,
+                context,
+                listener=channel.outbox,
+                client_specs=client_specs,
+                channel=channel,
+                client_llm=start.client_llm,
+            )
+        except SidecarError as exc:
+            await context.abort(exc.code, exc.message)
+        hosts = bool(client_specs) or start.client_llm
+        reader = asyncio.create_task(self._read_session(context, channel, run, hosts))
+        finished = False
+        try:
+            while (item := await channel.outbox.get()) is not None:
+                await context.write(item)
+            finished = True
+        finally:
+            reader.cancel()
+            if not finished:
+                self._abandoned(run, context, "the client went away", force=hosts)
+        if channel.violation is not None:
+            await context.abort(channel.violation.code, channel.violation.message)
+
+    async def _read_session(
+        self,
+        context: grpc.aio.ServicerContext[Any, Any],
+        channel: SessionChannel,
+        run: Run,
+        hosts: bool,
+    ) -> None:
+        while True:
+            message = await context.read()
+            if message is grpc.aio.EOF:
+                if hosts and not run.finished:
+                    self.manager.cancel(run, "the client closed its side of the session")
+                return
+            kind = message.WhichOneof("kind")
+            try:
+                if kind == "tool_result":
+                    channel.resolve_tool(message.tool_result)
+                elif kind == "llm_result":
+                    channel.resolve_llm(message.llm_result)
+                elif kind == "cancel":
+                    self.manager.cancel(run, message.cancel.reason or "cancelled by the client")
+                elif kind == "start":
+                    raise SidecarError.out_of_order("the session has already started")
+                else:
+                    raise SidecarError.invalid("empty SessionRequest: set one of its fields")
+            except SidecarError as exc:
+                run.log.warning("session protocol error", error=exc.message)
+                channel.violation = exc
+                self.manager.cancel(run, f"session protocol error: {exc.message}")
+                return
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _start(
+        self,
+        spec: types_pb2.RunSpec,
+        context: grpc.aio.ServicerContext[Any, Any],
+        *,
+        listener: Listener | None = None,
+        client_specs: Sequence[ToolSpec] = (),
+        channel: SessionChannel | None = None,
+        client_llm: bool = False,
+    ) -> Run:
+        if not spec.prompt.strip():
+            raise SidecarError.invalid("spec.prompt must not be empty")
+        if spec.max_iterations < 0:
+            raise SidecarError.invalid("spec.max_iterations must be 0 (the default) or more")
+        cap = self.config.max_iterations_cap
+        if spec.max_iterations > cap:
+            raise SidecarError.invalid(
+                f"spec.max_iterations {spec.max_iterations} exceeds this sidecar's cap of {cap}"
+            )
+        max_iterations = spec.max_iterations or min(DEFAULT_MAX_ITERATIONS, cap)
+        try:
+            run_context = convert.context_from_pb(spec.context)
+        except ValueError as exc:
+            raise SidecarError.invalid(str(exc)) from None
+        registry = self._registry_for(spec.tool_names, client_specs)
+        profile, llm = resolve_llm(spec.llm, self.config, client_llm=client_llm)
+        if channel is not None:
+            try:
+                channel.register_tools(registry, client_specs)
+            except ValueError as exc:
+                raise SidecarError.invalid(f"start.tools: {exc}") from None
+            if llm is None:
+                llm = ClientLLMCaller(channel, registry.specs())
+        if llm is None:  # pragma: no cover - resolve_llm only returns None for client LLMs
+            raise SidecarError.invalid("this RPC cannot use a client-hosted LLM")
+        runner = ToolRunner(registry, default_timeout_s=self.config.default_tool_timeout_s)
+        runtime = ToolCallingRuntime(registry, runner, llm, max_iterations)
+        spec.max_iterations = max_iterations
+        spec.llm.profile = profile.name
+        return self.manager.start(
+            spec, runtime, run_context, timeout_s=context.time_remaining(), listener=listener
+        )
+
+    def _registry_for(
+        self, tool_names: Sequence[str], client_specs: Sequence[ToolSpec]
+    ) -> ToolRegistry:
+        client_names = {s.name for s in client_specs}
+        server_names = [n for n in (tool_names or self.registry.names()) if n not in client_names]
+        try:
+            return self.registry.subset(server_names)
+        except UnknownToolError as exc:
+            raise SidecarError.not_found(f"spec.tool_names: {exc}") from None
+
+    def _abandoned(
+        self,
+        run: Run,
+        context: grpc.aio.ServicerContext[Any, Any],
+        reason: str,
+        *,
+        force: bool = False,
+    ) -> None:
+        """The stream that started ``run`` ended early: cancel the run unless it may go on."""
+        if run.finished or (run.detach and not force):
+            return
+        remaining = context.time_remaining()
+        if remaining is not None and remaining <= 0:
+            return  # the run's own deadline (the same instant) ends it as DEADLINE
+        self.manager.cancel(run, reason)
+
+    async def _require(self, run_id: str, context: grpc.aio.ServicerContext[Any, Any]) -> Run:
+        try:
+            return self.manager.require(run_id)
+        except SidecarError as exc:
+            await context.abort(exc.code, exc.message)
+
+
+def _client_specs(tools: Sequence[types_pb2.ToolSpec]) -> list[ToolSpec]:
+    specs: list[ToolSpec] = []
+    seen: set[str] = set()
+    for pb in tools:
+        try:
+            spec = convert.spec_from_pb(pb)
+        except (ValueError, TypeError) as exc:
+            raise SidecarError.invalid(f"start.tools: {exc}") from None
+        if spec.name in seen:
+            raise SidecarError.invalid(f"start.tools: tool {spec.name!r} is declared twice")
+        seen.add(spec.name)
+        specs.append(spec)
+    return specs
