@@ -23,8 +23,8 @@ generate: install
 		$$(cd protos && find cleveragents -name '*.proto' | sort)
 
 lint: install
-	$(BIN)/ruff check server client tests bench
-	$(BIN)/ruff format --check server client tests bench
+	$(BIN)/ruff check server client tests bench examples
+	$(BIN)/ruff format --check server client tests bench examples
 	$(BIN)/mypy
 	cd protos && ../$(BIN)/buf lint
 
@@ -32,7 +32,7 @@ test: lint
 	$(BIN)/python -m pytest
 
 demo: install
-	$(BIN)/python -m cleveragents.client.demo
+	$(BIN)/python examples/demo.py
 
 bench: install
 	$(BIN)/python bench/run.py

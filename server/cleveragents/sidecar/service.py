@@ -57,8 +57,10 @@ class ToolRuntimeService:
         except asyncio.CancelledError:
             self._abandoned(run, context, "the client cancelled its RunToolLoop call")
             raise
-        if run.state == FAILED and run.failure is not None:
-            await context.abort(run.failure[0], run.failure[1])
+        if run.state == FAILED and run.failure is not None and run.result is not None:
+            # The partial result rides along in a binary trailer for clients that want it.
+            trailer = (("cleveragents-result-bin", run.result.SerializeToString()),)
+            await context.abort(run.failure[0], run.failure[1], trailing_metadata=trailer)
         return service_pb2.RunToolLoopResponse(result=run.result)
 
     async def GetRun(
@@ -250,6 +252,7 @@ class ToolRuntimeService:
         runtime = ToolCallingRuntime(registry, runner, llm, max_iterations)
         spec.max_iterations = max_iterations
         spec.llm.profile = profile.name
+        spec.tool_names[:] = registry.names()
         return self.manager.start(
             spec, runtime, run_context, timeout_s=context.time_remaining(), listener=listener
         )

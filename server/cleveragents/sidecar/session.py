@@ -21,6 +21,7 @@ from cleveragents.sidecar.runs import Subscriber
 from cleveragents.tool import (
     LLMRequest,
     LLMResponse,
+    ToolError,
     ToolRegistry,
     ToolRuntimeError,
     ToolSpec,
@@ -33,8 +34,8 @@ __all__ = ["ClientLLMCaller", "ClientToolError", "SessionChannel"]
 _EXPIRED_MEMORY = 4096
 
 
-class ClientToolError(ToolRuntimeError):
-    """The client answered a tool invocation with an error."""
+class ClientToolError(ToolError):
+    """The client answered a tool invocation with an error; the record carries its text."""
 
 
 class SessionChannel:

@@ -4,6 +4,7 @@ from cleveragents.tool.context import ToolActorContext
 from cleveragents.tool.errors import (
     LLMCallError,
     ScriptExhaustedError,
+    ToolError,
     ToolRuntimeError,
 )
 from cleveragents.tool.events import (
@@ -57,6 +58,7 @@ __all__ = [
     "ToolCallRunResult",
     "ToolCallStarted",
     "ToolCallingRuntime",
+    "ToolError",
     "ToolFormat",
     "ToolHandler",
     "ToolRegistry",

@@ -11,11 +11,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from cleveragents.tool.records import ToolCallRecord, ToolCallRunResult
 
-__all__ = ["LLMCallError", "ScriptExhaustedError", "ToolRuntimeError"]
+__all__ = ["LLMCallError", "ScriptExhaustedError", "ToolError", "ToolRuntimeError"]
 
 
 class ToolRuntimeError(Exception):
     """Root of every exception this project raises on purpose."""
+
+
+class ToolError(ToolRuntimeError):
+    """Raised by a tool handler to fail its call with exactly this message.
+
+    Any other exception fails the call too, with ``Type: message`` as the record's error.
+    """
 
 
 class LLMCallError(ToolRuntimeError):

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cleveragents.tool.context import ToolActorContext
+from cleveragents.tool.errors import ToolError
 from cleveragents.tool.messages import ToolCall
 from cleveragents.tool.records import ErrorKind, ToolCallRecord
-from cleveragents.tool.registry import RegisteredTool, ToolRegistry
+from cleveragents.tool.registry import RegisteredTool, ToolRegistry, UnknownToolError
 from cleveragents.tool.spec import RESERVED_INPUT_KEYS
 
 __all__ = ["CallScope", "StartedCallback", "ToolRunner", "current_call"]
@@ -98,6 +99,18 @@ class ToolRunner:
         if on_started is not None:
             on_started(call, inputs)
         return await self._execute(entry, call, inputs, iteration, started_at)
+
+    async def invoke(self, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Call a tool's handler with ``inputs`` exactly as given and normalise its output.
+
+        No validation, no context threading, no timeout: for hosts that execute a call
+        another runner has already prepared (a client answering the sidecar). Raises what
+        the handler raises, and ``UnknownToolError`` for an unknown name.
+        """
+        entry = self.registry.get(name)
+        if entry is None:
+            raise UnknownToolError(f"unknown tool {name!r}")
+        return _as_output(await _invoke(entry, dict(inputs)))
 
     @staticmethod
     def thread_context(
@@ -215,6 +228,8 @@ def _validation_problem(entry: RegisteredTool, arguments: dict[str, Any]) -> str
 
 def _describe(exc: BaseException) -> str:
     text = str(exc)
+    if isinstance(exc, ToolError):
+        return text or "the tool failed"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

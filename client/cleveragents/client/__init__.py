@@ -1,0 +1,16 @@
+"""Python clients of the sidecar: blocking (``SidecarClient``) and asyncio
+(``AsyncSidecarClient``). They return the core's dataclasses, never protobuf."""
+
+from cleveragents.client.aio import AsyncSidecarClient
+from cleveragents.client.errors import RunFailedError, SidecarRpcError
+from cleveragents.client.sync import SidecarClient
+from cleveragents.client.types import RunInfo, StreamedEvent
+
+__all__ = [
+    "AsyncSidecarClient",
+    "RunFailedError",
+    "RunInfo",
+    "SidecarClient",
+    "SidecarRpcError",
+    "StreamedEvent",
+]

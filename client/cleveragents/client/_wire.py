@@ -1,0 +1,168 @@
+"""Request building and response reading shared by the sync and asyncio clients."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import grpc
+
+from cleveragents.client.errors import RunFailedError, SidecarRpcError
+from cleveragents.client.types import RunInfo, StreamedEvent
+from cleveragents.sidecar import convert
+from cleveragents.tool import (
+    LLMRequest,
+    LLMResponse,
+    ToolActorContext,
+    ToolRegistry,
+)
+from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2, types_pb2
+
+Script = Sequence[LLMResponse | Mapping[str, Any]]
+Tools = ToolRegistry | Iterable[Callable[..., Any]]
+
+
+def run_spec(
+    prompt: str,
+    *,
+    context: ToolActorContext | None = None,
+    max_iterations: int = 0,
+    profile: str = "",
+    model: str = "",
+    script: Script | None = None,
+    tool_names: Sequence[str] = (),
+    run_id: str = "",
+    detach: bool = False,
+) -> types_pb2.RunSpec:
+    """The ``RunSpec`` for these arguments."""
+    spec = types_pb2.RunSpec(
+        prompt=prompt,
+        max_iterations=max_iterations,
+        tool_names=list(tool_names),
+        run_id=run_id,
+        detach=detach,
+        llm=types_pb2.LlmSelection(profile=profile, model=model),
+    )
+    if context is not None:
+        spec.context.CopyFrom(convert.context_to_pb(context))
+    if script is not None:
+        spec.llm.script = json.dumps([_turn(t) for t in script])
+    return spec
+
+
+def _turn(turn: LLMResponse | Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(turn, LLMResponse):
+        return turn
+    out: dict[str, Any] = {"content": turn.content}
+    if turn.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in turn.tool_calls
+        ]
+    if turn.usage is not None:
+        out["usage"] = {
+            "input_tokens": turn.usage.input_tokens,
+            "output_tokens": turn.usage.output_tokens,
+        }
+    return out
+
+
+def as_registry(tools: Tools) -> ToolRegistry:
+    """A registry from a registry, or from plain functions (registered with ``@tool``)."""
+    if isinstance(tools, ToolRegistry):
+        return tools
+    registry = ToolRegistry()
+    for fn in tools:
+        registry.tool(fn)
+    return registry
+
+
+def session_start(
+    spec: types_pb2.RunSpec, registry: ToolRegistry, client_llm: bool
+) -> session_pb2.SessionRequest:
+    """The first message of a session."""
+    return session_pb2.SessionRequest(
+        start=session_pb2.SessionStart(
+            spec=spec,
+            tools=[convert.spec_to_pb(s) for s in registry.specs()],
+            client_llm=client_llm,
+        )
+    )
+
+
+def streamed(event: events_pb2.RunEvent) -> StreamedEvent:
+    """A received ``RunEvent`` as a ``StreamedEvent``."""
+    return StreamedEvent(
+        event.run_id, event.sequence, convert.seconds_of(event.time), convert.event_from_pb(event)
+    )
+
+
+def run_info(response: service_pb2.GetRunResponse) -> RunInfo:
+    """A ``GetRunResponse`` as ``RunInfo``."""
+    state = types_pb2.RunState.Name(response.state).removeprefix("RUN_STATE_").lower()
+    result = convert.result_from_pb(response.result) if response.HasField("result") else None
+    return RunInfo(response.run_id, state, response.last_sequence, result)
+
+
+def state_name(state: types_pb2.RunState.ValueType) -> str:
+    """``RUN_STATE_CANCELLED`` -> ``cancelled``."""
+    return types_pb2.RunState.Name(state).removeprefix("RUN_STATE_").lower()
+
+
+def tool_answer(
+    call_id: str, output: Mapping[str, Any] | None, error: str | None
+) -> session_pb2.SessionRequest:
+    """A ``tool_result`` message: the output as JSON text, or the error."""
+    result = session_pb2.ToolResult(call_id=call_id)
+    if error is not None:
+        result.error = error
+    else:
+        result.output = convert.dumps(output or {})
+    return session_pb2.SessionRequest(tool_result=result)
+
+
+def llm_request(invocation: session_pb2.LlmInvocation) -> LLMRequest:
+    """The ``LLMRequest`` a client-hosted LLM receives."""
+    tools = [
+        {"name": t.name, "description": t.description, "input_schema": spec.input_schema}
+        for t in invocation.tools
+        for spec in (convert.spec_from_pb(t),)
+    ]
+    messages = [convert.message_from_pb(m) for m in invocation.messages]
+    return LLMRequest(messages, tools, invocation.iteration)
+
+
+def llm_answer(
+    request_id: str, response: LLMResponse | None, error: str | None
+) -> session_pb2.SessionRequest:
+    """An ``llm_result`` message."""
+    result = session_pb2.LlmResult(request_id=request_id)
+    if error is not None or response is None:
+        result.error = error or "the LLM caller returned nothing"
+    else:
+        result.content = response.content
+        result.tool_calls.extend(convert.call_to_pb(c) for c in response.tool_calls)
+        if response.usage is not None:
+            result.usage.input_tokens = response.usage.input_tokens
+            result.usage.output_tokens = response.usage.output_tokens
+    return session_pb2.SessionRequest(llm_result=result)
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` for an exception."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+#: Trailing metadata key under which the sidecar returns a failed run's partial result.
+RESULT_TRAILER = "cleveragents-result-bin"
+
+
+def rpc_error(error: grpc.RpcError) -> SidecarRpcError:
+    """A ``RunFailedError`` when the status carries a run's partial result, else the status."""
+    wrapped = SidecarRpcError.from_rpc_error(error)
+    trailers: Any = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in tuple(trailers or ()):
+        if key == RESULT_TRAILER and isinstance(value, bytes):
+            result = types_pb2.ToolCallRunResult.FromString(value)
+            return RunFailedError(wrapped.code, wrapped.details, convert.result_from_pb(result))
+    return wrapped
