@@ -1,7 +1,8 @@
 """Compare JSON Schema validators for the ToolRunner's validate stage.
 
 Measures, for a typical tool schema, the compile cost and the cost of validating a
-valid and an invalid argument object. Needs the two contenders that are not dependencies: .venv/bin/pip install fastjsonschema jsonschema
+valid and an invalid argument object. Needs the two contenders that are not dependencies:
+    .venv/bin/pip install fastjsonschema jsonschema
 Run: .venv/bin/python bench/schema_validators.py
 """
 
