@@ -75,7 +75,7 @@ class ToolCallCompleted:
 
 @dataclass(frozen=True, slots=True)
 class RunCompleted:
-    """The run ended normally: a final answer, the iteration limit or its deadline."""
+    """The run ended normally: a final answer or the iteration limit."""
 
     result: ToolCallRunResult
 
@@ -91,7 +91,10 @@ class RunFailed:
 
 @dataclass(frozen=True, slots=True)
 class RunCancelled:
-    """The run was cancelled; calls in flight were closed with ``cancelled`` records."""
+    """The run was cancelled, or its deadline passed (``result.stop_reason`` says which).
+
+    Calls in flight were closed with ``cancelled`` records.
+    """
 
     reason: str
     result: ToolCallRunResult

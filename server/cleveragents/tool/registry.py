@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import inspect
+import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 import jsonschema_rs
@@ -39,6 +42,7 @@ class RegisteredTool:
     is_async: bool
     validator: Any
     keyword_names: frozenset[str] | None = None
+    enum_params: Mapping[str, type[enum.Enum]] = field(default_factory=dict)
 
 
 class ToolRegistry:
@@ -91,7 +95,8 @@ class ToolRegistry:
                 input_schema=schema,
                 timeout_s=timeout_s,
             )
-            self._add(_prepare(spec, func, keyword_names=_keyword_names(func)))
+            entry = _prepare(spec, func, keyword_names=_keyword_names(func))
+            self._add(dataclasses.replace(entry, enum_params=_enum_params(func)))
             return func
 
         return decorate(fn) if fn is not None else decorate
@@ -186,3 +191,18 @@ def _keyword_names(fn: Callable[..., Any]) -> frozenset[str]:
         elif param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
             names.add(name)
     return frozenset(names)
+
+
+def _enum_params(fn: Callable[..., Any]) -> dict[str, type[enum.Enum]]:
+    """Parameters typed with an Enum (or an optional one): their JSON value becomes a member."""
+    found: dict[str, type[enum.Enum]] = {}
+    for name, hint in typing.get_type_hints(fn).items():
+        is_union = typing.get_origin(hint) in (typing.Union, _UnionType)
+        options = typing.get_args(hint) if is_union else (hint,)
+        enums = [o for o in options if inspect.isclass(o) and issubclass(o, enum.Enum)]
+        if len(enums) == 1 and name != "return":
+            found[name] = enums[0]
+    return found
+
+
+_UnionType = type(int | None)

@@ -27,8 +27,6 @@ __all__ = ["CallScope", "StartedCallback", "ToolRunner", "current_call"]
 #: Called once per call, after validation and before execution, with the inputs the tool gets.
 StartedCallback = Callable[[ToolCall, Mapping[str, Any]], None]
 
-_EMPTY: Mapping[str, Any] = {}
-
 
 @dataclass(frozen=True, slots=True)
 class CallScope:
@@ -84,8 +82,9 @@ class ToolRunner:
                 f"unknown tool {call.name!r}; available tools: {', '.join(self.registry.names())}",
             )  # fmt: skip
         if call.arguments_error is not None:
+            inputs = self.thread_context({}, context)
             return self._early_failure(
-                call, _EMPTY, iteration, started_at, on_started, ErrorKind.INVALID_ARGUMENTS,
+                call, inputs, iteration, started_at, on_started, ErrorKind.INVALID_ARGUMENTS,
                 f"invalid arguments for tool {call.name!r}: {call.arguments_error}",
             )  # fmt: skip
         model_args = _without_reserved(call.arguments)
@@ -202,6 +201,9 @@ async def _invoke(entry: RegisteredTool, inputs: dict[str, Any]) -> Any:
     else:
         args = ()
         kwargs = inputs if "*" in names else {k: v for k, v in inputs.items() if k in names}
+        for key, enum_type in entry.enum_params.items():
+            if key in kwargs:
+                kwargs[key] = enum_type(kwargs[key])
     if entry.is_async:
         return await entry.handler(*args, **kwargs)
     result = await asyncio.to_thread(entry.handler, *args, **kwargs)
@@ -218,9 +220,12 @@ def _without_reserved(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 def _validation_problem(entry: RegisteredTool, arguments: dict[str, Any]) -> str | None:
     validator = entry.validator
-    if validator.is_valid(arguments):
-        return None
-    error = next(iter(validator.iter_errors(arguments)))
+    try:
+        if validator.is_valid(arguments):
+            return None
+        error = next(iter(validator.iter_errors(arguments)))
+    except ValueError as exc:  # a value that is not JSON (a set, an object...)
+        return f"arguments are not JSON values: {exc}"
     path = "/".join(str(part) for part in error.instance_path)
     message = str(error.message)
     return f"at '{path}': {message}" if path else message

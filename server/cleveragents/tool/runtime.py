@@ -209,6 +209,11 @@ class ToolCallingRuntime:
         except LLMCallError as exc:
             emit(RunFailed(str(exc), exc.result, exc.__cause__ or exc))
             raise
+        except Exception as exc:
+            # A bug, ours or a plug-in's: still end the run with its terminal event.
+            message = f"internal error: {type(exc).__name__}: {exc}"
+            emit(RunFailed(message, state.result(StopReason.ERROR), exc))
+            raise
         emit(RunCompleted(result))
         return result
 
@@ -246,14 +251,18 @@ class ToolCallingRuntime:
                 iteration=iteration,
                 result=state.result(StopReason.ERROR),
             ) from exc
+        problem = None
         if not isinstance(response, LLMResponse):
+            problem = f"returned {type(response).__name__}, not an LLMResponse"
+        elif not all(isinstance(call, ToolCall) for call in response.tool_calls):
+            problem = "returned tool_calls entries that are not ToolCall objects"
+        if problem is not None:
             raise LLMCallError(
-                f"the LLM caller returned {type(response).__name__} at iteration {iteration}, "
-                "not an LLMResponse",
+                f"the LLM caller of iteration {iteration} {problem}",
                 iteration=iteration,
                 result=state.result(StopReason.ERROR),
             )
-        return response
+        return response  # type: ignore[no-any-return]
 
     async def _run_batch(
         self, state: RunState, calls: Sequence[ToolCall], iteration: int, emit: EventSink

@@ -1,0 +1,240 @@
+"""`make bench`: the runtime's own cost per iteration, in process and across gRPC.
+
+Every scenario is timed against a floor measured in the same run (a bare grpc.aio round trip
+or streamed message, same payload size, same two-process layout), so the ratios survive a
+noisy machine. Prints a table and writes JSON to bench/results/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from cleveragents.client import AsyncSidecarClient
+from cleveragents.tool import (
+    LLMResponse,
+    ScriptedLLMCaller,
+    ToolCall,
+    ToolCallingRuntime,
+    ToolRegistry,
+    ToolRunner,
+)
+
+HERE = Path(__file__).resolve().parent
+PAYLOAD = b"x" * 195
+REPEATS = int(os.environ.get("BENCH_REPEATS", "7"))
+
+
+@dataclass
+class Row:
+    """One line of the table: a median per-unit cost, and its ratio to a floor."""
+
+    scenario: str
+    unit: str
+    median_us: float
+    samples_us: list[float] = field(default_factory=list)
+    floor: str = ""
+    ratio: float | None = None
+    target: str = ""
+
+
+def median_of(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+async def repeat(fn: Callable[[], Awaitable[float]], times: int = REPEATS) -> list[float]:
+    await fn()  # warm-up
+    return [await fn() for _ in range(times)]
+
+
+def start(
+    command: list[str], env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    assert process.stdout is not None
+    return process, process.stdout.readline().strip()
+
+
+# -- floors --------------------------------------------------------------------------------
+
+
+async def floor_ping(target: str, rounds: int) -> float:
+    async with grpc.aio.insecure_channel(target) as channel:
+        method: Any = channel.stream_stream("/floor.Floor/Ping")
+        call = method()
+        began = time.perf_counter()
+        for _ in range(rounds):
+            await call.write(PAYLOAD)
+            await call.read()
+        elapsed = time.perf_counter() - began
+        await call.done_writing()
+    return elapsed / rounds * 1e6
+
+
+async def floor_stream(target: str, count: int) -> float:
+    async with grpc.aio.insecure_channel(target) as channel:
+        method: Any = channel.unary_stream("/floor.Floor/Stream")
+        call = method(count.to_bytes(4, "big") + PAYLOAD)
+        began = time.perf_counter()
+        async for _ in call:
+            pass
+        elapsed = time.perf_counter() - began
+    return elapsed / count * 1e6
+
+
+# -- scenarios -----------------------------------------------------------------------------
+
+
+def tool_script(iterations: int) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": f"c{i}", "name": "noop", "arguments": {}}]}
+        for i in range(iterations - 1)
+    ]
+    turns.append({"content": "done"})
+    return turns
+
+
+async def in_process(iterations: int) -> float:
+    registry = ToolRegistry()
+
+    @registry.tool
+    async def noop() -> dict[str, Any]:
+        """Do nothing."""
+        return {}
+
+    llm = ScriptedLLMCaller(
+        [LLMResponse(tool_calls=[ToolCall(f"c{i}", "noop", {})]) for i in range(iterations - 1)]
+        + [LLMResponse("done")]
+    )
+    runtime = ToolCallingRuntime(registry, ToolRunner(registry), llm, max_iterations=iterations)
+    began = time.perf_counter()
+    events = 0
+    async for _ in runtime.stream_tool_loop("go"):
+        events += 1
+    elapsed = time.perf_counter() - began
+    assert events == 4 * iterations, events
+    return elapsed / iterations * 1e6
+
+
+async def stream_rpc(client: AsyncSidecarClient, iterations: int) -> float:
+    began = time.perf_counter()
+    events = 0
+    async for _ in client.stream_tool_loop(
+        "go", script=tool_script(iterations), max_iterations=iterations, tool_names=["noop"]
+    ):
+        events += 1
+    elapsed = time.perf_counter() - began
+    assert events == 4 * iterations, events
+    return elapsed / iterations * 1e6
+
+
+async def session_rpc(client: AsyncSidecarClient, iterations: int) -> float:
+    registry = ToolRegistry()
+
+    @registry.tool
+    async def client_noop() -> dict[str, Any]:
+        """Do nothing, in the client."""
+        return {}
+
+    script = tool_script(iterations)
+    for turn in script:
+        for call in turn.get("tool_calls", []):
+            call["name"] = "client_noop"
+    began = time.perf_counter()
+    events = 0
+    async for _ in client.session(
+        "go", tools=registry, script=script, max_iterations=iterations, tool_names=[]
+    ):
+        events += 1
+    elapsed = time.perf_counter() - began
+    assert events == 4 * iterations, events
+    return elapsed / iterations * 1e6
+
+
+async def main() -> None:
+    python = sys.executable
+    floor_proc, floor_port = start([python, str(HERE / "floor_server.py")])
+    env = dict(os.environ, PYTHONPATH=str(HERE))
+    sidecar_cmd = [
+        python, "-m", "cleveragents.sidecar.cli", "serve", "--listen", "127.0.0.1:0",
+        "--log-level", "warning",
+    ]  # fmt: skip
+    env["CLEVERAGENTS_SIDECAR_TOOL_MODULES"] = "noop_tools:registry"
+    env["CLEVERAGENTS_SIDECAR_BUILTIN_TOOLS"] = "false"
+    sidecar_proc, line = start(sidecar_cmd, env)
+    sidecar = line.rsplit(" ", 1)[1]
+    floor = f"127.0.0.1:{floor_port}"
+    rows: list[Row] = []
+    try:
+        ping = await repeat(lambda: floor_ping(floor, 2000))
+        streamed = await repeat(lambda: floor_stream(floor, 5000))
+        rows.append(Row("floor: bidi ping-pong", "round trip", median_of(ping), ping))
+        rows.append(Row("floor: server stream", "message", median_of(streamed), streamed))
+        for n in (20, 200):
+            samples = await repeat(functools.partial(in_process, n), REPEATS * 3)
+            rows.append(
+                Row(f"in-process N={n}", "iteration", median_of(samples), samples,
+                    target="<= 50 us")
+            )  # fmt: skip
+        n20, n200 = rows[-2].median_us, rows[-1].median_us
+        rows[-1].floor, rows[-1].ratio, rows[-1].target = "in-process N=20", n200 / n20, "<= 1.2x"
+        async with AsyncSidecarClient(sidecar) as client:
+            samples = await repeat(lambda: stream_rpc(client, 200))
+            rows.append(
+                Row("stream (StreamToolLoop)", "iteration", median_of(samples), samples,
+                    "floor: server stream", median_of(samples) / rows[1].median_us, "<= 6x")
+            )  # fmt: skip
+            samples = await repeat(lambda: session_rpc(client, 200))
+            rows.append(
+                Row("session (client tool)", "iteration", median_of(samples), samples,
+                    "floor: bidi ping-pong", median_of(samples) / rows[0].median_us, "<= 2x")
+            )  # fmt: skip
+    finally:
+        for process in (floor_proc, sidecar_proc):
+            process.terminate()
+            process.wait(timeout=15)
+    report(rows)
+
+
+def report(rows: list[Row]) -> None:
+    print(f"\n{'scenario':28} {'per':>11} {'median':>11} {'vs floor':>24} {'target':>10}")
+    for row in rows:
+        ratio = f"{row.ratio:.2f}x {row.floor}" if row.ratio is not None else ""
+        print(
+            f"{row.scenario:28} {row.unit:>11} {row.median_us:9.1f}us {ratio:>24} {row.target:>10}"
+        )
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    out = {
+        "time": stamp,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "versions": {
+            name: metadata.version(name)
+            for name in ("cleveragents-sidecar", "grpcio", "protobuf", "jsonschema-rs")
+        },
+        "repeats": REPEATS,
+        "rows": [row.__dict__ for row in rows],
+    }
+    path = results / f"bench-{stamp}.json"
+    path.write_text(json.dumps(out, indent=2))
+    print(f"\n{os.cpu_count()} cores, Python {platform.python_version()}; JSON: {path}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
