@@ -9,6 +9,7 @@ nothing here walks the conversation.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import inspect
 import json
@@ -149,13 +150,11 @@ class ToolCallingRuntime:
         run_id: str,
         timeout_s: float | None,
     ) -> AsyncIterator[RunEvent]:
-        queue: asyncio.Queue[RunEvent] = asyncio.Queue()
-        task = asyncio.create_task(
-            self._execute(prompt, context, run_id, timeout_s, queue.put_nowait)
-        )
+        channel = _EventChannel()
+        task = asyncio.create_task(self._execute(prompt, context, run_id, timeout_s, channel.put))
         try:
             while True:
-                event = await queue.get()
+                event = await channel.get()
                 yield event
                 if isinstance(event, _TERMINAL):
                     break
@@ -329,10 +328,38 @@ class ToolCallingRuntime:
             self._finish_batch(state)
 
 
+class _EventChannel:
+    """An unbounded single-consumer queue, lighter than ``asyncio.Queue`` on the hot path."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[RunEvent] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, event: RunEvent) -> None:
+        self._items.append(event)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> RunEvent:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
+_encode = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def _result_text(record: ToolCallRecord) -> str:
     if record.success:
-        return json.dumps(record.output, ensure_ascii=False)
-    return json.dumps({"error": record.error}, ensure_ascii=False)
+        return _encode(record.output)
+    return _encode({"error": record.error})
 
 
 def _check_prompt(prompt: str) -> None:
