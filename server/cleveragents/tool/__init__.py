@@ -4,6 +4,7 @@ from cleveragents.tool.context import ToolActorContext
 from cleveragents.tool.errors import (
     LLMCallError,
     ScriptExhaustedError,
+    ToolDeniedError,
     ToolError,
     ToolRuntimeError,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "ToolCallRunResult",
     "ToolCallStarted",
     "ToolCallingRuntime",
+    "ToolDeniedError",
     "ToolError",
     "ToolFormat",
     "ToolHandler",

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from cleveragents.tool.records import ToolCallRecord, ToolCallRunResult
 
-__all__ = ["LLMCallError", "ScriptExhaustedError", "ToolError", "ToolRuntimeError"]
+__all__ = [
+    "LLMCallError",
+    "ScriptExhaustedError",
+    "ToolDeniedError",
+    "ToolError",
+    "ToolRuntimeError",
+]
 
 
 class ToolRuntimeError(Exception):
@@ -22,6 +28,13 @@ class ToolError(ToolRuntimeError):
     """Raised by a tool handler to fail its call with exactly this message.
 
     Any other exception fails the call too, with ``Type: message`` as the record's error.
+    """
+
+
+class ToolDeniedError(ToolError):
+    """Raised by a tool handler that refuses the call (a path outside its sandbox, say).
+
+    The record's ``error_kind`` is ``denied`` and its error is this message.
     """
 
 

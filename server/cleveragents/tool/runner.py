@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cleveragents.tool.context import ToolActorContext
-from cleveragents.tool.errors import ToolError
+from cleveragents.tool.errors import ToolDeniedError, ToolError
 from cleveragents.tool.messages import ToolCall
 from cleveragents.tool.records import ErrorKind, ToolCallRecord
 from cleveragents.tool.registry import RegisteredTool, ToolRegistry, UnknownToolError
@@ -182,6 +182,8 @@ class ToolRunner:
                 error = f"tool {call.name!r} timed out after {timeout_s:g}s"
             else:
                 kind, error = ErrorKind.EXCEPTION, _describe(exc)
+        except ToolDeniedError as exc:
+            kind, error = ErrorKind.DENIED, _describe(exc)
         except Exception as exc:
             kind, error = ErrorKind.EXCEPTION, _describe(exc)
         finally:
