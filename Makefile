@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint generate demo bench clean
+.PHONY: install test lint generate demo bench fuzz node-test clean
 
 install: $(STAMP)
 
@@ -23,13 +23,17 @@ generate: install
 		$$(cd protos && find cleveragents -name '*.proto' | sort)
 
 lint: install
-	$(BIN)/ruff check server client tests bench examples
-	$(BIN)/ruff format --check server client tests bench examples
+	$(BIN)/ruff check server client tests bench examples fuzz
+	$(BIN)/ruff format --check server client tests bench examples fuzz
 	$(BIN)/mypy
 	cd protos && ../$(BIN)/buf lint
 
-test: lint
+test: lint node-test
 	$(BIN)/python -m pytest
+
+# The Node.js client's tests start a real sidecar from .venv, hence the install.
+node-test: install
+	cd client/node && npm ci --no-audit --no-fund --ignore-scripts && npm test
 
 demo: install
 	$(BIN)/python examples/demo.py
@@ -37,5 +41,9 @@ demo: install
 bench: install
 	$(BIN)/python bench/run.py
 
+fuzz: install
+	$(BIN)/pip install --quiet atheris
+	$(BIN)/python fuzz/fuzz_requests.py -max_total_time=$${FUZZ_SECONDS:-60}
+
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache client/node/node_modules

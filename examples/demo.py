@@ -102,7 +102,12 @@ def show(sequence: int, event: object) -> None:
     """One line per event, as it arrives."""
     prefix = f"  #{sequence:<3}"
     if isinstance(event, RunStarted):
-        print(f"{prefix} run started      {event.run_id[:8]}  tools: {', '.join(event.tool_names)}")
+        mine = [name for name in event.tool_names if name in tools]
+        served = len(event.tool_names) - len(mine)
+        print(
+            f"{prefix} run started      {event.run_id[:8]}  tools: {', '.join(mine)} (this client)"
+            f" + {served} served by the sidecar"
+        )
     elif isinstance(event, IterationStarted):
         print(f"{prefix} iteration {event.iteration}")
     elif isinstance(event, LLMResponded):

@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", help="debug, info, warning or error")
     serve.add_argument("--max-concurrent-runs", type=int, help="runs in flight at most")
     serve.add_argument("--shutdown-grace-s", type=float, help="seconds runs get to finish")
+    serve.add_argument(
+        "--watcher-queue-size", type=int, help="events a watcher may lag before it is dropped"
+    )
     return parser
 
 
@@ -42,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "log_level": args.log_level,
         "max_concurrent_runs": args.max_concurrent_runs,
         "shutdown_grace_s": args.shutdown_grace_s,
+        "watcher_queue_size": args.watcher_queue_size,
     }
     try:
         config = load_config(args.config, overrides=overrides)

@@ -4,30 +4,73 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cleveragents.providers import RESERVED_PARAMS
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.tool import response_from_dict
 
 __all__ = ["ENV_PREFIX", "ProfileConfig", "SidecarConfig", "load_config"]
 
 ENV_PREFIX = "CLEVERAGENTS_SIDECAR_"
-PROFILE_KINDS = ("scripted", "client")
+PROVIDER_KINDS = ("openai", "anthropic")
+PROFILE_KINDS = ("scripted", "client", *PROVIDER_KINDS)
+_PROFILE_KEYS = {
+    "scripted": {"kind", "model", "script_file", "script"},
+    "client": {"kind", "model"},
+    "openai": {"kind", "model", "base_url", "api_key_env", "timeout", "max_retries", "params"},
+}
+_PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"]
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True, slots=True)
 class ProfileConfig:
-    """One LLM provider profile. ``script`` holds a scripted profile's turns (JSON objects)."""
+    """One LLM provider profile.
+
+    ``script`` holds a scripted profile's turns (JSON objects). Provider profiles (``openai``,
+    ``anthropic``) use the rest: ``base_url`` (empty: the vendor's), ``api_key_env``, the name
+    of the environment variable holding the key (``None``: ``OPENAI_API_KEY`` or
+    ``ANTHROPIC_API_KEY``; empty: send no key), the per-request ``timeout_s``, ``max_retries``
+    and ``params``, generation parameters copied into every request.
+    """
 
     name: str
     kind: str
     model: str = ""
     script: tuple[Mapping[str, Any], ...] | None = None
+    base_url: str = ""
+    api_key_env: str | None = None
+    timeout_s: float = 60.0
+    max_retries: int = 2
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        where = f"profiles.{self.name}"
+        if self.kind not in PROFILE_KINDS:
+            kinds = ", ".join(PROFILE_KINDS)
+            raise ConfigError(f"{where}.kind must be one of {kinds}, got {self.kind!r}")
+        if self.base_url and not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"{where}.base_url must be an http:// or https:// URL")
+        if self.api_key_env and not _ENV_NAME.fullmatch(self.api_key_env):
+            raise ConfigError(f"{where}.api_key_env must name an environment variable")
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise ConfigError(f"{where}.timeout must be a positive number of seconds")
+        if not 0 <= self.max_retries <= 10:
+            raise ConfigError(f"{where}.max_retries must be between 0 and 10")
+        if reserved := sorted(RESERVED_PARAMS & set(self.params)):
+            raise ConfigError(f"{where}.params may not set {', '.join(reserved)}")
+        try:
+            json.dumps(self.params, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}.params must hold JSON values: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +86,10 @@ class SidecarConfig:
     default_tool_timeout_s: float = 60.0
     finished_run_ttl_s: float = 900.0
     max_finished_runs: int = 1000
-    watcher_queue_size: int = 1024
+    watcher_queue_size: int = 16384
     shutdown_grace_s: float = 10.0
     builtin_tools: bool = True
+    file_tools: bool = True
     tool_modules: tuple[str, ...] = ()
     default_profile: str = "scripted"
     profiles: Mapping[str, ProfileConfig] = field(default_factory=dict)
@@ -161,31 +205,53 @@ def _typed(key: str, value: Any, kind: str) -> Any:
 def _profiles(value: Any, base: Path) -> dict[str, ProfileConfig]:
     if not isinstance(value, dict):
         raise ConfigError("profiles must be a table of [profiles.NAME] tables")
-    profiles = {}
-    for name, table in value.items():
-        if not isinstance(table, dict):
-            raise ConfigError(f"profiles.{name} must be a table")
-        unknown = set(table) - {"kind", "model", "script_file", "script"}
-        if unknown:
-            raise ConfigError(f"profiles.{name}: unknown key(s) {', '.join(sorted(unknown))}")
-        kind = table.get("kind")
-        if kind not in PROFILE_KINDS:
+    return {name: _profile(name, table, base) for name, table in value.items()}
+
+
+def _profile(name: str, table: Any, base: Path) -> ProfileConfig:
+    if not isinstance(table, dict):
+        raise ConfigError(f"profiles.{name} must be a table")
+    kind = table.get("kind")
+    if kind not in PROFILE_KINDS:
+        raise ConfigError(
+            f"profiles.{name}.kind must be one of {', '.join(PROFILE_KINDS)}, got {kind!r}"
+        )
+    unknown = set(table) - _PROFILE_KEYS[kind]
+    if unknown:
+        raise ConfigError(f"profiles.{name}: unknown key(s) {', '.join(sorted(unknown))}")
+    if kind in PROVIDER_KINDS:
+        return _provider_profile(name, kind, table)
+    script = None
+    if "script_file" in table:
+        script_path = base / str(table["script_file"])
+        try:
+            script = load_script(script_path.read_text(encoding="utf-8"), str(script_path))
+        except OSError as exc:
             raise ConfigError(
-                f"profiles.{name}.kind must be one of {', '.join(PROFILE_KINDS)}, got {kind!r}"
-            )
-        script = None
-        if "script_file" in table:
-            script_path = base / str(table["script_file"])
-            try:
-                script = load_script(script_path.read_text(encoding="utf-8"), str(script_path))
-            except OSError as exc:
-                raise ConfigError(
-                    f"profiles.{name}: cannot read {script_path}: {exc.strerror}"
-                ) from None
-        elif "script" in table:
-            script = load_script(json.dumps(table["script"]), f"profiles.{name}.script")
-        profiles[name] = ProfileConfig(name, kind, str(table.get("model", "")), script)
-    return profiles
+                f"profiles.{name}: cannot read {script_path}: {exc.strerror}"
+            ) from None
+    elif "script" in table:
+        script = load_script(json.dumps(table["script"]), f"profiles.{name}.script")
+    return ProfileConfig(name, kind, str(table.get("model", "")), script)
+
+
+def _provider_profile(name: str, kind: str, table: dict[str, Any]) -> ProfileConfig:
+    def typed(key: str, type_name: str, default: Any) -> Any:
+        return _typed(f"profiles.{name}.{key}", table.get(key, default), type_name)
+
+    params = table.get("params", {})
+    if not isinstance(params, dict):
+        raise ConfigError(f"profiles.{name}.params must be a table of generation parameters")
+    return ProfileConfig(
+        name,
+        kind,
+        model=typed("model", "str", ""),
+        base_url=typed("base_url", "str", ""),
+        api_key_env=typed("api_key_env", "str", None) if "api_key_env" in table else None,
+        timeout_s=typed("timeout", "float", 60.0),
+        max_retries=typed("max_retries", "int", 2),
+        params=params,
+    )
 
 
 def load_script(text: str, where: str) -> tuple[Mapping[str, Any], ...]:

@@ -11,11 +11,13 @@ import asyncio
 import collections
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Protocol
 
 import grpc
 import structlog
 
+from cleveragents.providers import ProviderError
 from cleveragents.sidecar import convert
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.tool import (
@@ -67,13 +69,15 @@ class Subscriber:
     """A bounded queue of frames for one stream; too far behind, it is dropped.
 
     ``limit=None`` means unbounded (the stream that started the run: its queue is bounded by
-    the run itself).
+    the run itself). Frames replayed at subscription do not count against the limit: only
+    live frames piling up behind a reader that does not keep up do.
     """
 
-    __slots__ = ("_items", "_limit", "_waiter", "closed", "dropped")
+    __slots__ = ("_backlog", "_items", "_limit", "_waiter", "closed", "dropped")
 
-    def __init__(self, limit: int | None) -> None:
-        self._items: collections.deque[bytes] = collections.deque()
+    def __init__(self, limit: int | None, replay: Sequence[bytes] = ()) -> None:
+        self._items: collections.deque[bytes] = collections.deque(replay)
+        self._backlog = len(self._items)
         self._limit = limit
         self._waiter: asyncio.Future[None] | None = None
         self.closed = False
@@ -82,7 +86,7 @@ class Subscriber:
     def push(self, item: bytes) -> None:
         if self.closed:
             return
-        if self._limit is not None and len(self._items) >= self._limit:
+        if self._limit is not None and len(self._items) - self._backlog >= self._limit:
             self.dropped = True
             self.close()
             return
@@ -105,6 +109,8 @@ class Subscriber:
                 self._waiter = None
         if self.dropped:
             return None
+        if self._backlog:
+            self._backlog -= 1
         return self._items.popleft()
 
     def _wake(self) -> None:
@@ -161,10 +167,7 @@ class Run:
 
     def subscribe(self, after_sequence: int, limit: int | None) -> Subscriber:
         """A subscriber that first replays the events after ``after_sequence``, then follows."""
-        sub = Subscriber(None)
-        for item in self.frames[after_sequence:]:
-            sub.push(item)
-        sub._limit = limit
+        sub = Subscriber(limit, self.frames[after_sequence:])
         if self.finished:
             sub.close()
         else:
@@ -234,10 +237,21 @@ class Run:
         )
 
 
+#: The provider refused the sidecar's key (not UNAUTHENTICATED: that one is about the client's
+#: own credentials). Other provider failures: UNAVAILABLE when a later try may succeed
+#: (connection, timeout, 408/409/429/5xx), else FAILED_PRECONDITION (another 4xx, or an
+#: answer that cannot be used): something must change first.
+_PROVIDER_CODES = {401: grpc.StatusCode.PERMISSION_DENIED, 403: grpc.StatusCode.PERMISSION_DENIED}
+
+
 def _failure_code(event: RunFailed) -> grpc.StatusCode:
     cause = event.error.__cause__ if isinstance(event.error, LLMCallError) else event.error
     if isinstance(cause, SidecarError):
         return cause.code
+    if isinstance(cause, ProviderError):
+        return _PROVIDER_CODES.get(cause.status or 0) or (
+            grpc.StatusCode.UNAVAILABLE if cause.retryable else grpc.StatusCode.FAILED_PRECONDITION
+        )
     if isinstance(event.error, LLMCallError) or isinstance(cause, Exception):
         return grpc.StatusCode.UNAVAILABLE
     return grpc.StatusCode.INTERNAL

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
 import structlog
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from cleveragents.sandbox import file_tools
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.profiles import close_provider_clients
 from cleveragents.sidecar.runs import RunManager
 from cleveragents.sidecar.service import ToolRuntimeService
 from cleveragents.sidecar.tools import builtin_registry
@@ -26,6 +31,47 @@ log = structlog.get_logger("cleveragents.sidecar.server")
 
 def _identity(data: bytes) -> bytes:
     return data
+
+
+class Malformed:
+    """Stands in for a request that did not parse, so the handler can answer
+    ``INVALID_ARGUMENT`` instead of gRPC's generic ``UNKNOWN``."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def _lenient(message_type: Any) -> Callable[[bytes], Any]:
+    name = message_type.DESCRIPTOR.name
+
+    def parse(data: bytes) -> Any:
+        try:
+            return message_type.FromString(data)
+        except DecodeError as exc:
+            return Malformed(f"malformed {name}: {exc}")
+
+    return parse
+
+
+def _guarded(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        if isinstance(request, Malformed):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+        return await method(request, context)
+
+    return handler
+
+
+def _guarded_stream(method: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        if isinstance(request, Malformed):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+        async for item in method(request, context):
+            yield item
+
+    return handler
 
 
 class Sidecar:
@@ -94,6 +140,7 @@ class Sidecar:
         await self.manager.drain(grace)
         if self._server is not None:
             await self._server.stop(min(grace, 2.0))
+        await close_provider_clients()
         log.info("sidecar stopped")
 
     async def wait_for_termination(self) -> None:
@@ -110,8 +157,10 @@ class Sidecar:
 
 
 def default_registry(config: SidecarConfig) -> ToolRegistry:
-    """The built-in tools (unless disabled) and those of the configured tool modules."""
+    """The built-in and file tools (unless disabled) and those of the configured modules."""
     registry = builtin_registry() if config.builtin_tools else ToolRegistry()
+    if config.file_tools:
+        registry.include(file_tools())
     for reference in config.tool_modules:
         try:
             registry.include(load_tool_module(reference))
@@ -139,38 +188,38 @@ def _handlers(service: ToolRuntimeService) -> grpc.GenericRpcHandler:
         SERVICE_NAME,
         {
             "RunToolLoop": grpc.unary_unary_rpc_method_handler(
-                service.RunToolLoop,
-                request_deserializer=pb.RunToolLoopRequest.FromString,
+                _guarded(service.RunToolLoop),
+                request_deserializer=_lenient(pb.RunToolLoopRequest),
                 response_serializer=pb.RunToolLoopResponse.SerializeToString,
             ),
             "StreamToolLoop": grpc.unary_stream_rpc_method_handler(
-                service.StreamToolLoop,
-                request_deserializer=pb.StreamToolLoopRequest.FromString,
+                _guarded_stream(service.StreamToolLoop),
+                request_deserializer=_lenient(pb.StreamToolLoopRequest),
                 response_serializer=_identity,
             ),
             "Session": grpc.stream_stream_rpc_method_handler(
                 service.Session,
-                request_deserializer=session_pb2.SessionRequest.FromString,
+                request_deserializer=_lenient(session_pb2.SessionRequest),
                 response_serializer=_identity,
             ),
             "WatchRun": grpc.unary_stream_rpc_method_handler(
-                service.WatchRun,
-                request_deserializer=pb.WatchRunRequest.FromString,
+                _guarded_stream(service.WatchRun),
+                request_deserializer=_lenient(pb.WatchRunRequest),
                 response_serializer=_identity,
             ),
             "GetRun": grpc.unary_unary_rpc_method_handler(
-                service.GetRun,
-                request_deserializer=pb.GetRunRequest.FromString,
+                _guarded(service.GetRun),
+                request_deserializer=_lenient(pb.GetRunRequest),
                 response_serializer=pb.GetRunResponse.SerializeToString,
             ),
             "CancelRun": grpc.unary_unary_rpc_method_handler(
-                service.CancelRun,
-                request_deserializer=pb.CancelRunRequest.FromString,
+                _guarded(service.CancelRun),
+                request_deserializer=_lenient(pb.CancelRunRequest),
                 response_serializer=pb.CancelRunResponse.SerializeToString,
             ),
             "ListTools": grpc.unary_unary_rpc_method_handler(
-                service.ListTools,
-                request_deserializer=pb.ListToolsRequest.FromString,
+                _guarded(service.ListTools),
+                request_deserializer=_lenient(pb.ListToolsRequest),
                 response_serializer=pb.ListToolsResponse.SerializeToString,
             ),
         },

@@ -27,12 +27,13 @@ from cleveragents.tool import (
     ToolSpec,
     UnknownToolError,
 )
-from cleveragents.toolruntime.v1 import service_pb2, types_pb2
+from cleveragents.toolruntime.v1 import service_pb2, session_pb2, types_pb2
 
 __all__ = ["ToolRuntimeService"]
 
 log = structlog.get_logger("cleveragents.sidecar.service")
 _CANCEL_WAIT_S = 5.0
+_DEADLINE_SLACK_S = 0.1
 
 
 class ToolRuntimeService:
@@ -146,6 +147,8 @@ class ToolRuntimeService:
         first = await context.read()
         if first is grpc.aio.EOF:
             return
+        if not isinstance(first, session_pb2.SessionRequest):  # did not parse
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(first.message))
         kind = first.WhichOneof("kind")
         if kind != "start":
             await context.abort(
@@ -193,8 +196,10 @@ class ToolRuntimeService:
                 if hosts and not run.finished:
                     self.manager.cancel(run, "the client closed its side of the session")
                 return
-            kind = message.WhichOneof("kind")
             try:
+                if not isinstance(message, session_pb2.SessionRequest):  # did not parse
+                    raise SidecarError.invalid(str(message.message))
+                kind = message.WhichOneof("kind")
                 if kind == "tool_result":
                     channel.resolve_tool(message.tool_result)
                 elif kind == "llm_result":
@@ -238,7 +243,7 @@ class ToolRuntimeService:
         except ValueError as exc:
             raise SidecarError.invalid(str(exc)) from None
         registry = self._registry_for(spec.tool_names, client_specs)
-        profile, llm = resolve_llm(spec.llm, self.config, client_llm=client_llm)
+        profile, llm, router = resolve_llm(spec.llm, self.config, client_llm=client_llm)
         if channel is not None:
             try:
                 channel.register_tools(registry, client_specs)
@@ -249,7 +254,7 @@ class ToolRuntimeService:
         if llm is None:  # pragma: no cover - resolve_llm only returns None for client LLMs
             raise SidecarError.invalid("this RPC cannot use a client-hosted LLM")
         runner = ToolRunner(registry, default_timeout_s=self.config.default_tool_timeout_s)
-        runtime = ToolCallingRuntime(registry, runner, llm, max_iterations)
+        runtime = ToolCallingRuntime(registry, runner, llm, max_iterations, router)
         spec.max_iterations = max_iterations
         spec.llm.profile = profile.name
         spec.tool_names[:] = registry.names()
@@ -279,8 +284,10 @@ class ToolRuntimeService:
         if run.finished or (run.detach and not force):
             return
         remaining = context.time_remaining()
-        if remaining is not None and remaining <= 0:
-            return  # the run's own deadline (the same instant) ends it as DEADLINE
+        if remaining is not None and remaining <= _DEADLINE_SLACK_S:
+            # The client gave up at (or, by its own clock, just before) the deadline: the
+            # run's own timer, set to the same instant, ends it as DEADLINE.
+            return
         self.manager.cancel(run, reason)
 
     async def _require(self, run_id: str, context: grpc.aio.ServicerContext[Any, Any]) -> Run:

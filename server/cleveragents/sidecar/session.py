@@ -124,7 +124,10 @@ class SessionChannel:
                     self._forget(call_id)
             if result.WhichOneof("outcome") == "error":
                 raise ClientToolError(result.error or "the client reported an error")
-            return convert.parse_json_object(result.output, f"output of {spec.name!r}")
+            if not result.output.strip():
+                return {}
+            # Any JSON value: the runner wraps a non-object x as {"result": x}.
+            return convert.parse_json(result.output, f"output of {spec.name!r}")
 
         return invoke
 

@@ -118,34 +118,18 @@ class ToolCallRouter:
         ]
 
     def parse_response(self, body: Mapping[str, Any]) -> LLMResponse:
-        """A whole provider response (chat completion or message) as an ``LLMResponse``."""
+        """A whole provider response (chat completion or message) as an ``LLMResponse``.
+
+        Raises ``ValueError`` for a response that cannot be used: no choices, a refusal, tool
+        calls cut off by the token limit, or no content and no tool calls together with a stop
+        reason other than a natural end (``length``, ``content_filter``, ``max_tokens``…).
+        Arguments that do not parse are not an error here: see :func:`parse_call`.
+        """
+        if not isinstance(body, Mapping):
+            raise ValueError("the provider's response is not a JSON object")
         if self.format is ToolFormat.OPENAI:
-            choices = body.get("choices") or []
-            if not choices:
-                raise ValueError("the provider's response has no choices")
-            message = choices[0].get("message") or {}
-            usage = body.get("usage") or {}
-            return LLMResponse(
-                content=message.get("content") or "",
-                tool_calls=self.parse_tool_calls(message),
-                usage=Usage(
-                    int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-                )
-                if usage
-                else None,
-            )
-        blocks = body.get("content") or []
-        usage = body.get("usage") or {}
-        text = "".join(
-            b.get("text", "") for b in blocks if isinstance(b, Mapping) and b.get("type") == "text"
-        )
-        return LLMResponse(
-            content=text,
-            tool_calls=self.parse_tool_calls(blocks),
-            usage=Usage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0))
-            if usage
-            else None,
-        )
+            return _parse_openai(self, body)
+        return _parse_anthropic(self, body)
 
     def route(self, call: ToolCall) -> ToolCall:
         """Normalise a call's arguments to a dict; unparseable ones set ``arguments_error``."""
@@ -182,6 +166,100 @@ class ToolCallRouter:
         blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
         blocks.extend(self.format_tool_calls(m.tool_calls))
         return blocks
+
+
+#: Stop reasons of a complete answer; others explain why an empty answer is empty.
+_NATURAL_STOPS = frozenset(
+    {None, "stop", "tool_calls", "function_call", "end_turn", "tool_use", "stop_sequence"}
+)
+#: Stop reasons meaning the output hit the token limit.
+_TRUNCATED = frozenset({"length", "max_tokens"})
+
+
+def _parse_openai(router: ToolCallRouter, body: Mapping[str, Any]) -> LLMResponse:
+    choices = body.get("choices") or []
+    if not choices or not isinstance(choices, Sequence):
+        raise ValueError("the provider's response has no choices")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, Mapping) else None
+    if not isinstance(message, Mapping):
+        raise ValueError("the provider's first choice has no message object")
+    content = _text(message.get("content"))
+    calls = router.parse_tool_calls(message)
+    refusal = message.get("refusal")
+    if refusal and not calls:
+        raise ValueError(f"the model refused: {refusal}")
+    _check_stop(content, calls, choice.get("finish_reason"), "finish_reason")
+    usage = body.get("usage")
+    return LLMResponse(
+        content=content,
+        tool_calls=calls,
+        usage=Usage(_count(usage, "prompt_tokens"), _count(usage, "completion_tokens"))
+        if isinstance(usage, Mapping) and usage
+        else None,
+    )
+
+
+def _parse_anthropic(router: ToolCallRouter, body: Mapping[str, Any]) -> LLMResponse:
+    blocks = body.get("content") or []
+    if not isinstance(blocks, Sequence) or isinstance(blocks, str):
+        raise ValueError("the provider's response content is not a list of blocks")
+    text = "".join(
+        str(b.get("text") or "")
+        for b in blocks
+        if isinstance(b, Mapping) and b.get("type") == "text"
+    )
+    calls = router.parse_tool_calls(blocks)
+    stop = body.get("stop_reason")
+    if stop == "refusal":
+        raise ValueError(
+            "the model refused (stop_reason 'refusal')" + (f": {text}" if text else "")
+        )
+    _check_stop(text, calls, stop, "stop_reason")
+    usage = body.get("usage")
+    # Cached prompt tokens are counted apart from input_tokens; they are input all the same.
+    return LLMResponse(
+        content=text,
+        tool_calls=calls,
+        usage=Usage(
+            _count(usage, "input_tokens")
+            + _count(usage, "cache_creation_input_tokens")
+            + _count(usage, "cache_read_input_tokens"),
+            _count(usage, "output_tokens"),
+        )
+        if isinstance(usage, Mapping) and usage
+        else None,
+    )
+
+
+def _check_stop(content: str, calls: Sequence[ToolCall], stop: Any, field: str) -> None:
+    if stop in _TRUNCATED and calls:
+        raise ValueError(
+            f"the output hit the token limit ({field} {stop!r}) in the middle of its tool "
+            "calls; raise max_tokens"
+        )
+    if not content and not calls and stop not in _NATURAL_STOPS:
+        raise ValueError(f"the response has no content and no tool calls ({field} {stop!r})")
+
+
+def _text(content: Any) -> str:
+    """Message content as text: a string, nothing, or a list of text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "".join(
+            str(p.get("text") or "")
+            for p in content
+            if isinstance(p, Mapping) and p.get("type") == "text"
+        )
+    raise ValueError(f"the message content is {_json_type(content)}, not text")
+
+
+def _count(usage: Any, key: str) -> int:
+    value = usage.get(key) if isinstance(usage, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def route_call(call: ToolCall) -> ToolCall:

@@ -41,6 +41,8 @@ from cleveragents.tool.runner import ToolRunner
 __all__ = ["DEFAULT_MAX_ITERATIONS", "ToolCallingRuntime"]
 
 DEFAULT_MAX_ITERATIONS = 25
+#: A run that never suspends on its own still yields the event loop this often.
+_YIELD_EVERY_S = 0.002
 _TERMINAL = (RunCompleted, RunFailed, RunCancelled)
 
 
@@ -220,6 +222,8 @@ class ToolCallingRuntime:
         self, state: RunState, tools: Sequence[Mapping[str, Any]], emit: EventSink
     ) -> ToolCallRunResult:
         route = self.router.route if self.router is not None else route_call
+        loop = asyncio.get_running_loop()
+        next_yield = loop.time() + _YIELD_EVERY_S
         for iteration in range(1, self.max_iterations + 1):
             emit(IterationStarted(iteration))
             response = await self._call_llm(state, tools, iteration)
@@ -231,6 +235,11 @@ class ToolCallingRuntime:
             calls = [route(call) for call in response.tool_calls]
             state.messages.append(Message(Role.ASSISTANT, response.content, calls))
             await self._run_batch(state, calls, iteration, emit)
+            # Let other tasks run even when neither the LLM nor the tools ever suspend: a
+            # scripted run must not hold the event loop (and its watchers) for its whole life.
+            if loop.time() >= next_yield:
+                await asyncio.sleep(0)
+                next_yield = loop.time() + _YIELD_EVERY_S
         return state.result(StopReason.MAX_ITERATIONS)
 
     async def _call_llm(

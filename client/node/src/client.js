@@ -1,0 +1,344 @@
+// SidecarClient: every RPC of ToolRuntimeService, with JSON fields as plain values.
+import grpc from '@grpc/grpc-js';
+
+import { Codec, normaliseTools } from './codec.js';
+import { RunFailedError, Status, toSidecarError } from './errors.js';
+import { loadService } from './proto.js';
+import { SessionRun } from './session.js';
+
+/** Trailing metadata under which `RunToolLoop` returns a failed run's partial result. */
+export const RESULT_TRAILER = 'cleveragents-result-bin';
+
+/**
+ * @typedef {object} CallOptions
+ * @property {number} [timeoutMs]  the call's deadline, from now; it is also the run's budget
+ * @property {Date | number} [deadline]  an absolute deadline instead (Date or epoch ms)
+ * @property {AbortSignal} [signal]  aborting it cancels the call (and so its run, unless detached)
+ * @property {Record<string, string>} [metadata]  extra request headers
+ */
+
+/**
+ * @typedef {object} ClientOptions
+ * @property {import('@grpc/grpc-js').ChannelCredentials} [credentials]  insecure by default
+ * @property {Record<string, string>} [metadata]  headers sent with every call
+ * @property {Record<string, any>} [channelOptions]  grpc-js channel options (message size
+ *   limits default to the sidecar's 16 MiB)
+ * @property {import('./codec.js').Json} [json]  JSON text parser/serialiser (default: `JSON`)
+ * @property {string} [protosDir]  where `cleveragents/toolruntime/v1/*.proto` live
+ */
+
+/**
+ * @typedef {AsyncGenerator<import('./codec.js').RunEvent, void, undefined> & {cancel(): void}} EventStream
+ *   The events of a run, ending after its terminal event. `cancel()` (or leaving a `for await`
+ *   loop early) cancels the call. A non-OK status is thrown as a `SidecarError`. Messages are
+ *   read only as fast as they are consumed (gRPC flow control applies back-pressure).
+ */
+
+const SESSION_KEYS = new Set(['tools', 'llm']);
+/** The sidecar's default `max_message_bytes` is 16 MiB; grpc-js would stop receiving at 4 MiB. */
+const MESSAGE_BYTES = 16 * 1024 * 1024;
+const DEFAULT_CHANNEL_OPTIONS = Object.freeze({
+  'grpc.max_receive_message_length': MESSAGE_BYTES,
+  'grpc.max_send_message_length': MESSAGE_BYTES,
+});
+
+export class SidecarClient {
+  /**
+   * @param {string} target  `host:port` or `unix:/path`
+   * @param {ClientOptions} [options]
+   */
+  constructor(target, options = {}) {
+    const { Service } = loadService(options.protosDir);
+    this.codec = new Codec(options.json ?? JSON);
+    this.metadata = options.metadata ?? {};
+    /** @type {any} The underlying grpc-js client, for anything this wrapper does not cover. */
+    this.stub = new Service(target, options.credentials ?? grpc.credentials.createInsecure(), {
+      ...DEFAULT_CHANNEL_OPTIONS,
+      ...options.channelOptions,
+    });
+    this.#resultOf = Service.service.RunToolLoop.responseDeserialize;
+  }
+
+  #resultOf;
+
+  /** Close the channel. */
+  close() {
+    this.stub.close();
+  }
+
+  /** Resolve once the channel is connected (rejects after `timeoutMs`). */
+  waitForReady(timeoutMs = 5000) {
+    return new Promise((resolve, reject) => {
+      this.stub.waitForReady(Date.now() + timeoutMs, (err) => (err ? reject(err) : resolve()));
+    });
+  }
+
+  /**
+   * Run the loop with the sidecar's tools and LLM; resolves with the final result (also for a
+   * cancelled run: see `stop_reason`). A failed run rejects with a `RunFailedError` carrying
+   * the partial result; a refused request with a `SidecarError`.
+   *
+   * @param {string | import('./codec.js').RunSpecInput} spec
+   * @param {CallOptions} [options]
+   * @returns {Promise<import('./codec.js').ToolCallRunResult>}
+   */
+  async runToolLoop(spec, options = {}) {
+    const request = { spec: this.codec.encodeSpec(spec) };
+    try {
+      const response = await this.#unary('RunToolLoop', request, options);
+      return this.codec.decodeResult(response.result);
+    } catch (err) {
+      throw this.#runError(err);
+    }
+  }
+
+  /**
+   * Start a run and stream its events as they happen. The call is made when iteration begins.
+   *
+   * @param {string | import('./codec.js').RunSpecInput} spec
+   * @param {CallOptions} [options]
+   * @returns {EventStream}
+   */
+  streamToolLoop(spec, options = {}) {
+    const request = { spec: this.codec.encodeSpec(spec) };
+    let call;
+    const open = () => {
+      call = this.stub.StreamToolLoop(request, this.#metadata(options), this.#options(options));
+      return call;
+    };
+    return this.#eventStream(open, () => call, options.signal, null);
+  }
+
+  /**
+   * Follow a run by id: the events after `afterSequence` (replayed), then live ones until the
+   * run ends. When the sidecar drops this watcher for falling too far behind
+   * (`RESOURCE_EXHAUSTED`), it reconnects from the last event it yielded, unless `resume` is
+   * false; the error then carries `afterSequence` to reconnect with.
+   *
+   * @param {string} runId
+   * @param {{afterSequence?: number, resume?: boolean, signal?: AbortSignal,
+   *   metadata?: Record<string, string>}} [options]
+   * @returns {EventStream}
+   */
+  watchRun(runId, options = {}) {
+    const state = { last: options.afterSequence ?? 0 };
+    let call;
+    const open = () => {
+      call = this.stub.WatchRun({ run_id: runId, after_sequence: state.last }, this.#metadata(options), {});
+      return call;
+    };
+    return this.#eventStream(open, () => call, options.signal, {
+      state,
+      resume: options.resume ?? true,
+    });
+  }
+
+  /**
+   * A run's state (`"RUN_STATE_RUNNING"`, `_COMPLETED`, `_FAILED`, `_CANCELLED`), the sequence
+   * of its newest event, and its result once it has ended (`null` before).
+   *
+   * @param {string} runId
+   * @returns {Promise<{run_id: string, state: string, last_sequence: number,
+   *   result: import('./codec.js').ToolCallRunResult | null}>}
+   */
+  async getRun(runId, options = {}) {
+    try {
+      const response = await this.#unary('GetRun', { run_id: runId }, options);
+      return { ...response, result: this.codec.decodeResult(response.result) };
+    } catch (err) {
+      throw toSidecarError(err);
+    }
+  }
+
+  /**
+   * Cancel a live run; resolves with its state afterwards (`"RUN_STATE_CANCELLED"`, or how it
+   * ended if it had already ended).
+   *
+   * @param {string} runId
+   * @param {string} [reason]
+   * @returns {Promise<string>}
+   */
+  async cancelRun(runId, reason = '', options = {}) {
+    try {
+      const response = await this.#unary('CancelRun', { run_id: runId, reason }, options);
+      return response.state;
+    } catch (err) {
+      throw toSidecarError(err);
+    }
+  }
+
+  /**
+   * The sidecar's own tools.
+   *
+   * @returns {Promise<import('./codec.js').ToolSpec[]>}
+   */
+  async listTools(options = {}) {
+    try {
+      const response = await this.#unary('ListTools', {}, options);
+      return response.tools.map((t) => this.codec.decodeToolSpec(t));
+    } catch (err) {
+      throw toSidecarError(err);
+    }
+  }
+
+  /**
+   * Run a loop whose tools live in this process. `tools` maps names to plain functions (sync
+   * or async) or to `{description, input_schema, timeout, handler}`; an array of named
+   * functions or definitions works too. A tool receives the inputs object and a call context
+   * (`call_id`, `iteration`, `deadline`, `signal`) and returns any JSON value: an object is the
+   * output, anything else `x` becomes `{"result": x}`. A tool that throws fails its call (a
+   * record with `success: false`), and the loop goes on.
+   *
+   * `llm` is either an `LlmSelection` (`{profile, model, script}`, the sidecar's LLM) or a
+   * function `(request) => response` (sync or async): then this process is the LLM.
+   *
+   * @param {import('./codec.js').RunSpecInput & {
+   *   tools?: Record<string, import('./codec.js').ToolLike> | import('./codec.js').ToolLike[],
+   *   llm?: import('./codec.js').RunSpecInput['llm']
+   *     | ((request: import('./session.js').LlmRequest) => any)}} spec
+   * @param {CallOptions} [options]
+   * @returns {SessionRun}
+   */
+  session(spec, options = {}) {
+    if (typeof spec === 'string') spec = { prompt: spec };
+    const { tools, llm, ...rest } = spec;
+    const clientLlm = typeof llm === 'function';
+    const wireSpec = this.codec.encodeSpec(clientLlm ? rest : { ...rest, llm }, SESSION_KEYS);
+    const definitions = normaliseTools(tools);
+    const start = {
+      spec: wireSpec,
+      tools: [...definitions.values()].map((t) => this.codec.encodeToolSpec(t)),
+      client_llm: clientLlm,
+    };
+    const call = this.stub.Session(this.#metadata(options), this.#options(options));
+    const run = new SessionRun({
+      call,
+      codec: this.codec,
+      tools: definitions,
+      llm: clientLlm ? llm : null,
+      start,
+    });
+    call.on(
+      'status',
+      onAbort(options.signal, () => call.cancel()),
+    );
+    return run;
+  }
+
+  // -- plumbing ----------------------------------------------------------------------------
+
+  #metadata(options) {
+    const metadata = new grpc.Metadata();
+    for (const [key, value] of Object.entries({ ...this.metadata, ...options.metadata })) {
+      metadata.set(key, value);
+    }
+    return metadata;
+  }
+
+  #options(options) {
+    if (options.deadline !== undefined) return { deadline: options.deadline };
+    if (options.timeoutMs !== undefined) return { deadline: Date.now() + options.timeoutMs };
+    return {};
+  }
+
+  #unary(method, request, options) {
+    return new Promise((resolve, reject) => {
+      const call = this.stub[method](
+        request,
+        this.#metadata(options),
+        this.#options(options),
+        (err, response) => {
+          detach();
+          if (err) reject(err);
+          else resolve(response);
+        },
+      );
+      const detach = onAbort(options.signal, () => call.cancel());
+    });
+  }
+
+  /** A `RunFailedError` when the status carries a run's partial result, else a `SidecarError`. */
+  #runError(err) {
+    const error = toSidecarError(err);
+    const trailer = err?.metadata?.get?.(RESULT_TRAILER)?.[0];
+    if (!Buffer.isBuffer(trailer)) return error;
+    // The trailer holds a serialised ToolCallRunResult. Prefixed with the tag of field 1 and
+    // its length it is a RunToolLoopResponse, which this client already knows how to decode.
+    const response = this.#resultOf(Buffer.concat([Buffer.from([0x0a]), varint(trailer.length), trailer]));
+    return new RunFailedError(
+      error.code,
+      error.details,
+      this.codec.decodeResult(response.result),
+      error.metadata,
+    );
+  }
+
+  #eventStream(open, current, signal, watch) {
+    const codec = this.codec;
+    async function* events() {
+      const detach = onAbort(signal, () => current()?.cancel());
+      let fruitless = 0; // reconnections in a row that brought no event
+      try {
+        for (;;) {
+          const call = open();
+          const start = watch?.state.last;
+          try {
+            for await (const message of call) {
+              const event = codec.decodeEvent(message.event);
+              if (watch) watch.state.last = event.sequence;
+              yield event;
+            }
+            return;
+          } catch (err) {
+            const error = toSidecarError(err);
+            if (watch) {
+              fruitless = watch.state.last > start ? 0 : fruitless + 1;
+              const dropped = error.code === Status.RESOURCE_EXHAUSTED;
+              if (watch.resume && dropped && fruitless <= MAX_FRUITLESS && !signal?.aborted) {
+                // Dropped for falling behind: reconnect after the last event we have, giving
+                // the run a moment when the last attempt brought nothing.
+                if (fruitless) await sleep(10 * 2 ** fruitless);
+                continue;
+              }
+              error.afterSequence = watch.state.last;
+            }
+            throw error;
+          } finally {
+            call.cancel(); // a no-op once the call has ended; otherwise this run is given up
+          }
+        }
+      } finally {
+        detach();
+      }
+    }
+    const stream = events();
+    return Object.assign(stream, { cancel: () => current()?.cancel() });
+  }
+}
+
+const MAX_FRUITLESS = 6;
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+function varint(n) {
+  const bytes = [];
+  while (n > 0x7f) {
+    bytes.push((n & 0x7f) | 0x80);
+    n >>>= 7;
+  }
+  bytes.push(n);
+  return Buffer.from(bytes);
+}
+
+/** Call `fn` when `signal` aborts (now, if it already has); returns the unsubscriber. */
+function onAbort(signal, fn) {
+  if (!signal) return () => {};
+  if (signal.aborted) {
+    queueMicrotask(fn);
+    return () => {};
+  }
+  signal.addEventListener('abort', fn, { once: true });
+  return () => signal.removeEventListener('abort', fn);
+}

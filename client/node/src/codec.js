@@ -1,0 +1,393 @@
+// Between the wire objects of @grpc/proto-loader and the objects of this client's API.
+//
+// The wire carries JSON values as JSON text (`inputs`, `output`, `arguments`, `input_schema`,
+// `script`, `resource_bindings`, `project_resources`): the API hands out parsed values and
+// takes plain values, encoding them on the way out. Timestamps become `Date`s, Durations
+// milliseconds, an absent `optional` field `null`. Field names stay as in the .proto files.
+
+/**
+ * @typedef {{parse: (text: string) => any, stringify: (value: any) => string | undefined}} Json
+ *   How JSON text is read and written. The default is the global `JSON`, which turns integers
+ *   beyond 2^53 into approximate numbers; plug in a lossless parser if your tools need them.
+ */
+
+/** @typedef {{input_tokens: number, output_tokens: number}} Usage */
+
+/**
+ * @typedef {object} ToolCallRecord
+ * @property {string} tool_name
+ * @property {Record<string, any>} inputs
+ * @property {Record<string, any>} output  `{}` when the call failed
+ * @property {number} duration_ms
+ * @property {boolean} success
+ * @property {string | null} error  `null` when the call succeeded
+ * @property {number} iteration
+ * @property {string} call_id
+ * @property {Date | null} started_at
+ * @property {string} error_kind  an `ErrorKind` name, `"ERROR_KIND_UNSPECIFIED"` on success
+ */
+
+/**
+ * @typedef {object} ToolCallRunResult
+ * @property {string} run_id
+ * @property {string} content
+ * @property {ToolCallRecord[]} tool_call_history
+ * @property {number} iterations
+ * @property {boolean} terminated_by_limit
+ * @property {Usage | null} usage
+ * @property {string} stop_reason  a `StopReason` name, such as `"STOP_REASON_FINAL_ANSWER"`
+ */
+
+/**
+ * @typedef {object} ToolCall
+ * @property {string} id
+ * @property {string} name
+ * @property {Record<string, any>} arguments
+ */
+
+/**
+ * @typedef {object} ToolSpec
+ * @property {string} name
+ * @property {string} description
+ * @property {Record<string, any>} input_schema  a JSON Schema object
+ * @property {number | null} timeout  milliseconds, `null` for the server's default
+ */
+
+/**
+ * @typedef {object} RunEvent
+ * @property {string} run_id
+ * @property {number} sequence  1, 2, 3… per run, no gaps
+ * @property {Date | null} time
+ * @property {'run_started' | 'iteration_started' | 'llm_responded' | 'tool_call_started'
+ *   | 'tool_call_completed' | 'run_completed' | 'run_failed' | 'run_cancelled'} payload
+ *   which payload field is set; that field holds the event's data
+ * @property {{spec: Record<string, any>}} [run_started]
+ * @property {{iteration: number}} [iteration_started]
+ * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null}} [llm_responded]
+ * @property {{call_id: string, tool_name: string, inputs: Record<string, any>, iteration: number}} [tool_call_started]
+ * @property {{record: ToolCallRecord}} [tool_call_completed]
+ * @property {{result: ToolCallRunResult}} [run_completed]
+ * @property {{code: number, message: string, result: ToolCallRunResult}} [run_failed]
+ * @property {{reason: string, result: ToolCallRunResult}} [run_cancelled]
+ */
+
+/**
+ * @typedef {object} RunSpecInput  a `RunSpec`, with its JSON fields as plain values
+ * @property {string} prompt
+ * @property {Record<string, any>} [context]  a `ToolActorContext`
+ * @property {number} [max_iterations]  0 = the server's default (25)
+ * @property {{profile?: string, model?: string, script?: any[] | string}} [llm]
+ *   `script`: the scripted LLM's turns, as an array (or its JSON text)
+ * @property {string[]} [tool_names]
+ * @property {string} [run_id]
+ * @property {boolean} [detach]
+ */
+
+export const TERMINAL = Object.freeze(['run_completed', 'run_failed', 'run_cancelled']);
+const SPEC_KEYS = new Set(['prompt', 'context', 'max_iterations', 'llm', 'tool_names', 'run_id', 'detach']);
+const CONTEXT_KEYS = new Set([
+  'plan_id',
+  'phase',
+  'sandbox_root',
+  'automation_profile',
+  'resource_bindings',
+  'project_resources',
+  'tool_call_history',
+]);
+const LLM_KEYS = new Set(['profile', 'model', 'script']);
+const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+
+export class Codec {
+  /** @param {Json} json */
+  constructor(json) {
+    this.json = json;
+  }
+
+  // -- JSON text ---------------------------------------------------------------------------
+
+  /** Parse a JSON text field; `empty` is what empty text means. */
+  parse(text, field, empty = {}) {
+    if (!text) return empty;
+    try {
+      return this.json.parse(text);
+    } catch (err) {
+      throw new SyntaxError(`${field} is not valid JSON: ${err.message}`);
+    }
+  }
+
+  /** JSON text for a value; `undefined` and `null` become empty text (the field's default). */
+  stringify(value, field) {
+    if (value === undefined || value === null) return '';
+    const text = this.json.stringify(value);
+    if (typeof text !== 'string') throw new TypeError(`${field} cannot be represented as JSON`);
+    return text;
+  }
+
+  // -- requests ----------------------------------------------------------------------------
+
+  /**
+   * A wire `RunSpec` from a prompt or a `RunSpecInput`. Unknown keys are rejected, so a
+   * camelCase `maxIterations` is an error rather than silently ignored.
+   *
+   * @param {string | RunSpecInput} input
+   * @param {Set<string>} [extra] keys the caller handles itself
+   */
+  encodeSpec(input, extra = new Set()) {
+    if (typeof input === 'string') input = { prompt: input };
+    if (input === null || typeof input !== 'object') {
+      throw new TypeError('a run spec is a prompt string or an object with a prompt');
+    }
+    checkKeys(input, SPEC_KEYS, 'run spec', extra);
+    const spec = {
+      prompt: input.prompt ?? '',
+      max_iterations: input.max_iterations ?? 0,
+      tool_names: input.tool_names ?? [],
+      run_id: input.run_id ?? '',
+      detach: Boolean(input.detach),
+    };
+    if (input.context) spec.context = this.encodeContext(input.context);
+    if (input.llm && typeof input.llm === 'object') {
+      checkKeys(input.llm, LLM_KEYS, 'llm');
+      spec.llm = {
+        profile: input.llm.profile ?? '',
+        model: input.llm.model ?? '',
+        script:
+          typeof input.llm.script === 'string' // already JSON text
+            ? input.llm.script
+            : this.stringify(input.llm.script, 'llm.script'),
+      };
+    }
+    return spec;
+  }
+
+  encodeContext(context) {
+    checkKeys(context, CONTEXT_KEYS, 'context');
+    return {
+      plan_id: context.plan_id ?? '',
+      phase: context.phase ?? '',
+      sandbox_root: context.sandbox_root ?? '',
+      automation_profile: context.automation_profile ?? '',
+      resource_bindings: this.stringify(context.resource_bindings, 'context.resource_bindings'),
+      project_resources: this.stringify(context.project_resources, 'context.project_resources'),
+      tool_call_history: (context.tool_call_history ?? []).map((r) => this.encodeRecord(r)),
+    };
+  }
+
+  /** @param {ToolCallRecord} record */
+  encodeRecord(record) {
+    const wire = {
+      ...record,
+      inputs: this.stringify(record.inputs ?? {}, 'record.inputs'),
+      output: this.stringify(record.output ?? {}, 'record.output'),
+      started_at: toTimestamp(record.started_at),
+    };
+    if (record.error === null || record.error === undefined) delete wire.error;
+    return wire;
+  }
+
+  /** A wire `ToolSpec` from a tool definition (see `normaliseTools`). */
+  encodeToolSpec(tool) {
+    return {
+      name: tool.name,
+      description: tool.description ?? '',
+      input_schema: this.stringify(tool.input_schema, `tools[${tool.name}].input_schema`),
+      timeout: tool.timeout ? toDuration(tool.timeout) : null,
+    };
+  }
+
+  /** @param {ToolCall} call */
+  encodeToolCall(call) {
+    return {
+      id: call.id ?? '',
+      name: call.name,
+      arguments: this.stringify(call.arguments ?? {}, `tool_calls[${call.name}].arguments`),
+    };
+  }
+
+  // -- responses ---------------------------------------------------------------------------
+
+  /** @returns {ToolCallRecord} */
+  decodeRecord(wire) {
+    const { _error, ...record } = wire; // `_error`: the synthetic oneof of `optional error`
+    return {
+      ...record,
+      inputs: this.parse(wire.inputs, 'record.inputs'),
+      output: this.parse(wire.output, 'record.output'),
+      error: wire.error ?? null,
+      started_at: fromTimestamp(wire.started_at),
+    };
+  }
+
+  /** @returns {ToolCallRunResult | null} */
+  decodeResult(wire) {
+    if (!wire) return null;
+    return { ...wire, tool_call_history: wire.tool_call_history.map((r) => this.decodeRecord(r)) };
+  }
+
+  /** @returns {ToolSpec} */
+  decodeToolSpec(wire) {
+    return {
+      ...wire,
+      input_schema: this.parse(wire.input_schema, `${wire.name}.input_schema`, { type: 'object' }),
+      timeout: fromDuration(wire.timeout),
+    };
+  }
+
+  /** @returns {ToolCall} */
+  decodeToolCall(wire) {
+    return { ...wire, arguments: this.parse(wire.arguments, `${wire.name}.arguments`) };
+  }
+
+  decodeMessage(wire) {
+    return { ...wire, tool_calls: wire.tool_calls.map((c) => this.decodeToolCall(c)) };
+  }
+
+  decodeSpec(wire) {
+    if (!wire) return null;
+    const spec = { ...wire };
+    if (wire.context) {
+      spec.context = {
+        ...wire.context,
+        resource_bindings: this.parse(wire.context.resource_bindings, 'context.resource_bindings'),
+        project_resources: this.parse(wire.context.project_resources, 'context.project_resources'),
+        tool_call_history: wire.context.tool_call_history.map((r) => this.decodeRecord(r)),
+      };
+    }
+    if (wire.llm) spec.llm = { ...wire.llm, script: this.parse(wire.llm.script, 'llm.script', null) };
+    return spec;
+  }
+
+  /** @returns {RunEvent} */
+  decodeEvent(wire) {
+    const { payload } = wire;
+    const event = {
+      run_id: wire.run_id,
+      sequence: wire.sequence,
+      time: fromTimestamp(wire.time),
+      payload,
+    };
+    const data = wire[payload];
+    switch (payload) {
+      case 'run_started':
+        event.run_started = { spec: this.decodeSpec(data.spec) };
+        break;
+      case 'llm_responded':
+        event.llm_responded = { ...data, tool_calls: data.tool_calls.map((c) => this.decodeToolCall(c)) };
+        break;
+      case 'tool_call_started':
+        event.tool_call_started = { ...data, inputs: this.parse(data.inputs, 'tool_call_started.inputs') };
+        break;
+      case 'tool_call_completed':
+        event.tool_call_completed = { record: this.decodeRecord(data.record) };
+        break;
+      case 'run_completed':
+      case 'run_failed':
+      case 'run_cancelled':
+        event[payload] = { ...data, result: this.decodeResult(data.result) };
+        break;
+      case 'iteration_started':
+        event.iteration_started = { ...data };
+        break;
+      default:
+        // A payload this client does not know (a newer server): passed through as it came.
+        if (payload) event[payload] = data;
+    }
+    return event;
+  }
+}
+
+function checkKeys(object, allowed, what, extra = new Set()) {
+  for (const key of Object.keys(object)) {
+    if (!allowed.has(key) && !extra.has(key)) {
+      const known = [...allowed, ...extra].join(', ');
+      throw new TypeError(`unknown ${what} field '${key}' (fields are named as in the protos: ${known})`);
+    }
+  }
+}
+
+/** `Timestamp` → `Date` (millisecond precision), unset → `null`. */
+export function fromTimestamp(ts) {
+  if (!ts) return null;
+  return new Date(Number(ts.seconds) * 1000 + Math.floor(ts.nanos / 1e6));
+}
+
+/** `Date` or epoch milliseconds → `Timestamp`. */
+export function toTimestamp(value) {
+  if (value === null || value === undefined) return null;
+  const ms = value instanceof Date ? value.getTime() : Number(value);
+  const seconds = Math.floor(ms / 1000);
+  return { seconds, nanos: Math.round((ms - seconds * 1000) * 1e6) };
+}
+
+/** `Duration` → milliseconds, unset → `null`. */
+export function fromDuration(d) {
+  if (!d) return null;
+  return Number(d.seconds) * 1000 + d.nanos / 1e6;
+}
+
+/** Milliseconds → `Duration`. */
+export function toDuration(ms) {
+  const seconds = Math.floor(ms / 1000);
+  return { seconds, nanos: Math.round((ms - seconds * 1000) * 1e6) };
+}
+
+/**
+ * A tool handler's return value as the JSON object the record will hold: objects as they
+ * are, anything else `x` as `{"result": x}` (`undefined` counts as `null`), the rule the
+ * sidecar's own runner applies to server-side tools.
+ *
+ * The sidecar does not apply it to a client's `tool_result.output`: valid JSON that is not
+ * an object (`42`) becomes a failed record there. The Python client normalises before
+ * sending too, so both clients give the same records.
+ */
+export function normaliseOutput(value) {
+  if (value === undefined) value = null;
+  if (value !== null && typeof value === 'object' && !Array.isArray(value)) return value;
+  return { result: value };
+}
+
+/**
+ * @typedef {object} ToolDefinition
+ * @property {string} [name]  defaults to the key (object form) or the function's name
+ * @property {string} [description]
+ * @property {Record<string, any>} [input_schema]  JSON Schema; omitted = any object
+ * @property {number} [timeout]  milliseconds; omitted = the sidecar's default
+ * @property {(inputs: Record<string, any>, call: ToolCallContext) => any} handler
+ */
+
+/**
+ * @typedef {object} ToolCallContext
+ * @property {string} call_id
+ * @property {string} tool_name
+ * @property {number} iteration
+ * @property {Date | null} deadline  when the sidecar stops waiting for this call
+ * @property {AbortSignal} signal  aborted at the deadline or when the session ends
+ */
+
+/** @typedef {((inputs: Record<string, any>, call: ToolCallContext) => any) | ToolDefinition} ToolLike */
+
+/**
+ * Tool definitions by name, from `{name: fn | definition}` or `[fn | definition]`.
+ *
+ * @param {Record<string, ToolLike> | ToolLike[] | undefined} tools
+ * @returns {Map<string, ToolDefinition & {name: string}>}
+ */
+export function normaliseTools(tools) {
+  const out = new Map();
+  if (!tools) return out;
+  /** @type {Array<[string | undefined, ToolLike]>} */
+  const entries = Array.isArray(tools) ? tools.map((t) => [undefined, t]) : Object.entries(tools);
+  for (const [key, tool] of entries) {
+    const def = typeof tool === 'function' ? { handler: tool } : { ...tool };
+    def.name = def.name ?? key ?? (typeof tool === 'function' ? tool.name : undefined);
+    if (typeof def.handler !== 'function') {
+      throw new TypeError(`tool ${def.name ?? '(unnamed)'}: give a function or {handler: function}`);
+    }
+    if (!def.name || !TOOL_NAME.test(def.name)) {
+      throw new TypeError(`tool name ${JSON.stringify(def.name ?? '')} must match ${TOOL_NAME}`);
+    }
+    if (out.has(def.name)) throw new TypeError(`tool ${def.name} is declared twice`);
+    out.set(def.name, def);
+  }
+  return out;
+}

@@ -1,0 +1,60 @@
+// Loading the service definition from the repository's protos/ at run time (no codegen step).
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import grpc from '@grpc/grpc-js';
+import protoLoader from '@grpc/proto-loader';
+
+/** The repository's `protos/` folder: this file is `client/node/src/proto.js`. */
+export const DEFAULT_PROTOS_DIR = path.resolve(
+  path.dirname(fileURLToPath(import.meta.url)),
+  '../../../protos',
+);
+
+export const SERVICE_PROTO = 'cleveragents/toolruntime/v1/service.proto';
+
+/**
+ * How the messages look in JavaScript:
+ * - `keepCase`: field names exactly as in the .proto files (snake_case), so the proto comments
+ *   are the documentation of every object this client returns;
+ * - `longs: Number`: the 64-bit fields (`sequence`, `after_sequence`, token counts, timestamp
+ *   seconds) are plain numbers; they are exact up to 2^53, far beyond any real value here;
+ * - `enums: String`: enum values by their proto names (`"STOP_REASON_FINAL_ANSWER"`);
+ * - `defaults: true`: unset scalars read as their zero value, unset messages as `null`;
+ * - `oneofs: true`: each oneof gets a discriminator property (`event.payload`, `kind`).
+ */
+export const LOADER_OPTIONS = Object.freeze({
+  keepCase: true,
+  longs: Number,
+  enums: String,
+  defaults: true,
+  oneofs: true,
+});
+
+const cache = new Map();
+
+/**
+ * The `ToolRuntimeService` client constructor generated from `protosDir`, and the package
+ * definition it came from. Loaded once per folder.
+ *
+ * @param {string} [protosDir]
+ * @returns {{Service: typeof grpc.Client & Record<string, any>, definition: protoLoader.PackageDefinition}}
+ */
+export function loadService(protosDir = DEFAULT_PROTOS_DIR) {
+  const dir = path.resolve(protosDir);
+  let loaded = cache.get(dir);
+  if (!loaded) {
+    if (!existsSync(path.join(dir, SERVICE_PROTO))) {
+      throw new Error(`cannot find ${SERVICE_PROTO} under ${dir}; pass protosDir`);
+    }
+    const definition = protoLoader.loadSync(SERVICE_PROTO, {
+      ...LOADER_OPTIONS,
+      includeDirs: [dir],
+    });
+    const pkg = /** @type {any} */ (grpc.loadPackageDefinition(definition));
+    loaded = { Service: pkg.cleveragents.toolruntime.v1.ToolRuntimeService, definition };
+    cache.set(dir, loaded);
+  }
+  return loaded;
+}

@@ -1,0 +1,248 @@
+// A Session run: the sidecar calls this process's tools (and, optionally, its LLM) over one
+// bidirectional stream.
+import { once } from 'node:events';
+
+import { fromTimestamp, normaliseOutput, TERMINAL } from './codec.js';
+import { RunFailedError, SidecarError, ToolError, describeError, toSidecarError } from './errors.js';
+
+/**
+ * @typedef {object} LlmRequest  what a client-hosted LLM function receives
+ * @property {string} request_id
+ * @property {number} iteration
+ * @property {Array<{role: string, content: string, tool_calls: import('./codec.js').ToolCall[],
+ *   tool_call_id: string, is_error: boolean}>} messages  the whole conversation, oldest first
+ * @property {import('./codec.js').ToolSpec[]} tools
+ */
+
+/**
+ * @typedef {object} LlmResponse  what a client-hosted LLM function returns (or a string: the content)
+ * @property {string} [content]
+ * @property {Array<{id: string, name: string, arguments?: Record<string, any>}>} [tool_calls]
+ * @property {{input_tokens: number, output_tokens: number}} [usage]
+ */
+
+/**
+ * One session run. Iterate it for the run's events (`for await (const event of run)`), or
+ * just `await run.result`; both work, and the tools are answered either way.
+ *
+ * The stream is read as fast as it arrives, so that tool invocations are answered at once
+ * even while the code iterating the events is busy: events wait in memory for the iterator
+ * (at most one run's worth, the same log the sidecar itself keeps).
+ */
+export class SessionRun {
+  /** @type {string | null} the run's id, known from its `run_started` event on */
+  runId = null;
+
+  #call;
+  #codec;
+  #tools;
+  #llm;
+  #queue = [];
+  #wake = null;
+  #iterating = false;
+  #finished = false;
+  #halfClosed = false;
+  #error = null;
+  #terminal = null;
+  #inflight = new Set();
+  #writes = Promise.resolve();
+  #settle;
+  #result;
+
+  /** @internal */
+  constructor({ call, codec, tools, llm, start }) {
+    this.#call = call;
+    this.#codec = codec;
+    this.#tools = tools;
+    this.#llm = llm;
+    this.#result = new Promise((resolve, reject) => {
+      this.#settle = { resolve, reject };
+    });
+    this.#result.catch(() => {}); // a rejection nobody awaits must not crash the process
+    call.on('data', (message) => this.#onMessage(message));
+    call.on('error', () => {}); // reported through 'status'
+    call.on('status', (status) => this.#finish(status));
+    this.#send({ start });
+  }
+
+  /**
+   * The run's result: resolves on `run_completed` and `run_cancelled` (see `stop_reason`),
+   * rejects with a `RunFailedError` on `run_failed`, and with a `SidecarError` when the
+   * stream ends with a non-OK status (its `result` is the partial result if one was sent).
+   *
+   * @returns {Promise<import('./codec.js').ToolCallRunResult>}
+   */
+  get result() {
+    return this.#result;
+  }
+
+  /** Ask the sidecar to cancel the run; it ends with `run_cancelled` carrying `reason`. */
+  cancel(reason = '') {
+    return this.#send({ cancel: { reason } });
+  }
+
+  /** Drop the stream at once (the sidecar cancels the run); `result` rejects with CANCELLED. */
+  abort() {
+    this.#call.cancel();
+  }
+
+  /** @returns {AsyncIterator<import('./codec.js').RunEvent>} */
+  [Symbol.asyncIterator]() {
+    if (this.#iterating) throw new Error('a SessionRun can be iterated only once');
+    this.#iterating = true;
+    return {
+      next: async () => {
+        for (;;) {
+          if (this.#queue.length) return { value: this.#queue.shift(), done: false };
+          if (this.#finished) {
+            if (this.#error) throw this.#error;
+            return { value: undefined, done: true };
+          }
+          await new Promise((resolve) => {
+            this.#wake = resolve;
+          });
+        }
+      },
+      return: async () => {
+        // Leaving the loop before the run's end gives the run up, as with the other streams.
+        if (!this.#finished && !this.#terminal) this.#call.cancel();
+        return { value: undefined, done: true };
+      },
+    };
+  }
+
+  #push(event) {
+    this.#queue.push(event);
+    this.#notify();
+  }
+
+  #notify() {
+    const wake = this.#wake;
+    this.#wake = null;
+    wake?.();
+  }
+
+  #onMessage(message) {
+    try {
+      if (message.kind === 'event') {
+        const event = this.#codec.decodeEvent(message.event);
+        if (event.payload === 'run_started') this.runId = event.run_id;
+        if (TERMINAL.includes(event.payload)) {
+          this.#terminal = event;
+          this.#halfClose(); // nothing more to say: the run is over
+        }
+        this.#push(event);
+      } else if (message.kind === 'tool_invocation') {
+        void this.#invokeTool(message.tool_invocation);
+      } else if (message.kind === 'llm_invocation') {
+        void this.#invokeLlm(message.llm_invocation);
+      }
+    } catch (err) {
+      // Only a message this client cannot decode gets here: end the session, report it.
+      this.#error = err;
+      this.#call.cancel();
+    }
+  }
+
+  async #invokeTool(invocation) {
+    const { call_id, tool_name, iteration } = invocation;
+    const deadline = fromTimestamp(invocation.deadline);
+    const controller = new AbortController();
+    this.#inflight.add(controller);
+    let timer;
+    if (deadline) {
+      const reason = new ToolError(`the sidecar's deadline for call ${call_id} has passed`);
+      timer = setTimeout(() => controller.abort(reason), Math.max(0, deadline.getTime() - Date.now()));
+      timer.unref();
+    }
+    let answer;
+    try {
+      const tool = this.#tools.get(tool_name);
+      if (!tool) throw new ToolError(`this client hosts no tool named ${tool_name}`);
+      const inputs = this.#codec.parse(invocation.inputs, 'inputs');
+      const context = { call_id, tool_name, iteration, deadline, signal: controller.signal };
+      const value = await tool.handler(inputs, context);
+      answer = { call_id, output: this.#codec.stringify(normaliseOutput(value), 'output') };
+    } catch (err) {
+      answer = { call_id, error: describeError(err) };
+    } finally {
+      clearTimeout(timer);
+      this.#inflight.delete(controller);
+    }
+    await this.#send({ tool_result: answer });
+  }
+
+  async #invokeLlm(invocation) {
+    const codec = this.#codec;
+    const request = {
+      request_id: invocation.request_id,
+      iteration: invocation.iteration,
+      messages: invocation.messages.map((m) => codec.decodeMessage(m)),
+      tools: invocation.tools.map((t) => codec.decodeToolSpec(t)),
+    };
+    let answer;
+    try {
+      let response = await this.#llm(request);
+      if (typeof response === 'string') response = { content: response };
+      if (!response || typeof response !== 'object') {
+        throw new TypeError(`the LLM function returned ${response === null ? 'null' : typeof response}`);
+      }
+      answer = {
+        request_id: request.request_id,
+        content: response.content ?? '',
+        tool_calls: (response.tool_calls ?? []).map((c) => codec.encodeToolCall(c)),
+        usage: response.usage ?? null,
+      };
+    } catch (err) {
+      answer = { request_id: request.request_id, error: describeError(err) };
+    }
+    await this.#send({ llm_result: answer });
+  }
+
+  /** Write messages one after another, waiting for 'drain' when the stream's buffer is full. */
+  #send(message) {
+    this.#writes = this.#writes
+      .then(async () => {
+        if (this.#halfClosed || this.#finished) return;
+        if (!this.#call.write(message)) {
+          await Promise.race([once(this.#call, 'drain'), once(this.#call, 'status')]);
+        }
+      })
+      .catch(() => {}); // a failed write ends the call, which 'status' reports
+    return this.#writes;
+  }
+
+  #halfClose() {
+    this.#writes = this.#writes.then(() => {
+      if (this.#halfClosed || this.#finished) return;
+      this.#halfClosed = true;
+      this.#call.end();
+    });
+  }
+
+  #finish(status) {
+    this.#finished = true;
+    for (const controller of this.#inflight) {
+      controller.abort(new ToolError('the session has ended'));
+    }
+    const terminal = this.#terminal;
+    const partial = terminal ? terminal[terminal.payload].result : null;
+    if (!this.#error && status.code !== 0) {
+      const err = new SidecarError(status.code, status.details, status.metadata);
+      err.result = partial;
+      this.#error = err;
+    }
+    if (this.#error) {
+      this.#settle.reject(toSidecarError(this.#error));
+    } else if (!terminal) {
+      this.#error = new Error('the session ended without a terminal event');
+      this.#settle.reject(this.#error);
+    } else if (terminal.payload === 'run_failed') {
+      const { code, message, result } = terminal.run_failed;
+      this.#settle.reject(new RunFailedError(code, message, result));
+    } else {
+      this.#settle.resolve(partial);
+    }
+    this.#notify();
+  }
+}

@@ -1,0 +1,220 @@
+// RunToolLoop, StreamToolLoop, GetRun, ListTools: results, JSON fields and the event log.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+
+import { SidecarClient } from '../src/index.js';
+import { SERVER_TOOLS, assertEventLog, callTurn, collect, runId, script, useSidecar } from './sidecar.js';
+
+let sidecar;
+let client;
+
+before(async () => {
+  sidecar = await useSidecar();
+  client = new SidecarClient(sidecar.address);
+});
+
+after(async () => {
+  client?.close();
+  await sidecar?.stop();
+});
+
+describe('runToolLoop', () => {
+  test('returns the final result, JSON fields decoded', async () => {
+    const result = await client.runToolLoop({
+      prompt: 'Echo twice, then answer.',
+      llm: script(
+        callTurn(
+          'Echoing.',
+          ['call_1', 'echo', { text: 'one' }],
+          ['call_2', 'echo', { text: 'deux ✓', extra: 1 }],
+        ),
+        { content: 'All done.', usage: { input_tokens: 120, output_tokens: 7 } },
+      ),
+    });
+    assert.equal(result.content, 'All done.');
+    assert.equal(result.stop_reason, 'STOP_REASON_FINAL_ANSWER');
+    assert.equal(result.iterations, 2);
+    assert.equal(result.terminated_by_limit, false);
+    assert.deepEqual(result.usage, { input_tokens: 120, output_tokens: 7 });
+    assert.match(result.run_id, /^[0-9a-f]{32}$/);
+    const [first, second] = result.tool_call_history;
+    assert.deepEqual(first.inputs, { text: 'one' });
+    assert.deepEqual(first.output, { text: 'one' });
+    assert.equal(first.success, true);
+    assert.equal(first.error, null);
+    assert.equal(first.error_kind, 'ERROR_KIND_UNSPECIFIED');
+    assert.equal(first.call_id, 'call_1');
+    assert.equal(first.iteration, 1);
+    assert.ok(first.started_at instanceof Date);
+    assert.equal(typeof first.duration_ms, 'number');
+    assert.ok(!('_error' in first), 'the synthetic oneof of `optional error` is not exposed');
+    // echo's schema forbids extra keys: a failed record, and the loop went on.
+    assert.equal(second.success, false);
+    assert.equal(second.error_kind, 'ERROR_KIND_INVALID_ARGUMENTS');
+    assert.equal(typeof second.error, 'string');
+    assert.deepEqual(second.output, {});
+  });
+
+  test('a prompt string is a spec; the default script calls echo', async () => {
+    const result = await client.runToolLoop('Say hello');
+    assert.equal(result.stop_reason, 'STOP_REASON_FINAL_ANSWER');
+    assert.equal(result.tool_call_history[0].tool_name, 'echo');
+    assert.deepEqual(result.tool_call_history[0].output, { text: 'hello from the sidecar' });
+  });
+
+  test('the iteration limit ends a run with terminated_by_limit', async () => {
+    const loop = callTurn('again', ['c', 'echo', { text: 'x' }]);
+    const result = await client.runToolLoop({
+      prompt: 'loop',
+      max_iterations: 2,
+      llm: script(loop, { ...loop }, { content: 'never' }),
+    });
+    assert.equal(result.stop_reason, 'STOP_REASON_MAX_ITERATIONS');
+    assert.equal(result.terminated_by_limit, true);
+    assert.equal(result.iterations, 2);
+    assert.equal(result.content, 'again\nagain');
+  });
+
+  test('context: sandbox_root and resource_bindings reach the tool inputs as JSON', async () => {
+    const id = runId();
+    const result = await client.runToolLoop({
+      prompt: 'p',
+      run_id: id,
+      tool_names: ['sleep'],
+      context: {
+        plan_id: 'plan-1',
+        sandbox_root: '/tmp/sandbox',
+        resource_bindings: { repo: { path: '/src', big: 12345 } },
+      },
+      llm: script(callTurn('', ['c', 'sleep', { seconds: 0 }]), { content: 'ok' }),
+    });
+    assert.equal(result.run_id, id);
+    // The runtime adds the context keys to every call's inputs, and the record shows them.
+    const { inputs } = result.tool_call_history[0];
+    assert.equal(inputs.sandbox_root, '/tmp/sandbox');
+    assert.deepEqual(inputs.resource_bindings, { repo: { path: '/src', big: 12345 } });
+  });
+
+  test('spec fields are named as in the protos: a camelCase key is a TypeError', async () => {
+    await assert.rejects(client.runToolLoop({ prompt: 'p', maxIterations: 3 }), {
+      name: 'TypeError',
+      message: /unknown run spec field 'maxIterations'/,
+    });
+    await assert.rejects(client.runToolLoop({ prompt: 'p', llm: { scripts: [] } }), TypeError);
+  });
+
+  test('a custom JSON parser sees every JSON text field', async () => {
+    const seen = [];
+    const json = {
+      parse: (text) => {
+        seen.push(text);
+        return JSON.parse(text);
+      },
+      stringify: JSON.stringify,
+    };
+    const custom = new SidecarClient(sidecar.address, { json });
+    try {
+      await custom.runToolLoop({ prompt: 'p', llm: script(callTurn('', ['c', 'echo', { text: 't' }]), {}) });
+    } finally {
+      custom.close();
+    }
+    assert.deepEqual(seen, ['{"text":"t"}', '{"text":"t"}']);
+  });
+});
+
+describe('streamToolLoop', () => {
+  test('streams every event in order, sequences 1..n, ending with run_completed', async () => {
+    const events = await collect(
+      client.streamToolLoop({
+        prompt: 'two tools then answer',
+        llm: script(callTurn('first', ['a', 'echo', { text: 'A' }], ['b', 'sleep', { seconds: 0.05 }]), {
+          content: 'final',
+          usage: { input_tokens: 5, output_tokens: 1 },
+        }),
+      }),
+    );
+    assertEventLog(assert, events);
+    const kinds = events.map((e) => e.payload);
+    assert.deepEqual(kinds.slice(0, 3), ['run_started', 'iteration_started', 'llm_responded']);
+    assert.deepEqual(kinds.slice(-3), ['iteration_started', 'llm_responded', 'run_completed']);
+    assert.deepEqual(kinds.slice(3, 7).sort(), [
+      'tool_call_completed',
+      'tool_call_completed',
+      'tool_call_started',
+      'tool_call_started',
+    ]);
+    // echo finishes before sleep: completions come in the order the calls end.
+    const completed = events.filter((e) => e.payload === 'tool_call_completed');
+    assert.deepEqual(
+      completed.map((e) => e.tool_call_completed.record.call_id),
+      ['a', 'b'],
+    );
+
+    const [started, iteration, responded] = events;
+    assert.equal(started.run_started.spec.prompt, 'two tools then answer');
+    assert.equal(started.run_started.spec.max_iterations, 25, 'the accepted spec, defaults filled in');
+    assert.equal(started.run_started.spec.llm.profile, 'scripted');
+    assert.equal(started.run_started.spec.llm.script[1].content, 'final', 'script decoded');
+    assert.deepEqual(started.run_started.spec.tool_names, SERVER_TOOLS);
+    assert.equal(iteration.iteration_started.iteration, 1);
+    assert.deepEqual(responded.llm_responded.tool_calls[0], {
+      id: 'a',
+      name: 'echo',
+      arguments: { text: 'A' },
+    });
+    const toolStarted = events.find((e) => e.payload === 'tool_call_started');
+    assert.deepEqual(toolStarted.tool_call_started.inputs, { text: 'A' });
+
+    const result = events.at(-1).run_completed.result;
+    assert.equal(result.content, 'final');
+    assert.equal(result.run_id, started.run_id);
+    assert.deepEqual(
+      result.tool_call_history.map((r) => r.call_id),
+      ['a', 'b'],
+      'history in the order the model asked',
+    );
+    assert.deepEqual(
+      result.tool_call_history,
+      completed.map((e) => e.tool_call_completed.record),
+    );
+  });
+
+  test('a run whose LLM fails streams run_failed (code UNAVAILABLE) and ends normally', async () => {
+    const events = await collect(
+      client.streamToolLoop({
+        prompt: 'p',
+        llm: script(callTurn('only turn', ['c', 'echo', { text: 'x' }])),
+      }),
+    );
+    assertEventLog(assert, events);
+    const failed = events.at(-1).run_failed;
+    assert.equal(failed.code, 14);
+    assert.match(failed.message, /script/i);
+    assert.equal(failed.result.stop_reason, 'STOP_REASON_ERROR');
+    assert.equal(failed.result.tool_call_history.length, 1);
+  });
+});
+
+describe('getRun and listTools', () => {
+  test('getRun reports a finished run with its result and last sequence', async () => {
+    const id = runId();
+    const events = await collect(client.streamToolLoop({ prompt: 'p', run_id: id }));
+    const info = await client.getRun(id);
+    assert.equal(info.run_id, id);
+    assert.equal(info.state, 'RUN_STATE_COMPLETED');
+    assert.equal(info.last_sequence, events.length);
+    assert.deepEqual(info.result, events.at(-1).run_completed.result);
+  });
+
+  test('listTools returns the server tools with their schemas as objects', async () => {
+    const tools = await client.listTools();
+    assert.deepEqual(
+      tools.map((t) => t.name),
+      SERVER_TOOLS,
+    );
+    const echo = tools[0];
+    assert.equal(echo.input_schema.type, 'object');
+    assert.deepEqual(echo.input_schema.required, ['text']);
+    assert.equal(echo.timeout, null);
+  });
+});

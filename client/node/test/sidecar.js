@@ -1,0 +1,157 @@
+// Starts a real sidecar (the repository's Python one, scripted profile) for the tests.
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+/** The tools a default sidecar serves: the built-ins, then the sandboxed file tools. */
+export const SERVER_TOOLS = ['echo', 'sleep', 'read_file', 'write_file', 'edit_file', 'list_dir', 'search_files', 'make_dir'];
+
+/** The repository root: this file is `client/node/test/sidecar.js`. */
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+export const SIDECAR_BIN = path.join(REPO_ROOT, '.venv/bin/cleveragents-sidecar');
+
+/**
+ * Start `cleveragents-sidecar serve` on a free port and wait for its "listening" line.
+ *
+ * @param {string[]} [args]  extra command-line flags
+ * @returns {Promise<{address: string, stop: () => Promise<void>, stderr: () => string}>}
+ */
+export async function startSidecar(args = []) {
+  if (!existsSync(SIDECAR_BIN)) {
+    throw new Error(`${SIDECAR_BIN} is missing: run 'make install' at the repository root first`);
+  }
+  const child = spawn(SIDECAR_BIN, ['serve', '--listen', '127.0.0.1:0', '--log-level', 'warning', ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.setEncoding('utf8');
+  child.stderr.on('data', (chunk) => {
+    stderr += chunk;
+  });
+  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  // Should this process end without stopping it (a crash, Ctrl-C), take the sidecar along.
+  const orphanGuard = () => child.kill('SIGKILL');
+  process.once('exit', orphanGuard);
+  const lines = createInterface({ input: child.stdout });
+  const first = await Promise.race([
+    new Promise((resolve) => lines.once('line', resolve)),
+    exited.then(({ code, signal }) => {
+      throw new Error(`the sidecar exited (${code ?? signal}) before listening:\n${stderr}`);
+    }),
+    new Promise((_, reject) =>
+      setTimeout(() => reject(new Error(`the sidecar did not start in 20 s:\n${stderr}`)), 20_000).unref(),
+    ),
+  ]);
+  lines.close();
+  const match = /^cleveragents-sidecar listening on (\S+)$/.exec(first);
+  if (!match) {
+    child.kill('SIGKILL');
+    throw new Error(`unexpected first line from the sidecar: ${first}`);
+  }
+  return {
+    address: match[1],
+    stderr: () => stderr,
+    async stop() {
+      process.off('exit', orphanGuard);
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+        await exited;
+        clearTimeout(timer);
+      }
+    },
+  };
+}
+
+/** Set by `test/run.js` (what `npm test` runs): the address of a sidecar shared by all files. */
+export const SHARED_ADDRESS_ENV = 'CLEVERAGENTS_TEST_SIDECAR';
+
+/**
+ * The sidecar for one test file: the shared one when `npm test` started it, else a sidecar of
+ * the file's own (so that `node --test test/x.test.js` works alone).
+ */
+export async function useSidecar() {
+  const shared = process.env[SHARED_ADDRESS_ENV];
+  if (shared) return { address: shared, stderr: () => '', stop: async () => {} };
+  return startSidecar();
+}
+
+/** A `RunSpec.llm` whose scripted LLM plays `turns`. */
+export function script(...turns) {
+  return { script: turns };
+}
+
+/** A scripted turn that calls tools: `calls` are `[id, name, arguments]`. */
+export function callTurn(content, ...calls) {
+  return { content, tool_calls: calls.map(([id, name, args]) => ({ id, name, arguments: args })) };
+}
+
+/** Collect every event of a stream. */
+export async function collect(stream) {
+  const events = [];
+  for await (const event of stream) events.push(event);
+  return events;
+}
+
+const TERMINALS = ['run_completed', 'run_failed', 'run_cancelled'];
+
+/**
+ * Assert the invariants of one run's event log (API.md): sequences 1, 2, 3… without gaps, one
+ * run id, `run_started` first, exactly one terminal event and it is last, each tool call
+ * started before it completed, and each iteration's LLM answer after its start.
+ */
+export function assertEventLog(assert, events, { from = 1 } = {}) {
+  assert.ok(events.length > 0, 'no events');
+  assert.deepEqual(
+    events.map((e) => e.sequence),
+    events.map((_, i) => from + i),
+    'sequences are consecutive',
+  );
+  assert.equal(new Set(events.map((e) => e.run_id)).size, 1, 'one run id');
+  if (from === 1) assert.equal(events[0].payload, 'run_started');
+  const terminals = events.filter((e) => TERMINALS.includes(e.payload));
+  assert.equal(terminals.length, 1, 'exactly one terminal event');
+  assert.equal(events.at(-1), terminals[0], 'the terminal event is last');
+  const started = new Set();
+  const iterations = new Set();
+  for (const event of events) {
+    if (event.payload === 'tool_call_started') started.add(event.tool_call_started.call_id);
+    if (event.payload === 'tool_call_completed' && from === 1) {
+      assert.ok(started.has(event.tool_call_completed.record.call_id), 'started before completed');
+    }
+    if (event.payload === 'iteration_started') iterations.add(event.iteration_started.iteration);
+    if (event.payload === 'llm_responded' && from === 1) {
+      assert.ok(iterations.has(event.llm_responded.iteration), 'iteration started before its answer');
+    }
+    assert.ok(event.time instanceof Date, 'time is a Date');
+  }
+}
+
+/** Poll `getRun` until the run has ended; returns its info. */
+export async function waitForEnd(client, runId, timeoutMs = 5000) {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const info = await client.getRun(runId);
+    if (info.state !== 'RUN_STATE_RUNNING') return info;
+    if (Date.now() > until) throw new Error(`run ${runId} still running after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+/** Wait until `predicate()` is true. */
+export async function until(predicate, timeoutMs = 5000) {
+  const limit = Date.now() + timeoutMs;
+  while (!(await predicate())) {
+    if (Date.now() > limit) throw new Error('timed out waiting for a condition');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+let counter = 0;
+/** A run id unique within the test process. */
+export function runId(prefix = 'js') {
+  counter += 1;
+  return `${prefix}-${process.pid}-${counter}-${Date.now().toString(36)}`;
+}

@@ -1,0 +1,42 @@
+"""LLM provider adapters: ``LLMCaller``s for OpenAI Chat Completions and Anthropic Messages.
+
+Both speak plain HTTP through ``httpx2`` (the maintained continuation of ``httpx``, and the
+client the vendors' SDKs themselves now use; the README says why not the SDKs), with our own
+retry policy and a connection pool that can be shared across runs. ``ProviderError`` and
+``RetryPolicy`` are importable without loading ``httpx2``; the callers load it on first
+access, so that a sidecar with no provider profile does not pay for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from cleveragents.providers._retry import ProviderError, RetryPolicy
+
+if TYPE_CHECKING:
+    from cleveragents.providers.anthropic import AnthropicMessagesCaller
+    from cleveragents.providers.openai import OpenAIChatCaller
+
+__all__ = [
+    "RESERVED_PARAMS",
+    "AnthropicMessagesCaller",
+    "OpenAIChatCaller",
+    "ProviderError",
+    "RetryPolicy",
+]
+
+#: Request fields the callers write themselves; generation parameters may not set them.
+RESERVED_PARAMS = frozenset({"model", "messages", "tools", "system", "stream"})
+
+_LAZY = {
+    "AnthropicMessagesCaller": "cleveragents.providers.anthropic",
+    "OpenAIChatCaller": "cleveragents.providers.openai",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

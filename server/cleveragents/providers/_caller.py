@@ -1,0 +1,153 @@
+"""What both provider callers share: construction, one ``call``, and checks on the answer.
+
+A subclass says where to POST, which headers carry the key and how the request body looks;
+everything format-specific goes through :class:`~cleveragents.tool.ToolCallRouter`, so the
+loop itself stays provider-neutral.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Self
+
+import httpx2
+
+from cleveragents.providers import RESERVED_PARAMS
+from cleveragents.providers._http import Reply, Transport
+from cleveragents.providers._retry import ProviderError, RetryPolicy
+from cleveragents.tool import LLMRequest, LLMResponse, ToolCallRouter, ToolFormat, ToolSpec
+
+__all__ = ["HTTPCaller"]
+
+
+class HTTPCaller:
+    """An ``LLMCaller`` over one provider's HTTP API (see the subclasses).
+
+    ``params`` are generation parameters copied into every request body (``temperature``,
+    ``max_tokens``, ``top_p``…). ``client`` is a shared ``httpx2.AsyncClient``; without one the
+    caller makes its own on first use and :meth:`aclose` closes it. ``retry`` sets the waits
+    between the ``max_retries`` retries.
+    """
+
+    provider: ClassVar[str]
+    tool_format: ClassVar[ToolFormat]
+    default_base_url: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str = "",
+        timeout_s: float = 60.0,
+        max_retries: int = 2,
+        params: Mapping[str, Any] | None = None,
+        client: httpx2.AsyncClient | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError(f"{self.provider}: a model name is required")
+        api_key = api_key.strip()
+        if not all("!" <= ch <= "~" for ch in api_key):
+            # Said here, without the key: an HTTP library would quote the bad header value.
+            raise ValueError(f"{self.provider}: the API key holds characters a header cannot")
+        params = dict(params or {})
+        if reserved := sorted(RESERVED_PARAMS & set(params)):
+            raise ValueError(f"{self.provider}: params may not set {', '.join(reserved)}")
+        self.model = model
+        self.params = params
+        self.router = ToolCallRouter(self.tool_format)
+        self.url = self.endpoint((base_url or self.default_base_url).rstrip("/"))
+        self._headers = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            **self.auth_headers(api_key),
+        }
+        self._transport = Transport(
+            self.provider,
+            client=client,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            policy=retry or RetryPolicy(),
+            secret=api_key,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, url={self.url!r})"
+
+    # -- what a subclass provides ------------------------------------------------------------
+
+    def endpoint(self, base_url: str) -> str:
+        """The URL requests go to, given the base URL without a trailing slash."""
+        raise NotImplementedError
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        """The headers that carry the key (and API version, if any)."""
+        raise NotImplementedError
+
+    def body(self, request: LLMRequest, tools: list[dict[str, Any]]) -> dict[str, Any]:
+        """The request body for this conversation and these provider-format tools."""
+        raise NotImplementedError
+
+    # -- the LLMCaller protocol ----------------------------------------------------------------
+
+    async def call(self, request: LLMRequest) -> LLMResponse:
+        """Send the conversation and tools; the model's answer as an ``LLMResponse``.
+
+        Raises :class:`ProviderError` when the request fails after its retries, or when the
+        answer cannot be used (no choices, a refusal, output cut off by the token limit…).
+        """
+        reply = await self._transport.post_json(
+            self.url, self._headers, self.body(request, self.provider_tools(request.tools))
+        )
+        return self._parse(reply, request.iteration)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this caller created it."""
+        await self._transport.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def provider_tools(self, tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Tool schemas in this provider's format.
+
+        A runtime built with ``router=caller.router`` already sends them so; one without a
+        router sends ``name``/``description``/``input_schema`` entries, converted here.
+        """
+        wanted = "function" if self.tool_format is ToolFormat.OPENAI else "input_schema"
+        out: list[dict[str, Any]] = []
+        for tool in tools:
+            if wanted in tool:
+                out.append(dict(tool))
+                continue
+            raw = tool.get("function", tool)
+            schema = raw.get("input_schema", raw.get("parameters", {"type": "object"}))
+            spec = ToolSpec(str(raw.get("name", "")), str(raw.get("description", "")), schema)
+            out.extend(self.router.tool_schemas([spec]))
+        return out
+
+    def _parse(self, reply: Reply, iteration: int) -> LLMResponse:
+        try:
+            response = self.router.parse_response(reply.data)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ProviderError(
+                self.provider,
+                f"unusable response: {exc}",
+                status=reply.status,
+                request_id=reply.request_id,
+            ) from None
+        if all(call.id for call in response.tool_calls):
+            return response
+        # Some OpenAI-compatible servers omit call ids; results must name the call they answer.
+        calls = [
+            c if c.id else dataclasses.replace(c, id=f"call_{iteration}_{i}")
+            for i, c in enumerate(response.tool_calls, 1)
+        ]
+        return dataclasses.replace(response, tool_calls=calls)

@@ -1,0 +1,204 @@
+"""The HTTP transport of the provider adapters: POST a JSON body, retry, explain failures.
+
+One ``httpx2.AsyncClient`` (a connection pool) can serve any number of callers and runs; a
+caller without one creates its own on first use. The body is encoded once and re-sent as is
+on each retry. Failures become :class:`ProviderError` with the provider, the HTTP status, the
+provider's request id and its error message; the API key is scrubbed from every text that
+leaves this module and headers are never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import httpx2
+import structlog
+
+from cleveragents.providers._retry import (
+    ProviderError,
+    RetryPolicy,
+    is_retryable_status,
+    retry_after_s,
+)
+
+__all__ = ["Reply", "Transport", "new_client"]
+
+log = structlog.get_logger("cleveragents.providers")
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_MAX_ERROR_TEXT = 500
+
+
+class Reply(NamedTuple):
+    """A successful response: its JSON object, HTTP status and the provider's request id."""
+
+    data: dict[str, Any]
+    status: int
+    request_id: str | None
+
+
+def new_client() -> httpx2.AsyncClient:
+    """A client suited to LLM APIs: pooled keep-alive connections, no client-wide timeout
+    (each request sets its own)."""
+    return httpx2.AsyncClient(
+        timeout=None,
+        limits=httpx2.Limits(max_connections=None, max_keepalive_connections=64),
+        headers={"user-agent": "cleveragents-sidecar"},
+    )
+
+
+class Transport:
+    """Sends one provider's requests with its retry policy, timeout and key scrubbing."""
+
+    __slots__ = (
+        "_client",
+        "_owns_client",
+        "_secret",
+        "max_retries",
+        "policy",
+        "provider",
+        "timeout_s",
+    )
+
+    def __init__(
+        self,
+        provider: str,
+        *,
+        client: httpx2.AsyncClient | None,
+        timeout_s: float,
+        max_retries: int,
+        policy: RetryPolicy,
+        secret: str = "",
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        if max_retries < 0:
+            raise ValueError("max_retries must not be negative")
+        self.provider = provider
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.policy = policy
+        self._client = client
+        self._owns_client = client is None
+        self._secret = secret
+
+    @property
+    def client(self) -> httpx2.AsyncClient:
+        """The shared client, or this transport's own, created on first use."""
+        if self._client is None:
+            self._client = new_client()
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the client if this transport created it (a shared one is its owner's)."""
+        if self._owns_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def post_json(self, url: str, headers: Mapping[str, str], body: Any) -> Reply:
+        """POST ``body`` as JSON; the parsed reply, or ``ProviderError`` once retries run out."""
+        content = _encode(body).encode()
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            try:
+                response = await self.client.post(
+                    url, content=content, headers=headers, timeout=self.timeout_s
+                )
+            except httpx2.TimeoutException as exc:
+                error = self._error(
+                    f"no response within {self.timeout_s:g}s ({type(exc).__name__})",
+                    retryable=True,
+                )
+            except httpx2.TransportError as exc:
+                error = self._error(
+                    f"connection failed ({type(exc).__name__}: {exc})", retryable=True
+                )
+            except httpx2.RequestError as exc:  # undecodable body, too many redirects
+                error = self._error(f"request failed ({type(exc).__name__}: {exc})")
+            else:
+                request_id = response.headers.get("x-request-id") or response.headers.get(
+                    "request-id"
+                )
+                if response.is_success:
+                    return self._reply(response, request_id)
+                error = self._error(
+                    _error_text(response),
+                    status=response.status_code,
+                    request_id=request_id,
+                    retryable=is_retryable_status(response.status_code),
+                )
+                retry_after = retry_after_s(response.headers)
+            error.attempts = attempt
+            if not error.retryable or attempt > self.max_retries:
+                raise error
+            delay = self.policy.delay(attempt, retry_after)
+            if delay is None:
+                error.message += (
+                    f"; not retried: the provider asked to wait {retry_after:g}s, longer than "
+                    f"{self.policy.max_retry_after_s:g}s"
+                )
+                raise error
+            log.warning(
+                "provider request failed, retrying",
+                provider=self.provider,
+                status=error.status,
+                request_id=error.request_id,
+                error=error.message,
+                attempt=attempt,
+                delay_s=round(delay, 3),
+            )
+            await asyncio.sleep(delay)
+
+    def _reply(self, response: httpx2.Response, request_id: str | None) -> Reply:
+        try:
+            data = json.loads(response.content)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise self._error(
+                f"the response body is not a JSON object: {_snippet(response.text)}",
+                status=response.status_code,
+                request_id=request_id,
+            )
+        return Reply(data, response.status_code, request_id)
+
+    def _error(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        request_id: str | None = None,
+        retryable: bool = False,
+    ) -> ProviderError:
+        if self._secret and self._secret in message:
+            message = message.replace(self._secret, "[redacted]")
+        return ProviderError(
+            self.provider, message, status=status, request_id=request_id, retryable=retryable
+        )
+
+
+def _error_text(response: httpx2.Response) -> str:
+    """The provider's own explanation: ``error.message`` (and ``error.type``) of its JSON
+    error body, as both OpenAI and Anthropic send it, else the start of the body."""
+    reason = response.reason_phrase or "error"
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        kind = error.get("type") or error.get("code")
+        prefix = f"{kind}: " if isinstance(kind, str) and kind else ""
+        return f"{reason}: {prefix}{_snippet(error['message'])}"
+    if isinstance(error, str):
+        return f"{reason}: {_snippet(error)}"
+    text = response.text.strip()
+    return f"{reason}: {_snippet(text)}" if text else reason
+
+
+def _snippet(text: str) -> str:
+    return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "…"

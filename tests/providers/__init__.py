@@ -1,0 +1,1 @@
+"""Tests of the OpenAI and Anthropic adapters against fake providers on loopback."""
