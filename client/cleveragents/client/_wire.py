@@ -166,3 +166,8 @@ def rpc_error(error: grpc.RpcError) -> SidecarRpcError:
             result = types_pb2.ToolCallRunResult.FromString(value)
             return RunFailedError(wrapped.code, wrapped.details, convert.result_from_pb(result))
     return wrapped
+
+
+def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The metadata that carries the sidecar's shared token, if any."""
+    return (("authorization", f"Bearer {token}"),) if token else ()

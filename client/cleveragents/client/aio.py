@@ -33,7 +33,9 @@ class AsyncSidecarClient:
     """Talks to a sidecar at ``target`` (``host:port`` or ``unix:/path``) from asyncio code.
 
     Results and events come back as the core's dataclasses. A non-OK status raises
-    :class:`SidecarRpcError`; a run that fails raises :class:`RunFailedError`.
+    :class:`SidecarRpcError`; a run that fails raises :class:`RunFailedError`. ``token`` is
+    the sidecar's shared auth token; ``credentials`` (``grpc.ssl_channel_credentials``) turn
+    on TLS.
     """
 
     def __init__(
@@ -42,13 +44,21 @@ class AsyncSidecarClient:
         *,
         channel: grpc.aio.Channel | None = None,
         metadata: Metadata = (),
+        token: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         if channel is None and not target:
             raise ValueError("give a target address or a channel")
         self._owns_channel = channel is None
-        self._channel = channel if channel is not None else grpc.aio.insecure_channel(target)
+        if channel is None:
+            channel = (
+                grpc.aio.insecure_channel(target)
+                if credentials is None
+                else grpc.aio.secure_channel(target, credentials)
+            )
+        self._channel = channel
         self._stub = service_pb2_grpc.ToolRuntimeServiceStub(self._channel)
-        self._metadata = tuple(metadata)
+        self._metadata = tuple(metadata) + _wire.auth_metadata(token)
 
     async def close(self) -> None:
         """Close the channel (if this client opened it)."""

@@ -44,13 +44,21 @@ class SidecarClient:
         *,
         channel: grpc.Channel | None = None,
         metadata: Metadata = (),
+        token: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         if channel is None and not target:
             raise ValueError("give a target address or a channel")
         self._owns_channel = channel is None
-        self._channel = channel if channel is not None else grpc.insecure_channel(target)
+        if channel is None:
+            channel = (
+                grpc.insecure_channel(target)
+                if credentials is None
+                else grpc.secure_channel(target, credentials)
+            )
+        self._channel = channel
         self._stub = service_pb2_grpc.ToolRuntimeServiceStub(self._channel)
-        self._metadata = tuple(metadata)
+        self._metadata = tuple(metadata) + _wire.auth_metadata(token)
 
     def close(self) -> None:
         """Close the channel (if this client opened it)."""

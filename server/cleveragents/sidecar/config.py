@@ -93,6 +93,11 @@ class SidecarConfig:
     tool_modules: tuple[str, ...] = ()
     default_profile: str = "scripted"
     profiles: Mapping[str, ProfileConfig] = field(default_factory=dict)
+    auth_token_env: str = ""
+    auth_token_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
 
     def __post_init__(self) -> None:
         for name in ("max_concurrent_runs", "max_message_bytes", "max_iterations_cap"):
@@ -107,6 +112,14 @@ class SidecarConfig:
             raise ConfigError(f"log_format must be 'json' or 'console', not {self.log_format!r}")
         if self.default_profile not in self.all_profiles():
             raise ConfigError(f"default_profile {self.default_profile!r} is not a known profile")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ConfigError("tls_cert_file and tls_key_file go together: set both or neither")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ConfigError(
+                "tls_client_ca_file (mutual TLS) needs tls_cert_file and tls_key_file"
+            )
+        if self.auth_token_env and self.auth_token_file:
+            raise ConfigError("set auth_token_env or auth_token_file, not both")
 
     def all_profiles(self) -> dict[str, ProfileConfig]:
         """Configured profiles plus the embedded ``scripted`` and ``client`` ones."""

@@ -14,6 +14,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from cleveragents.sandbox import file_tools
+from cleveragents.sidecar.access import check_listen_policy, read_token, server_credentials
+from cleveragents.sidecar.auth import TokenAuthInterceptor
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.profiles import close_provider_clients
@@ -98,26 +100,41 @@ class Sidecar:
     async def start(self) -> str:
         """Bind the configured address and start serving; returns the address bound."""
         size = self.config.max_message_bytes
+        token = read_token(self.config)
+        credentials = server_credentials(self.config)
+        listen = self.config.listen
+        check_listen_policy(
+            listen, authenticated=token is not None, encrypted=credentials is not None
+        )
         server = grpc.aio.server(
+            interceptors=[TokenAuthInterceptor(token)] if token is not None else None,
             options=[
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", size),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         server.add_generic_rpc_handlers((_handlers(self.service),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
-        listen = self.config.listen
+        unix = listen.startswith("unix:")
+        # The socket file must never be reachable by others, not even for an instant.
+        previous_umask = os.umask(0o177) if unix else None
         try:
-            port = server.add_insecure_port(listen)
+            if credentials is not None:
+                port = server.add_secure_port(listen, credentials)
+            else:
+                port = server.add_insecure_port(listen)
+            await server.start()
         except RuntimeError as exc:
             raise ConfigError(f"cannot listen on {listen!r}: {exc}") from None
-        await server.start()
+        finally:
+            if previous_umask is not None:
+                os.umask(previous_umask)
         self._server = server
-        if listen.startswith("unix:"):
+        if unix:
             path = listen.removeprefix("unix:").removeprefix("//")
             os.chmod(path, 0o600)
             self.address = listen
