@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import grpc
@@ -113,7 +113,7 @@ class AsyncSidecarClient:
         run_id: str = "",
         detach: bool = False,
         timeout: float | None = None,
-    ) -> AsyncIterator[StreamedEvent]:
+    ) -> AsyncGenerator[StreamedEvent, None]:
         """Start a run and yield its events as they happen, ending with the terminal one."""
         spec = _wire.run_spec(
             prompt, context=context, max_iterations=max_iterations, profile=profile,
@@ -125,7 +125,9 @@ class AsyncSidecarClient:
         async for event in self._events(call):
             yield event
 
-    async def watch(self, run_id: str, *, after_sequence: int = 0) -> AsyncIterator[StreamedEvent]:
+    async def watch(
+        self, run_id: str, *, after_sequence: int = 0
+    ) -> AsyncGenerator[StreamedEvent, None]:
         """Follow a run from ``after_sequence``: what was missed, then live, to its end."""
         call = self._stub.WatchRun(
             service_pb2.WatchRunRequest(run_id=run_id, after_sequence=after_sequence),
@@ -178,7 +180,7 @@ class AsyncSidecarClient:
         tool_names: Sequence[str] = (),
         run_id: str = "",
         timeout: float | None = None,
-    ) -> AsyncIterator[StreamedEvent]:
+    ) -> AsyncGenerator[StreamedEvent, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
 
         ``tools`` is a ``ToolRegistry`` or plain functions; the sidecar calls them back over
@@ -243,7 +245,7 @@ class AsyncSidecarClient:
                 task.cancel()
             call.cancel()
 
-    async def _events(self, call: Any) -> AsyncIterator[StreamedEvent]:
+    async def _events(self, call: Any) -> AsyncGenerator[StreamedEvent, None]:
         try:
             async for response in call:
                 yield _wire.streamed(response.event)

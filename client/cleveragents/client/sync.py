@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import queue
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -111,7 +111,7 @@ class SidecarClient:
         run_id: str = "",
         detach: bool = False,
         timeout: float | None = None,
-    ) -> Iterator[StreamedEvent]:
+    ) -> Generator[StreamedEvent, None, None]:
         """Start a run and yield its events as they happen, ending with the terminal one."""
         spec = _wire.run_spec(
             prompt, context=context, max_iterations=max_iterations, profile=profile,
@@ -122,7 +122,9 @@ class SidecarClient:
         )
         return self._events(call)
 
-    def watch(self, run_id: str, *, after_sequence: int = 0) -> Iterator[StreamedEvent]:
+    def watch(
+        self, run_id: str, *, after_sequence: int = 0
+    ) -> Generator[StreamedEvent, None, None]:
         """Follow a run from ``after_sequence``: what was missed, then live, to its end."""
         call = self._stub.WatchRun(
             service_pb2.WatchRunRequest(run_id=run_id, after_sequence=after_sequence),
@@ -172,7 +174,7 @@ class SidecarClient:
         tool_names: Sequence[str] = (),
         run_id: str = "",
         timeout: float | None = None,
-    ) -> Iterator[StreamedEvent]:
+    ) -> Generator[StreamedEvent, None, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
 
         Yields every event; tools and the LLM are called in this thread as the sidecar asks.
@@ -199,7 +201,7 @@ class SidecarClient:
         outgoing: queue.SimpleQueue[session_pb2.SessionRequest | None],
         runner: ToolRunner,
         llm: LLMCaller | None,
-    ) -> Iterator[StreamedEvent]:
+    ) -> Generator[StreamedEvent, None, None]:
         loop = asyncio.new_event_loop()
         try:
             for response in call:
@@ -217,7 +219,7 @@ class SidecarClient:
             call.cancel()
             loop.close()
 
-    def _events(self, call: Any) -> Iterator[StreamedEvent]:
+    def _events(self, call: Any) -> Generator[StreamedEvent, None, None]:
         try:
             for response in call:
                 yield _wire.streamed(response.event)

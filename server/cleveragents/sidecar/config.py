@@ -93,6 +93,7 @@ class SidecarConfig:
     tool_modules: tuple[str, ...] = ()
     default_profile: str = "scripted"
     profiles: Mapping[str, ProfileConfig] = field(default_factory=dict)
+    event_store: str = ""
     auth_token_env: str = ""
     auth_token_file: str = ""
     tls_cert_file: str = ""

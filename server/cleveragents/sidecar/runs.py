@@ -1,8 +1,7 @@
 """The run manager: one ordered event log per run, its subscribers, cancellation and retention.
 
-Each event is serialised once, as a frame that is at the same time a valid
-``StreamToolLoopResponse``, ``WatchRunResponse`` and ``SessionResponse`` (all three carry the
-``RunEvent`` as field 1), so streaming it to any number of clients costs no re-encoding.
+Events reach streams only once the event store holds them (at once for the in-memory store,
+after their batch commits for SQLite), so nothing a client has seen can be lost to a crash.
 """
 
 from __future__ import annotations
@@ -11,8 +10,6 @@ import asyncio
 import collections
 import time
 import uuid
-from collections.abc import Sequence
-from typing import Protocol
 
 import grpc
 import structlog
@@ -20,6 +17,8 @@ import structlog
 from cleveragents.providers import ProviderError
 from cleveragents.sidecar import convert
 from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.store import EventStore, MemoryEventStore, StoredRun
+from cleveragents.sidecar.streams import Listener, Subscriber, frame, unframe
 from cleveragents.tool import (
     LLMCallError,
     RunCancelled,
@@ -34,7 +33,7 @@ from cleveragents.tool import (
 )
 from cleveragents.toolruntime.v1 import events_pb2, types_pb2
 
-__all__ = ["Listener", "Run", "RunManager", "Subscriber"]
+__all__ = ["Run", "RunManager"]
 
 log = structlog.get_logger("cleveragents.sidecar.runs")
 
@@ -45,129 +44,67 @@ CANCELLED = types_pb2.RUN_STATE_CANCELLED
 _MAX_RUN_ID = 128
 
 
-def frame(event: events_pb2.RunEvent) -> bytes:
-    """Serialise ``event`` wrapped as field 1 of a response message."""
-    data = event.SerializeToString()
-    size = len(data)
-    prefix = bytearray(b"\x0a")
-    while size > 0x7F:
-        prefix.append((size & 0x7F) | 0x80)
-        size >>= 7
-    prefix.append(size)
-    return bytes(prefix) + data
-
-
-class Listener(Protocol):
-    """Receives each frame of a run as it is logged, and ``close`` after the last one."""
-
-    def push(self, item: bytes) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class Subscriber:
-    """A bounded queue of frames for one stream; too far behind, it is dropped.
-
-    ``limit=None`` means unbounded (the stream that started the run: its queue is bounded by
-    the run itself). Frames replayed at subscription do not count against the limit: only
-    live frames piling up behind a reader that does not keep up do.
-    """
-
-    __slots__ = ("_backlog", "_items", "_limit", "_waiter", "closed", "dropped")
-
-    def __init__(self, limit: int | None, replay: Sequence[bytes] = ()) -> None:
-        self._items: collections.deque[bytes] = collections.deque(replay)
-        self._backlog = len(self._items)
-        self._limit = limit
-        self._waiter: asyncio.Future[None] | None = None
-        self.closed = False
-        self.dropped = False
-
-    def push(self, item: bytes) -> None:
-        if self.closed:
-            return
-        if self._limit is not None and len(self._items) - self._backlog >= self._limit:
-            self.dropped = True
-            self.close()
-            return
-        self._items.append(item)
-        self._wake()
-
-    def close(self) -> None:
-        self.closed = True
-        self._wake()
-
-    async def get(self) -> bytes | None:
-        """The next frame; ``None`` once closed and drained (or dropped)."""
-        while not self._items:
-            if self.closed:
-                return None
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        if self.dropped:
-            return None
-        if self._backlog:
-            self._backlog -= 1
-        return self._items.popleft()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-
 class Run:
-    """One run: its accepted spec, state, event log, listeners and result."""
+    """One run: its accepted spec, state, event log, listeners and result.
+
+    ``ended`` turns true when the terminal event is logged; ``finished`` (and the state and
+    result) once the store holds it, like every frame before it reaches a listener.
+    """
 
     __slots__ = (
         "_done",
+        "_terminal",
         "detach",
+        "ended",
         "failure",
         "finished_at",
         "frames",
         "listeners",
         "log",
+        "released",
         "result",
         "run_id",
         "spec",
         "state",
+        "store",
         "task",
     )
 
-    def __init__(self, run_id: str, spec: types_pb2.RunSpec) -> None:
+    def __init__(self, run_id: str, spec: types_pb2.RunSpec, store: EventStore) -> None:
         self.run_id = run_id
         self.spec = spec
+        self.store = store
         self.detach = spec.detach
         self.state: types_pb2.RunState.ValueType = RUNNING
         self.frames: list[bytes] = []
+        self.released = 0
+        self.ended = False
         self.listeners: list[Listener] = []
         self.result: types_pb2.ToolCallRunResult | None = None
         self.failure: tuple[grpc.StatusCode, str] | None = None
         self.finished_at: float | None = None
         self.task: asyncio.Task[None] | None = None
+        self._terminal: _Terminal | None = None
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.log = log.bind(run_id=run_id)
 
     @property
     def finished(self) -> bool:
-        """Whether the run's terminal event is in its log."""
+        """Whether the run's terminal event is stored (and so visible to clients)."""
         return self.state != RUNNING
 
     @property
     def last_sequence(self) -> int:
-        """The sequence number of the newest event (0 before any)."""
-        return len(self.frames)
+        """The sequence number of the newest event clients can see (0 before any)."""
+        return self.released
 
     async def wait(self) -> None:
-        """Wait until the run has ended."""
+        """Wait until the run has ended and its terminal event is stored."""
         await asyncio.shield(self._done)
 
     def subscribe(self, after_sequence: int, limit: int | None) -> Subscriber:
         """A subscriber that first replays the events after ``after_sequence``, then follows."""
-        sub = Subscriber(limit, self.frames[after_sequence:])
+        sub = Subscriber(limit, self.frames[after_sequence : self.released])
         if self.finished:
             sub.close()
         else:
@@ -181,7 +118,7 @@ class Run:
 
     def emit(self, event: RunEvent) -> None:
         """Log a core event (the runtime's ``on_event`` sink)."""
-        if self.finished or isinstance(event, RunStarted):
+        if self.ended or isinstance(event, RunStarted):
             return  # run_started is logged by the manager, before the task runs
         pb = events_pb2.RunEvent(
             run_id=self.run_id, sequence=len(self.frames) + 1, time=convert.timestamp()
@@ -190,9 +127,10 @@ class Run:
         if isinstance(event, RunFailed):
             code = _failure_code(event)
         convert.event_to_pb(event, pb, failure_code=code.value[0])
-        self._append(pb)
         if isinstance(event, RunCompleted | RunFailed | RunCancelled):
-            self._finish(event, pb, code)
+            self.end(pb)
+        else:
+            self._append(pb)
 
     def emit_started(self) -> None:
         """Log ``run_started`` with the spec as accepted."""
@@ -200,29 +138,35 @@ class Run:
         pb.run_started.spec.CopyFrom(self.spec)
         self._append(pb)
 
-    def _append(self, pb: events_pb2.RunEvent) -> None:
-        item = frame(pb)
-        self.frames.append(item)
+    def end(self, pb: events_pb2.RunEvent) -> None:
+        """Log a terminal event; the run finishes once the store holds it."""
+        self.ended = True
+        self._terminal = _terminal_of(pb)
+        self._append(pb)
+
+    def release(self, sequence: int) -> None:
+        """The store holds every frame up to ``sequence``: hand them to the listeners."""
+        sequence = min(sequence, len(self.frames))
+        if sequence <= self.released:
+            return
+        items = self.frames[self.released : sequence]
+        self.released = sequence
         for listener in tuple(self.listeners):
-            listener.push(item)
+            for item in items:
+                listener.push(item)
             if isinstance(listener, Subscriber) and listener.dropped:
                 self.listeners.remove(listener)
                 self.log.warning("watcher dropped", reason="too far behind")
+        if self._terminal is not None and sequence == len(self.frames):
+            self._finish(self._terminal)
 
-    def _finish(
-        self,
-        event: RunCompleted | RunFailed | RunCancelled,
-        pb: events_pb2.RunEvent,
-        code: grpc.StatusCode,
-    ) -> None:
-        if isinstance(event, RunCompleted):
-            self.state, self.result = COMPLETED, pb.run_completed.result
-        elif isinstance(event, RunFailed):
-            self.state, self.result = FAILED, pb.run_failed.result
-            self.failure = (code, event.message)
-        else:
-            self.state, self.result = CANCELLED, pb.run_cancelled.result
-        self.finished_at = time.monotonic()
+    def _append(self, pb: events_pb2.RunEvent) -> None:
+        item = frame(pb)
+        self.frames.append(item)
+        self.store.append(self, len(self.frames), item)
+
+    def _finish(self, terminal: _Terminal) -> None:
+        self.state, self.result, self.failure, self.finished_at = terminal
         for listener in self.listeners:
             listener.close()
         self.listeners.clear()
@@ -235,6 +179,32 @@ class Run:
             iterations=self.result.iterations,
             tool_calls=len(self.result.tool_call_history),
         )
+
+
+_Terminal = tuple[
+    "types_pb2.RunState.ValueType",
+    types_pb2.ToolCallRunResult,
+    "tuple[grpc.StatusCode, str] | None",
+    float,
+]
+
+
+def _terminal_of(pb: events_pb2.RunEvent) -> _Terminal:
+    """State, result, failure and end time carried by a terminal event."""
+    kind = pb.WhichOneof("payload")
+    finished_at = convert.seconds_of(pb.time)
+    if kind == "run_completed":
+        return COMPLETED, pb.run_completed.result, None, finished_at
+    if kind == "run_failed":
+        failure = (_STATUS_BY_CODE.get(pb.run_failed.code, grpc.StatusCode.UNKNOWN),
+                   pb.run_failed.message)  # fmt: skip
+        return FAILED, pb.run_failed.result, failure, finished_at
+    if kind == "run_cancelled":
+        return CANCELLED, pb.run_cancelled.result, None, finished_at
+    raise ValueError(f"event {pb.sequence} of run {pb.run_id!r} is not terminal")
+
+
+_STATUS_BY_CODE = {code.value[0]: code for code in grpc.StatusCode}
 
 
 #: The provider refused the sidecar's key (not UNAUTHENTICATED: that one is about the client's
@@ -267,7 +237,9 @@ class RunManager:
         max_finished_runs: int,
         finished_run_ttl_s: float,
         watcher_queue_size: int,
+        store: EventStore | None = None,
     ) -> None:
+        self.store: EventStore = store if store is not None else MemoryEventStore()
         self.max_concurrent_runs = max_concurrent_runs
         self.max_finished_runs = max_finished_runs
         self.finished_run_ttl_s = finished_run_ttl_s
@@ -275,6 +247,45 @@ class RunManager:
         self.accepting = True
         self._live: dict[str, Run] = {}
         self._finished: collections.OrderedDict[str, Run] = collections.OrderedDict()
+
+    def open(self) -> int:
+        """Open the store and take back the runs it holds; returns how many.
+
+        A run that was live when the previous process died ends now, with ``run_failed``
+        (``UNAVAILABLE``) saying so and the partial result its log shows.
+        """
+        restored = [self._restore(stored) for stored in self.store.open()]
+        restored.sort(key=lambda run: run.finished_at or 0.0)
+        for run in restored:
+            self._finished[run.run_id] = run
+        self._expire()
+        return len(restored)
+
+    async def close(self) -> None:
+        """Let the store write what it holds, then close it."""
+        await self.store.close()
+
+    def _restore(self, stored: StoredRun) -> Run:
+        first = unframe(stored.frames[0])
+        run = Run(stored.run_id, first.run_started.spec, self.store)
+        run.frames = list(stored.frames)
+        run.released = len(run.frames)
+        last = unframe(run.frames[-1])
+        if last.WhichOneof("payload") in ("run_completed", "run_failed", "run_cancelled"):
+            run.ended = True
+            run._finish(_terminal_of(last))
+            return run
+        crashed = events_pb2.RunEvent(
+            run_id=run.run_id, sequence=len(run.frames) + 1, time=convert.timestamp()
+        )
+        crashed.run_failed.code = grpc.StatusCode.UNAVAILABLE.value[0]
+        crashed.run_failed.message = (
+            "the sidecar stopped while this run was live; its log was recovered at restart"
+        )
+        crashed.run_failed.result.CopyFrom(_partial_result(run.run_id, run.frames))
+        run.end(crashed)
+        run.log.warning("run was live at a crash", events=len(run.frames))
+        return run
 
     @property
     def live_count(self) -> int:
@@ -319,9 +330,10 @@ class RunManager:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"the sidecar already runs {len(self._live)} runs, its limit; retry later",
             )
-        self._finished.pop(run_id, None)
+        if self._finished.pop(run_id, None) is not None:
+            self.store.forget(run_id)
         spec.run_id = run_id
-        run = Run(run_id, spec)
+        run = Run(run_id, spec, self.store)
         if listener is not None:
             run.listeners.append(listener)
         self._live[run_id] = run
@@ -334,7 +346,7 @@ class RunManager:
 
     def cancel(self, run: Run, reason: str) -> None:
         """Cancel a live run; it ends with ``run_cancelled`` carrying ``reason``."""
-        if not run.finished and run.task is not None:
+        if not run.ended and run.task is not None:
             run.task.cancel(reason)
 
     def subscribe(self, run: Run, after_sequence: int) -> Subscriber:
@@ -369,14 +381,14 @@ class RunManager:
                 on_event=run.emit,
             )
         except asyncio.CancelledError as exc:
-            if not run.finished:  # cancelled before the loop began
+            if not run.ended:  # cancelled before the loop began
                 reason = str(exc.args[0]) if exc.args and exc.args[0] else "cancelled"
                 run.emit(RunCancelled(reason, _empty_result(run.run_id, StopReason.CANCELLED)))
         except LLMCallError:
             pass  # the loop has logged run_failed
         except Exception as exc:
             run.log.exception("run crashed")
-            if not run.finished:
+            if not run.ended:
                 result = _empty_result(run.run_id, StopReason.ERROR)
                 run.emit(RunFailed(f"internal error: {exc}", result, None))
         finally:
@@ -390,13 +402,36 @@ class RunManager:
 
     def _expire(self) -> None:
         while len(self._finished) > self.max_finished_runs:
-            self._finished.popitem(last=False)
-        horizon = time.monotonic() - self.finished_run_ttl_s
+            self._forget(self._finished.popitem(last=False)[1])
+        horizon = time.time() - self.finished_run_ttl_s
         while self._finished:
             oldest = next(iter(self._finished.values()))
             if oldest.finished_at is None or oldest.finished_at > horizon:
                 break
-            self._finished.popitem(last=False)
+            self._forget(self._finished.popitem(last=False)[1])
+
+    def _forget(self, run: Run) -> None:
+        self.store.forget(run.run_id)
+
+
+def _partial_result(run_id: str, frames: list[bytes]) -> types_pb2.ToolCallRunResult:
+    """What a log shows of a run that never ended: its records, iterations, usage and text."""
+    result = types_pb2.ToolCallRunResult(run_id=run_id, stop_reason=types_pb2.STOP_REASON_ERROR)
+    texts = []
+    for item in frames:
+        event = unframe(item)
+        kind = event.WhichOneof("payload")
+        if kind == "tool_call_completed":
+            result.tool_call_history.append(event.tool_call_completed.record)
+        elif kind == "llm_responded":
+            responded = event.llm_responded
+            result.iterations = responded.iteration
+            result.usage.input_tokens += responded.usage.input_tokens
+            result.usage.output_tokens += responded.usage.output_tokens
+            if responded.content:
+                texts.append(responded.content)
+    result.content = "\n".join(texts)
+    return result
 
 
 def _empty_result(run_id: str, stop_reason: StopReason) -> ToolCallRunResult:

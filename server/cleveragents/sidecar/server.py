@@ -21,6 +21,7 @@ from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.profiles import close_provider_clients
 from cleveragents.sidecar.runs import RunManager
 from cleveragents.sidecar.service import ToolRuntimeService
+from cleveragents.sidecar.store import SqliteEventStore
 from cleveragents.sidecar.tools import builtin_registry
 from cleveragents.tool import ToolRegistry
 from cleveragents.toolruntime.v1 import service_pb2, session_pb2
@@ -91,6 +92,7 @@ class Sidecar:
             max_finished_runs=config.max_finished_runs,
             finished_run_ttl_s=config.finished_run_ttl_s,
             watcher_queue_size=config.watcher_queue_size,
+            store=SqliteEventStore(config.event_store) if config.event_store else None,
         )
         self.service = ToolRuntimeService(config, self.registry, self.manager)
         self.health = health.aio.HealthServicer()
@@ -101,6 +103,7 @@ class Sidecar:
         """Bind the configured address and start serving; returns the address bound."""
         size = self.config.max_message_bytes
         token = read_token(self.config)
+        restored = self.manager.open()
         credentials = server_credentials(self.config)
         listen = self.config.listen
         check_listen_policy(
@@ -143,7 +146,9 @@ class Sidecar:
             self.address = f"{host}:{port}"
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info("sidecar listening", address=self.address, tools=self.registry.names())
+        log.info(
+            "sidecar listening", address=self.address, tools=self.registry.names(), runs=restored
+        )
         return self.address
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -157,6 +162,7 @@ class Sidecar:
         await self.manager.drain(grace)
         if self._server is not None:
             await self._server.stop(min(grace, 2.0))
+        await self.manager.close()
         await close_provider_clients()
         log.info("sidecar stopped")
 

@@ -17,8 +17,9 @@ from cleveragents.sidecar import convert
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.profiles import resolve_llm
-from cleveragents.sidecar.runs import FAILED, Listener, Run, RunManager, Subscriber
+from cleveragents.sidecar.runs import FAILED, Run, RunManager
 from cleveragents.sidecar.session import ClientLLMCaller, SessionChannel
+from cleveragents.sidecar.streams import Listener, Subscriber
 from cleveragents.tool import (
     DEFAULT_MAX_ITERATIONS,
     ToolCallingRuntime,
@@ -193,7 +194,7 @@ class ToolRuntimeService:
         while True:
             message = await context.read()
             if message is grpc.aio.EOF:
-                if hosts and not run.finished:
+                if hosts and not run.ended:
                     self.manager.cancel(run, "the client closed its side of the session")
                 return
             try:
@@ -281,7 +282,7 @@ class ToolRuntimeService:
         force: bool = False,
     ) -> None:
         """The stream that started ``run`` ended early: cancel the run unless it may go on."""
-        if run.finished or (run.detach and not force):
+        if run.ended or (run.detach and not force):
             return
         remaining = context.time_remaining()
         if remaining is not None and remaining <= _DEADLINE_SLACK_S:

@@ -17,7 +17,7 @@ import grpc
 
 from cleveragents.sidecar import convert
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.sidecar.runs import Subscriber
+from cleveragents.sidecar.streams import Subscriber
 from cleveragents.tool import (
     LLMRequest,
     LLMResponse,
