@@ -1,0 +1,110 @@
+"""300 concurrent runs with 3 watchers each, against one sidecar process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
+from cleveragents.tool import RunStarted
+
+RUNS = 300
+WATCHERS = 3
+ITERATIONS = 8
+TTL_S = 4.0
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture
+def sidecar() -> Iterator[tuple[str, int]]:
+    env = dict(
+        os.environ,
+        CLEVERAGENTS_SIDECAR_FINISHED_RUN_TTL_S=str(TTL_S),
+        CLEVERAGENTS_SIDECAR_FILE_TOOLS="false",
+    )
+    command = [
+        sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
+        "--listen", "127.0.0.1:0", "--log-level", "warning",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    try:
+        yield line.rsplit(" ", 1)[1], process.pid
+    finally:
+        process.terminate()
+        process.wait(15)
+
+
+SCRIPT: list[dict[str, Any]] = [
+    {"content": f"step {i}", "tool_calls": [{"id": f"c{i}", "name": "echo",
+                                             "arguments": {"text": "x" * 64}}]}
+    for i in range(ITERATIONS - 1)
+] + [{"content": "done"}]  # fmt: skip
+EVENTS_PER_RUN = 4 * ITERATIONS
+
+
+async def _one_run(client: AsyncSidecarClient, index: int) -> list[list[StreamedEvent]]:
+    """Start a run, attach watchers as soon as it exists, and collect every stream."""
+    run_id = f"load-{index}"
+    started = asyncio.Event()
+    own: list[StreamedEvent] = []
+
+    async def start() -> list[StreamedEvent]:
+        async for streamed in client.stream_tool_loop(
+            "go", script=SCRIPT, max_iterations=ITERATIONS, run_id=run_id
+        ):
+            own.append(streamed)
+            if isinstance(streamed.event, RunStarted):
+                started.set()
+        return own
+
+    async def watch() -> list[StreamedEvent]:
+        await started.wait()
+        return [streamed async for streamed in client.watch(run_id)]
+
+    return list(await asyncio.gather(start(), *(watch() for _ in range(WATCHERS))))
+
+
+async def _load(address: str) -> list[list[list[StreamedEvent]]]:
+    async with AsyncSidecarClient(address) as client:
+        results = list(await asyncio.gather(*(_one_run(client, i) for i in range(RUNS))))
+        # Finished runs are kept TTL_S seconds; once that has passed, a lookup lets the
+        # sidecar forget them all, and memory can go back to where it was.
+        await asyncio.sleep(TTL_S + 0.2)
+        with pytest.raises(SidecarRpcError):
+            await client.get_run("load-0")
+    return results
+
+
+@pytest.mark.timeout(180)
+async def test_every_watcher_sees_every_event_once_in_order_and_memory_returns(
+    sidecar: tuple[str, int],
+) -> None:
+    address, pid = sidecar
+    await _load(address)  # warm-up: allocator arenas and caches reach their working size
+    baseline = _rss_kib(pid)
+
+    results = await _load(address)
+    after = _rss_kib(pid)
+
+    for streams in results:
+        reference = [(e.sequence, e.event) for e in streams[1]]
+        assert [s for s, _ in reference] == list(range(1, EVENTS_PER_RUN + 1))
+        for stream in streams[2:]:
+            assert [(e.sequence, e.event) for e in stream] == reference
+        assert [(e.sequence, e.event) for e in streams[0]] == reference
+    assert after <= baseline * 1.10, (baseline, after)
