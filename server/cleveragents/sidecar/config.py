@@ -94,6 +94,8 @@ class SidecarConfig:
     default_profile: str = "scripted"
     profiles: Mapping[str, ProfileConfig] = field(default_factory=dict)
     event_store: str = ""
+    metrics_listen: str = ""
+    tracing: bool = False
     auth_token_env: str = ""
     auth_token_file: str = ""
     tls_cert_file: str = ""

@@ -10,6 +10,9 @@ import asyncio
 import collections
 import time
 import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 import structlog
@@ -33,7 +36,7 @@ from cleveragents.tool import (
 )
 from cleveragents.toolruntime.v1 import events_pb2, types_pb2
 
-__all__ = ["Run", "RunManager"]
+__all__ = ["Run", "RunManager", "RunObserver", "RunStats"]
 
 log = structlog.get_logger("cleveragents.sidecar.runs")
 
@@ -42,6 +45,25 @@ COMPLETED = types_pb2.RUN_STATE_COMPLETED
 FAILED = types_pb2.RUN_STATE_FAILED
 CANCELLED = types_pb2.RUN_STATE_CANCELLED
 _MAX_RUN_ID = 128
+
+
+class RunObserver(Protocol):
+    """Sees every run start and every core event of every run (tracing, metrics)."""
+
+    def run_started(self, run: Run, metadata: Mapping[str, str]) -> None:
+        """A run was accepted; ``metadata`` is the starting call's gRPC metadata."""
+        ...
+
+    def run_event(self, run: Run, event: RunEvent) -> None:
+        """A run produced ``event`` (its terminal event included)."""
+        ...
+
+
+@dataclass
+class RunStats:
+    """Counters the manager and its runs share."""
+
+    dropped_watchers: int = 0
 
 
 class Run:
@@ -61,19 +83,30 @@ class Run:
         "frames",
         "listeners",
         "log",
+        "observers",
         "released",
         "result",
         "run_id",
         "spec",
         "state",
+        "stats",
         "store",
         "task",
     )
 
-    def __init__(self, run_id: str, spec: types_pb2.RunSpec, store: EventStore) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        spec: types_pb2.RunSpec,
+        store: EventStore,
+        observers: Sequence[RunObserver] = (),
+        stats: RunStats | None = None,
+    ) -> None:
         self.run_id = run_id
         self.spec = spec
         self.store = store
+        self.observers = tuple(observers)
+        self.stats = stats if stats is not None else RunStats()
         self.detach = spec.detach
         self.state: types_pb2.RunState.ValueType = RUNNING
         self.frames: list[bytes] = []
@@ -127,6 +160,8 @@ class Run:
         if isinstance(event, RunFailed):
             code = _failure_code(event)
         convert.event_to_pb(event, pb, failure_code=code.value[0])
+        for observer in self.observers:
+            observer.run_event(self, event)
         if isinstance(event, RunCompleted | RunFailed | RunCancelled):
             self.end(pb)
         else:
@@ -156,6 +191,7 @@ class Run:
                 listener.push(item)
             if isinstance(listener, Subscriber) and listener.dropped:
                 self.listeners.remove(listener)
+                self.stats.dropped_watchers += 1
                 self.log.warning("watcher dropped", reason="too far behind")
         if self._terminal is not None and sequence == len(self.frames):
             self._finish(self._terminal)
@@ -238,8 +274,11 @@ class RunManager:
         finished_run_ttl_s: float,
         watcher_queue_size: int,
         store: EventStore | None = None,
+        observers: Sequence[RunObserver] = (),
     ) -> None:
         self.store: EventStore = store if store is not None else MemoryEventStore()
+        self.observers = list(observers)
+        self.stats = RunStats()
         self.max_concurrent_runs = max_concurrent_runs
         self.max_finished_runs = max_finished_runs
         self.finished_run_ttl_s = finished_run_ttl_s
@@ -292,6 +331,15 @@ class RunManager:
         """How many runs are in flight."""
         return len(self._live)
 
+    def live_runs(self) -> list[Run]:
+        """The runs in flight."""
+        return list(self._live.values())
+
+    def retained_runs(self) -> list[Run]:
+        """Finished runs still kept, oldest first."""
+        self._expire()
+        return list(self._finished.values())
+
     def get(self, run_id: str) -> Run | None:
         """A live or retained run."""
         self._expire()
@@ -312,6 +360,7 @@ class RunManager:
         *,
         timeout_s: float | None,
         listener: Listener | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Run:
         """Accept ``spec`` (its ``run_id`` filled in), log ``run_started`` and start the loop.
 
@@ -333,7 +382,9 @@ class RunManager:
         if self._finished.pop(run_id, None) is not None:
             self.store.forget(run_id)
         spec.run_id = run_id
-        run = Run(run_id, spec, self.store)
+        run = Run(run_id, spec, self.store, self.observers, self.stats)
+        for observer in self.observers:
+            observer.run_started(run, metadata or {})
         if listener is not None:
             run.listeners.append(listener)
         self._live[run_id] = run

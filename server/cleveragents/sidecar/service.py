@@ -259,8 +259,18 @@ class ToolRuntimeService:
         spec.max_iterations = max_iterations
         spec.llm.profile = profile.name
         spec.tool_names[:] = registry.names()
+        metadata = {
+            str(key): value
+            for key, value in (context.invocation_metadata() or ())
+            if isinstance(value, str)
+        }
         return self.manager.start(
-            spec, runtime, run_context, timeout_s=context.time_remaining(), listener=listener
+            spec,
+            runtime,
+            run_context,
+            timeout_s=context.time_remaining(),
+            listener=listener,
+            metadata=metadata,
         )
 
     def _registry_for(
