@@ -1,5 +1,6 @@
 """The in-process tool-calling runtime: registry, runner, router, LLM protocol and the loop."""
 
+from cleveragents.tool.budget import RunBudget
 from cleveragents.tool.context import ToolActorContext
 from cleveragents.tool.errors import (
     LLMCallError,
@@ -9,6 +10,8 @@ from cleveragents.tool.errors import (
     ToolRuntimeError,
 )
 from cleveragents.tool.events import (
+    ApprovalDecided,
+    ApprovalRequested,
     EventSink,
     IterationStarted,
     LLMResponded,
@@ -21,8 +24,17 @@ from cleveragents.tool.events import (
     ToolCallCompleted,
     ToolCallStarted,
 )
+from cleveragents.tool.limits import ToolLimit, ToolLimits
 from cleveragents.tool.llm import LLMCaller, ScriptedLLMCaller, response_from_dict
 from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, Role, ToolCall, Usage
+from cleveragents.tool.policy import (
+    BUILTIN_PROFILES,
+    ApprovalDecision,
+    ApprovalRequest,
+    Approver,
+    AutomationProfile,
+    Decision,
+)
 from cleveragents.tool.records import ErrorKind, StopReason, ToolCallRecord, ToolCallRunResult
 from cleveragents.tool.registry import ToolHandler, ToolRegistry, UnknownToolError
 from cleveragents.tool.router import ToolCallRouter, ToolFormat
@@ -31,7 +43,15 @@ from cleveragents.tool.runtime import DEFAULT_MAX_ITERATIONS, ToolCallingRuntime
 from cleveragents.tool.spec import ToolSpec
 
 __all__ = [
+    "BUILTIN_PROFILES",
     "DEFAULT_MAX_ITERATIONS",
+    "ApprovalDecided",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "ApprovalRequested",
+    "Approver",
+    "AutomationProfile",
+    "Decision",
     "ErrorKind",
     "EventSink",
     "IterationStarted",
@@ -42,6 +62,7 @@ __all__ = [
     "LLMResponse",
     "Message",
     "Role",
+    "RunBudget",
     "RunCancelled",
     "RunCompleted",
     "RunEvent",
@@ -63,6 +84,8 @@ __all__ = [
     "ToolError",
     "ToolFormat",
     "ToolHandler",
+    "ToolLimit",
+    "ToolLimits",
     "ToolRegistry",
     "ToolRunner",
     "ToolRuntimeError",

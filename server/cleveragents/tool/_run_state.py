@@ -8,10 +8,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cleveragents.tool.context import ToolActorContext
+from cleveragents.tool.governance import CallGate
 from cleveragents.tool.messages import LLMResponse, Message, ToolCall, Usage
 from cleveragents.tool.records import StopReason, ToolCallRecord, ToolCallRunResult
 
 __all__ = ["RunState"]
+
+#: Stop reasons that mean a limit ended the run (``terminated_by_limit``).
+_LIMITS = frozenset(
+    {StopReason.MAX_ITERATIONS, StopReason.TOOL_CALL_BUDGET, StopReason.TOKEN_BUDGET}
+)
 
 
 class RunState:
@@ -23,12 +29,14 @@ class RunState:
         "batch_records",
         "batch_started",
         "context",
+        "gate",
         "history",
         "iterations",
         "messages",
         "run_id",
         "tasks",
         "texts",
+        "tool_calls",
         "usage",
     )
 
@@ -40,6 +48,8 @@ class RunState:
         self.texts: list[str] = []
         self.usage = Usage()
         self.iterations = 0
+        self.tool_calls = 0
+        self.gate: CallGate | None = None
         self.batch_calls: Sequence[ToolCall] = ()
         self.batch_iteration = 0
         self.batch_records: list[ToolCallRecord | None] = []
@@ -82,7 +92,7 @@ class RunState:
             content="\n".join(self.texts) if content is None else content,
             tool_call_history=tuple(self.history),
             iterations=self.iterations,
-            terminated_by_limit=stop_reason is StopReason.MAX_ITERATIONS,
+            terminated_by_limit=stop_reason in _LIMITS,
             usage=self.usage,
             stop_reason=stop_reason,
             run_id=self.run_id,

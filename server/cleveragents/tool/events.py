@@ -15,6 +15,8 @@ from cleveragents.tool.messages import ToolCall, Usage
 from cleveragents.tool.records import ToolCallRecord, ToolCallRunResult
 
 __all__ = [
+    "ApprovalDecided",
+    "ApprovalRequested",
     "EventSink",
     "IterationStarted",
     "LLMResponded",
@@ -74,6 +76,28 @@ class ToolCallCompleted:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """A call waits for a decision because the run's automation profile asks for one."""
+
+    call_id: str
+    tool_name: str
+    inputs: Mapping[str, Any]
+    iteration: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    """The decision on an ``ApprovalRequested`` call; ``by`` is who decided (or ``timeout``)."""
+
+    call_id: str
+    approved: bool
+    reason: str
+    by: str
+    iteration: int
+
+
+@dataclass(frozen=True, slots=True)
 class RunCompleted:
     """The run ended normally: a final answer or the iteration limit."""
 
@@ -106,6 +130,8 @@ RunEvent: TypeAlias = (
     | LLMResponded
     | ToolCallStarted
     | ToolCallCompleted
+    | ApprovalRequested
+    | ApprovalDecided
     | RunCompleted
     | RunFailed
     | RunCancelled

@@ -31,6 +31,8 @@ class StopReason(enum.StrEnum):
     CANCELLED = "cancelled"
     DEADLINE = "deadline"
     ERROR = "error"
+    TOOL_CALL_BUDGET = "tool_call_budget"
+    TOKEN_BUDGET = "token_budget"
 
 
 @dataclass(frozen=True, slots=True)

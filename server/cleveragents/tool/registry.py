@@ -70,6 +70,7 @@ class ToolRegistry:
         name: str | None = None,
         description: str | None = None,
         timeout_s: float | None = None,
+        side_effects: bool = False,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -80,6 +81,7 @@ class ToolRegistry:
         name: str | None = None,
         description: str | None = None,
         timeout_s: float | None = None,
+        side_effects: bool = False,
     ) -> F | Callable[[F], F]:
         """Register a function as a tool, deriving its spec from its signature and docstring.
 
@@ -94,6 +96,7 @@ class ToolRegistry:
                 description=description if description is not None else summary,
                 input_schema=schema,
                 timeout_s=timeout_s,
+                side_effects=side_effects,
             )
             entry = _prepare(spec, func, keyword_names=_keyword_names(func))
             self._add(dataclasses.replace(entry, enum_params=_enum_params(func)))

@@ -10,22 +10,26 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from cleveragents.tool.context import ToolActorContext
 from cleveragents.tool.errors import ToolDeniedError, ToolError
+from cleveragents.tool.limits import ToolLimits
 from cleveragents.tool.messages import ToolCall
 from cleveragents.tool.records import ErrorKind, ToolCallRecord
 from cleveragents.tool.registry import RegisteredTool, ToolRegistry, UnknownToolError
-from cleveragents.tool.spec import RESERVED_INPUT_KEYS
+from cleveragents.tool.spec import RESERVED_INPUT_KEYS, ToolSpec
 
-__all__ = ["CallScope", "StartedCallback", "ToolRunner", "current_call"]
+__all__ = ["CallScope", "Gate", "StartedCallback", "ToolRunner", "current_call"]
 
 #: Called once per call, after validation and before execution, with the inputs the tool gets.
 StartedCallback = Callable[[ToolCall, Mapping[str, Any]], None]
+#: Asked after the started callback whether the call may run: ``None`` lets it run, a string
+#: denies it with that message (an automation profile or an approver said no).
+Gate = Callable[[ToolCall, Mapping[str, Any], ToolSpec, int], Awaitable[str | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +56,15 @@ class ToolRunner:
     A sync handler that times out keeps running in its worker thread; its result is discarded.
     """
 
-    __slots__ = ("default_timeout_s", "registry")
+    __slots__ = ("default_timeout_s", "limits", "registry")
 
-    def __init__(self, registry: ToolRegistry, *, default_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        default_timeout_s: float | None = None,
+        limits: ToolLimits | None = None,
+    ) -> None:
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
         if default_timeout_s is not None and not (
@@ -63,6 +73,7 @@ class ToolRunner:
             raise ValueError("default_timeout_s must be a positive number of seconds or None")
         self.registry = registry
         self.default_timeout_s = default_timeout_s
+        self.limits = limits
 
     async def run(
         self,
@@ -71,8 +82,10 @@ class ToolRunner:
         iteration: int,
         context: ToolActorContext | None = None,
         on_started: StartedCallback | None = None,
+        gate: Gate | None = None,
     ) -> ToolCallRecord:
-        """Run ``call`` and return its record; ``on_started`` sees the inputs before execution."""
+        """Run ``call`` and return its record; ``on_started`` sees the inputs before execution,
+        then ``gate`` may deny the call."""
         started_at = time.time()
         entry = self.registry.get(call.name)
         if entry is None:
@@ -97,6 +110,12 @@ class ToolRunner:
             )  # fmt: skip
         if on_started is not None:
             on_started(call, inputs)
+        denial = None if gate is None else await gate(call, inputs, entry.spec, iteration)
+        if denial is not None:
+            return ToolCallRecord(
+                call.name, inputs, {}, 0.0, False, denial, iteration, call.id, ErrorKind.DENIED,
+                started_at,
+            )  # fmt: skip
         return await self._execute(entry, call, inputs, iteration, started_at)
 
     async def invoke(self, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -171,10 +190,10 @@ class ToolRunner:
         token = _current.set(CallScope(call, iteration, timeout_s))
         try:
             if timeout_s is None:
-                raw = await _invoke(entry, inputs)
+                raw = await self._invoke(entry, inputs)
             else:
                 async with asyncio.timeout(timeout_s) as scope:
-                    raw = await _invoke(entry, inputs)
+                    raw = await self._invoke(entry, inputs)
             output = _as_output(raw)
         except TimeoutError as exc:
             if timeout_s is not None and scope.expired():
@@ -193,6 +212,12 @@ class ToolRunner:
             call.name, inputs, output, duration_ms, kind is None, error, iteration, call.id, kind,
             started_at,
         )  # fmt: skip
+
+    async def _invoke(self, entry: RegisteredTool, inputs: dict[str, Any]) -> Any:
+        if self.limits is None:
+            return await _invoke(entry, inputs)
+        async with self.limits.slot(entry.spec.name):
+            return await _invoke(entry, inputs)
 
 
 async def _invoke(entry: RegisteredTool, inputs: dict[str, Any]) -> Any:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from typing import Any
 
 from cleveragents.tool._run_state import RunState
+from cleveragents.tool.budget import RunBudget
 from cleveragents.tool.context import ToolActorContext
 from cleveragents.tool.errors import LLMCallError
 from cleveragents.tool.events import (
@@ -31,12 +32,15 @@ from cleveragents.tool.events import (
     ToolCallCompleted,
     ToolCallStarted,
 )
+from cleveragents.tool.governance import CallGate
 from cleveragents.tool.llm import LLMCaller
 from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, Role, ToolCall
+from cleveragents.tool.policy import Approver, AutomationProfile
 from cleveragents.tool.records import StopReason, ToolCallRecord, ToolCallRunResult
 from cleveragents.tool.registry import ToolRegistry
 from cleveragents.tool.router import ToolCallRouter, route_call
 from cleveragents.tool.runner import ToolRunner
+from cleveragents.tool.spec import ToolSpec
 
 __all__ = ["DEFAULT_MAX_ITERATIONS", "ToolCallingRuntime"]
 
@@ -55,6 +59,9 @@ class ToolCallingRuntime:
 
     ``parallel_tool_calls`` runs the calls of one LLM response concurrently (their records
     keep the order the model asked for them); ``system_prompt`` opens every conversation.
+    ``profile`` (an :class:`AutomationProfile`) decides which tools run freely, which need
+    ``approver``'s approval (waiting at most ``approval_timeout_s``) and which are not even
+    offered; ``budget`` adds limits beyond ``max_iterations``.
     """
 
     def __init__(
@@ -67,6 +74,10 @@ class ToolCallingRuntime:
         *,
         parallel_tool_calls: bool = True,
         system_prompt: str | None = None,
+        profile: AutomationProfile | None = None,
+        approver: Approver | None = None,
+        approval_timeout_s: float = 300.0,
+        budget: RunBudget | None = None,
     ) -> None:
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
@@ -87,6 +98,10 @@ class ToolCallingRuntime:
         self.router = router
         self.parallel_tool_calls = parallel_tool_calls
         self.system_prompt = system_prompt
+        self.profile = profile
+        self.approver = approver
+        self.approval_timeout_s = approval_timeout_s
+        self.budget = budget if budget is not None else RunBudget()
         self._llm_is_async = inspect.iscoroutinefunction(llm_caller.call)
 
     # -- public entry points ---------------------------------------------------------------
@@ -176,6 +191,11 @@ class ToolCallingRuntime:
     ) -> ToolCallRunResult:
         state = RunState(run_id, context if context is not None else ToolActorContext())
         specs = self.registry.specs()
+        if self.profile is not None:
+            state.gate = CallGate(
+                self.profile, self.approver, emit, timeout_s=self.approval_timeout_s
+            )
+            specs = state.gate.offered(specs)
         tools = (
             self.router.tool_schemas(specs)
             if self.router is not None
@@ -222,8 +242,10 @@ class ToolCallingRuntime:
         self, state: RunState, tools: Sequence[Mapping[str, Any]], emit: EventSink
     ) -> ToolCallRunResult:
         route = self.router.route if self.router is not None else route_call
+        budget = self.budget
         loop = asyncio.get_running_loop()
         next_yield = loop.time() + _YIELD_EVERY_S
+        stop = StopReason.MAX_ITERATIONS
         for iteration in range(1, self.max_iterations + 1):
             emit(IterationStarted(iteration))
             response = await self._call_llm(state, tools, iteration)
@@ -234,13 +256,45 @@ class ToolCallingRuntime:
                 return state.result(StopReason.FINAL_ANSWER, content=response.content)
             calls = [route(call) for call in response.tool_calls]
             state.messages.append(Message(Role.ASSISTANT, response.content, calls))
-            await self._run_batch(state, calls, iteration, emit)
+            allowed = len(calls)
+            if budget.max_total_tokens is not None and (
+                state.usage.total_tokens >= budget.max_total_tokens
+            ):
+                stop, allowed = StopReason.TOKEN_BUDGET, 0
+            elif budget.max_tool_calls is not None:
+                remaining = budget.max_tool_calls - state.tool_calls
+                if remaining < len(calls):
+                    stop, allowed = StopReason.TOOL_CALL_BUDGET, max(remaining, 0)
+            await self._run_batch(state, calls, iteration, emit, allowed)
+            if allowed < len(calls):
+                break
             # Let other tasks run even when neither the LLM nor the tools ever suspend: a
             # scripted run must not hold the event loop (and its watchers) for its whole life.
             if loop.time() >= next_yield:
                 await asyncio.sleep(0)
                 next_yield = loop.time() + _YIELD_EVERY_S
-        return state.result(StopReason.MAX_ITERATIONS)
+        if budget.summarize_on_stop:
+            return await self._summarize(state, stop, emit)
+        return state.result(stop)
+
+    async def _summarize(
+        self, state: RunState, stop: StopReason, emit: EventSink
+    ) -> ToolCallRunResult:
+        """One last LLM call, without tools, so the model can sum up what it has."""
+        iteration = state.iterations + 1
+        state.messages.append(
+            Message(
+                Role.USER,
+                f"The run has stopped ({stop.value.replace('_', ' ')}); no more tools can be "
+                "called. Summarise what you found and what is left to do.",
+            )
+        )
+        emit(IterationStarted(iteration))
+        response = await self._call_llm(state, (), iteration)
+        state.iterations = iteration
+        state.add_response(response)
+        emit(LLMResponded(iteration, response.content, (), response.usage))
+        return state.result(stop, content=response.content)
 
     async def _call_llm(
         self, state: RunState, tools: Sequence[Mapping[str, Any]], iteration: int
@@ -273,30 +327,56 @@ class ToolCallingRuntime:
         return response  # type: ignore[no-any-return]
 
     async def _run_batch(
-        self, state: RunState, calls: Sequence[ToolCall], iteration: int, emit: EventSink
+        self,
+        state: RunState,
+        calls: Sequence[ToolCall],
+        iteration: int,
+        emit: EventSink,
+        allowed: int,
     ) -> None:
+        """Run one response's calls; those from index ``allowed`` on are over budget."""
         state.start_batch(calls, iteration)
-        if len(calls) == 1 or not self.parallel_tool_calls:
+        cap = self.budget.max_concurrent_tool_calls
+        if len(calls) == 1 or not self.parallel_tool_calls or cap == 1:
             for index in range(len(calls)):
-                await self._run_call(state, index, emit)
+                await self._run_call(state, index, emit, index >= allowed)
         else:
+            limit = asyncio.Semaphore(cap) if cap is not None else None
             state.tasks = [
-                asyncio.create_task(self._run_call(state, index, emit))
+                asyncio.create_task(self._run_call(state, index, emit, index >= allowed, limit))
                 for index in range(len(calls))
             ]
             await asyncio.gather(*state.tasks)
         self._finish_batch(state)
 
-    async def _run_call(self, state: RunState, index: int, emit: EventSink) -> None:
+    async def _run_call(
+        self,
+        state: RunState,
+        index: int,
+        emit: EventSink,
+        over_budget: bool = False,
+        limit: asyncio.Semaphore | None = None,
+    ) -> None:
         call = state.batch_calls[index]
 
         def started(call: ToolCall, inputs: Mapping[str, Any]) -> None:
             state.mark_started(index, inputs)
             emit(ToolCallStarted(call.id, call.name, inputs, state.batch_iteration))
 
-        record = await self.runner.run(
-            call, iteration=state.batch_iteration, context=state.context, on_started=started
-        )
+        gate = _over_budget if over_budget else state.gate
+        if limit is None:
+            record = await self.runner.run(
+                call, iteration=state.batch_iteration, context=state.context,
+                on_started=started, gate=gate,
+            )  # fmt: skip
+        else:
+            async with limit:
+                record = await self.runner.run(
+                    call, iteration=state.batch_iteration, context=state.context,
+                    on_started=started, gate=gate,
+                )  # fmt: skip
+        if not over_budget:
+            state.tool_calls += 1
         state.batch_records[index] = record
         emit(ToolCallCompleted(record))
 
@@ -363,6 +443,12 @@ class _EventChannel:
 
 
 _encode = json.JSONEncoder(ensure_ascii=False).encode
+
+
+async def _over_budget(
+    call: ToolCall, inputs: Mapping[str, Any], spec: ToolSpec, iteration: int
+) -> str:
+    return "not run: the run's tool-call budget is used up"
 
 
 def _result_text(record: ToolCallRecord) -> str:

@@ -19,12 +19,17 @@ RESERVED_INPUT_KEYS = frozenset({"sandbox_root", "resource_bindings"})
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """A tool as the model sees it, plus its execution timeout in seconds (``None``: default)."""
+    """A tool as the model sees it, plus its execution timeout in seconds (``None``: default).
+
+    ``side_effects`` marks tools that change something (files, services, money): automation
+    profiles can ask before running them, or forbid them.
+    """
 
     name: str
     description: str = ""
     input_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
     timeout_s: float | None = None
+    side_effects: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not TOOL_NAME_PATTERN.fullmatch(self.name):
