@@ -4,12 +4,13 @@
 from cleveragents.client.aio import AsyncSidecarClient
 from cleveragents.client.errors import RunFailedError, SidecarRpcError
 from cleveragents.client.sync import SidecarClient
-from cleveragents.client.types import RunInfo, StreamedEvent
+from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 
 __all__ = [
     "AsyncSidecarClient",
     "RunFailedError",
     "RunInfo",
+    "RunSummary",
     "SidecarClient",
     "SidecarRpcError",
     "StreamedEvent",

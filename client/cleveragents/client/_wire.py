@@ -9,11 +9,15 @@ from typing import Any
 import grpc
 
 from cleveragents.client.errors import RunFailedError, SidecarRpcError
-from cleveragents.client.types import RunInfo, StreamedEvent
+from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 from cleveragents.sidecar import convert
 from cleveragents.tool import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalRequested,
     LLMRequest,
     LLMResponse,
+    RunBudget,
     ToolActorContext,
     ToolRegistry,
 )
@@ -34,6 +38,8 @@ def run_spec(
     tool_names: Sequence[str] = (),
     run_id: str = "",
     detach: bool = False,
+    budget: RunBudget | None = None,
+    max_wall_clock_s: float | None = None,
 ) -> types_pb2.RunSpec:
     """The ``RunSpec`` for these arguments."""
     spec = types_pb2.RunSpec(
@@ -48,6 +54,13 @@ def run_spec(
         spec.context.CopyFrom(convert.context_to_pb(context))
     if script is not None:
         spec.llm.script = json.dumps([_turn(t) for t in script])
+    if budget is not None:
+        spec.budget.max_tool_calls = budget.max_tool_calls or 0
+        spec.budget.max_total_tokens = budget.max_total_tokens or 0
+        spec.budget.max_concurrent_tool_calls = budget.max_concurrent_tool_calls or 0
+        spec.budget.summarize_on_stop = budget.summarize_on_stop
+    if max_wall_clock_s is not None:
+        spec.budget.max_wall_clock.CopyFrom(convert.duration(max_wall_clock_s))
     return spec
 
 
@@ -78,7 +91,7 @@ def as_registry(tools: Tools) -> ToolRegistry:
 
 
 def session_start(
-    spec: types_pb2.RunSpec, registry: ToolRegistry, client_llm: bool
+    spec: types_pb2.RunSpec, registry: ToolRegistry, client_llm: bool, approvals: bool = False
 ) -> session_pb2.SessionRequest:
     """The first message of a session."""
     return session_pb2.SessionRequest(
@@ -86,7 +99,48 @@ def session_start(
             spec=spec,
             tools=[convert.spec_to_pb(s) for s in registry.specs()],
             client_llm=client_llm,
+            handles_approvals=approvals,
         )
+    )
+
+
+#: Decides an approval request in a session: ``True``/``False``, or an ``ApprovalDecision``
+#: (for a reason), returned directly or awaited.
+SessionApprover = Callable[[ApprovalRequest], Any]
+
+
+def approval_request(event: ApprovalRequested) -> ApprovalRequest:
+    """The request an ``approval_requested`` event stands for."""
+    return ApprovalRequest(
+        event.call_id, event.tool_name, event.inputs, event.iteration, event.reason
+    )
+
+
+def approval_answer(call_id: str, answer: Any) -> session_pb2.SessionRequest:
+    """An ``approval_decision`` message from an approver's answer (anything else: deny)."""
+    if isinstance(answer, ApprovalDecision):
+        approved, reason = answer.approved, answer.reason
+    else:
+        approved, reason = answer is True, ""
+    return session_pb2.SessionRequest(
+        approval_decision=session_pb2.ApprovalDecision(
+            call_id=call_id, approved=approved, reason=reason
+        )
+    )
+
+
+def summary(pb: service_pb2.RunSummary) -> RunSummary:
+    """A ``RunSummary`` message as the client's dataclass."""
+    return RunSummary(
+        run_id=pb.run_id,
+        state=state_name(pb.state),
+        stop_reason=convert.stop_reason_from_pb(pb.stop_reason),
+        last_sequence=pb.last_sequence,
+        started_at=convert.seconds_of(pb.started_at),
+        finished_at=convert.seconds_of(pb.finished_at) if pb.HasField("finished_at") else None,
+        iterations=pb.iterations,
+        tool_calls=pb.tool_calls,
+        prompt=pb.prompt,
     )
 
 

@@ -12,11 +12,14 @@ import grpc
 from cleveragents.client import _wire
 from cleveragents.client._wire import Script, Tools
 from cleveragents.client.errors import SidecarRpcError
-from cleveragents.client.types import RunInfo, StreamedEvent
+from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 from cleveragents.sidecar import convert
 from cleveragents.tool import (
+    ApprovalDecision,
+    ApprovalRequested,
     LLMCaller,
     LLMResponse,
+    RunBudget,
     ToolActorContext,
     ToolCallRunResult,
     ToolRunner,
@@ -82,6 +85,8 @@ class AsyncSidecarClient:
         script: Script | None = None,
         tool_names: Sequence[str] = (),
         run_id: str = "",
+        budget: RunBudget | None = None,
+        max_wall_clock_s: float | None = None,
         detach: bool = False,
         timeout: float | None = None,
     ) -> ToolCallRunResult:
@@ -89,6 +94,7 @@ class AsyncSidecarClient:
         spec = _wire.run_spec(
             prompt, context=context, max_iterations=max_iterations, profile=profile,
             model=model, script=script, tool_names=tool_names, run_id=run_id, detach=detach,
+            budget=budget, max_wall_clock_s=max_wall_clock_s,
         )  # fmt: skip
         try:
             response = await self._stub.RunToolLoop(
@@ -111,6 +117,8 @@ class AsyncSidecarClient:
         script: Script | None = None,
         tool_names: Sequence[str] = (),
         run_id: str = "",
+        budget: RunBudget | None = None,
+        max_wall_clock_s: float | None = None,
         detach: bool = False,
         timeout: float | None = None,
     ) -> AsyncGenerator[StreamedEvent, None]:
@@ -118,6 +126,7 @@ class AsyncSidecarClient:
         spec = _wire.run_spec(
             prompt, context=context, max_iterations=max_iterations, profile=profile,
             model=model, script=script, tool_names=tool_names, run_id=run_id, detach=detach,
+            budget=budget, max_wall_clock_s=max_wall_clock_s,
         )  # fmt: skip
         call = self._stub.StreamToolLoop(
             service_pb2.StreamToolLoopRequest(spec=spec), metadata=self._metadata, timeout=timeout
@@ -166,12 +175,35 @@ class AsyncSidecarClient:
             raise SidecarRpcError.from_rpc_error(exc) from None
         return [convert.spec_from_pb(t) for t in response.tools]
 
+    async def decide_approval(
+        self, run_id: str, call_id: str, *, approved: bool, reason: str = ""
+    ) -> None:
+        """Approve or deny a tool call of ``run_id`` that waits for approval."""
+        request = service_pb2.DecideApprovalRequest(
+            run_id=run_id, call_id=call_id, approved=approved, reason=reason
+        )
+        try:
+            await self._stub.DecideApproval(request, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise SidecarRpcError.from_rpc_error(exc) from None
+
+    async def list_runs(self, *, limit: int = 100) -> list[RunSummary]:
+        """Live runs and the finished runs the sidecar keeps, newest first."""
+        try:
+            response = await self._stub.ListRuns(
+                service_pb2.ListRunsRequest(limit=limit), metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            raise SidecarRpcError.from_rpc_error(exc) from None
+        return [_wire.summary(s) for s in response.runs]
+
     async def session(
         self,
         prompt: str,
         *,
         tools: Tools = (),
         llm: LLMCaller | None = None,
+        approver: _wire.SessionApprover | None = None,
         context: ToolActorContext | None = None,
         max_iterations: int = 0,
         profile: str = "",
@@ -179,19 +211,23 @@ class AsyncSidecarClient:
         script: Script | None = None,
         tool_names: Sequence[str] = (),
         run_id: str = "",
+        budget: RunBudget | None = None,
+        max_wall_clock_s: float | None = None,
         timeout: float | None = None,
     ) -> AsyncGenerator[StreamedEvent, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
 
         ``tools`` is a ``ToolRegistry`` or plain functions; the sidecar calls them back over
-        the stream, concurrently when the model asks for several at once. Yields every event.
-        Leaving the iteration early cancels the run.
+        the stream, concurrently when the model asks for several at once. ``approver``
+        decides the run's approval requests (``True``/``False`` or an ``ApprovalDecision``,
+        directly or awaited). Yields every event. Leaving the iteration early cancels the run.
         """
         registry = _wire.as_registry(tools)
         runner = ToolRunner(registry)
         spec = _wire.run_spec(
             prompt, context=context, max_iterations=max_iterations, profile=profile,
             model=model, script=script, tool_names=tool_names, run_id=run_id,
+            budget=budget, max_wall_clock_s=max_wall_clock_s,
         )  # fmt: skip
         call = self._stub.Session(metadata=self._metadata, timeout=timeout)
         lock = asyncio.Lock()
@@ -223,17 +259,30 @@ class AsyncSidecarClient:
             else:
                 await send(_wire.llm_answer(invocation.request_id, response, None))
 
+        async def answer_approval(event: ApprovalRequested) -> None:
+            assert approver is not None
+            try:
+                answer = approver(_wire.approval_request(event))
+                if inspect.isawaitable(answer):
+                    answer = await answer
+            except Exception as exc:
+                answer = ApprovalDecision(False, f"the approver failed: {_wire.describe(exc)}")
+            await send(_wire.approval_answer(event.call_id, answer))
+
         def spawn(coro: Any) -> None:
             task = asyncio.create_task(coro)
             pending.add(task)
             task.add_done_callback(pending.discard)
 
         try:
-            await send(_wire.session_start(spec, registry, llm is not None))
+            await send(_wire.session_start(spec, registry, llm is not None, approver is not None))
             async for response in call:
                 kind = response.WhichOneof("kind")
                 if kind == "event":
-                    yield _wire.streamed(response.event)
+                    streamed = _wire.streamed(response.event)
+                    if approver is not None and isinstance(streamed.event, ApprovalRequested):
+                        spawn(answer_approval(streamed.event))
+                    yield streamed
                 elif kind == "tool_invocation":
                     spawn(answer_tool(response.tool_invocation))
                 elif kind == "llm_invocation" and llm is not None:

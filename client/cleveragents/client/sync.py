@@ -13,11 +13,14 @@ import grpc
 from cleveragents.client import _wire
 from cleveragents.client._wire import Script, Tools
 from cleveragents.client.errors import SidecarRpcError
-from cleveragents.client.types import RunInfo, StreamedEvent
+from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 from cleveragents.sidecar import convert
 from cleveragents.tool import (
+    ApprovalDecision,
+    ApprovalRequested,
     LLMCaller,
     LLMResponse,
+    RunBudget,
     ToolActorContext,
     ToolCallRunResult,
     ToolRunner,
@@ -82,6 +85,8 @@ class SidecarClient:
         script: Script | None = None,
         tool_names: Sequence[str] = (),
         run_id: str = "",
+        budget: RunBudget | None = None,
+        max_wall_clock_s: float | None = None,
         detach: bool = False,
         timeout: float | None = None,
     ) -> ToolCallRunResult:
@@ -89,6 +94,7 @@ class SidecarClient:
         spec = _wire.run_spec(
             prompt, context=context, max_iterations=max_iterations, profile=profile,
             model=model, script=script, tool_names=tool_names, run_id=run_id, detach=detach,
+            budget=budget, max_wall_clock_s=max_wall_clock_s,
         )  # fmt: skip
         try:
             response = self._stub.RunToolLoop(
@@ -109,6 +115,8 @@ class SidecarClient:
         script: Script | None = None,
         tool_names: Sequence[str] = (),
         run_id: str = "",
+        budget: RunBudget | None = None,
+        max_wall_clock_s: float | None = None,
         detach: bool = False,
         timeout: float | None = None,
     ) -> Generator[StreamedEvent, None, None]:
@@ -116,6 +124,7 @@ class SidecarClient:
         spec = _wire.run_spec(
             prompt, context=context, max_iterations=max_iterations, profile=profile,
             model=model, script=script, tool_names=tool_names, run_id=run_id, detach=detach,
+            budget=budget, max_wall_clock_s=max_wall_clock_s,
         )  # fmt: skip
         call = self._stub.StreamToolLoop(
             service_pb2.StreamToolLoopRequest(spec=spec), metadata=self._metadata, timeout=timeout
@@ -160,12 +169,35 @@ class SidecarClient:
             raise SidecarRpcError.from_rpc_error(exc) from None
         return [convert.spec_from_pb(t) for t in response.tools]
 
+    def decide_approval(
+        self, run_id: str, call_id: str, *, approved: bool, reason: str = ""
+    ) -> None:
+        """Approve or deny a tool call of ``run_id`` that waits for approval."""
+        request = service_pb2.DecideApprovalRequest(
+            run_id=run_id, call_id=call_id, approved=approved, reason=reason
+        )
+        try:
+            self._stub.DecideApproval(request, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise SidecarRpcError.from_rpc_error(exc) from None
+
+    def list_runs(self, *, limit: int = 100) -> list[RunSummary]:
+        """Live runs and the finished runs the sidecar keeps, newest first."""
+        try:
+            response = self._stub.ListRuns(
+                service_pb2.ListRunsRequest(limit=limit), metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            raise SidecarRpcError.from_rpc_error(exc) from None
+        return [_wire.summary(s) for s in response.runs]
+
     def session(
         self,
         prompt: str,
         *,
         tools: Tools = (),
         llm: LLMCaller | None = None,
+        approver: _wire.SessionApprover | None = None,
         context: ToolActorContext | None = None,
         max_iterations: int = 0,
         profile: str = "",
@@ -173,6 +205,8 @@ class SidecarClient:
         script: Script | None = None,
         tool_names: Sequence[str] = (),
         run_id: str = "",
+        budget: RunBudget | None = None,
+        max_wall_clock_s: float | None = None,
         timeout: float | None = None,
     ) -> Generator[StreamedEvent, None, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
@@ -184,16 +218,17 @@ class SidecarClient:
         spec = _wire.run_spec(
             prompt, context=context, max_iterations=max_iterations, profile=profile,
             model=model, script=script, tool_names=tool_names, run_id=run_id,
+            budget=budget, max_wall_clock_s=max_wall_clock_s,
         )  # fmt: skip
         outgoing: queue.SimpleQueue[session_pb2.SessionRequest | None] = queue.SimpleQueue()
-        outgoing.put(_wire.session_start(spec, registry, llm is not None))
+        outgoing.put(_wire.session_start(spec, registry, llm is not None, approver is not None))
 
         def requests() -> Iterator[session_pb2.SessionRequest]:
             while (message := outgoing.get()) is not None:
                 yield message
 
         call = self._stub.Session(requests(), metadata=self._metadata, timeout=timeout)
-        return self._session(call, outgoing, ToolRunner(registry), llm)
+        return self._session(call, outgoing, ToolRunner(registry), llm, approver)
 
     def _session(
         self,
@@ -201,13 +236,17 @@ class SidecarClient:
         outgoing: queue.SimpleQueue[session_pb2.SessionRequest | None],
         runner: ToolRunner,
         llm: LLMCaller | None,
+        approver: _wire.SessionApprover | None,
     ) -> Generator[StreamedEvent, None, None]:
         loop = asyncio.new_event_loop()
         try:
             for response in call:
                 kind = response.WhichOneof("kind")
                 if kind == "event":
-                    yield _wire.streamed(response.event)
+                    streamed = _wire.streamed(response.event)
+                    if approver is not None and isinstance(streamed.event, ApprovalRequested):
+                        outgoing.put(_answer_approval(loop, approver, streamed.event))
+                    yield streamed
                 elif kind == "tool_invocation":
                     outgoing.put(_answer_tool(loop, runner, response.tool_invocation))
                 elif kind == "llm_invocation" and llm is not None:
@@ -252,3 +291,15 @@ def _answer_llm(
     except Exception as exc:
         return _wire.llm_answer(invocation.request_id, None, _wire.describe(exc))
     return _wire.llm_answer(invocation.request_id, response, None)
+
+
+def _answer_approval(
+    loop: asyncio.AbstractEventLoop, approver: _wire.SessionApprover, event: ApprovalRequested
+) -> session_pb2.SessionRequest:
+    try:
+        answer = approver(_wire.approval_request(event))
+        if inspect.isawaitable(answer):
+            answer = loop.run_until_complete(answer)
+    except Exception as exc:
+        answer = ApprovalDecision(False, f"the approver failed: {_wire.describe(exc)}")
+    return _wire.approval_answer(event.call_id, answer)

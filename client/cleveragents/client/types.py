@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cleveragents.tool import RunEvent, ToolCallRunResult
+from cleveragents.tool import RunEvent, StopReason, ToolCallRunResult
 
-__all__ = ["RunInfo", "StreamedEvent"]
+__all__ = ["RunInfo", "RunSummary", "StreamedEvent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,3 +28,18 @@ class RunInfo:
     state: str
     last_sequence: int
     result: ToolCallRunResult | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """One run as ``list_runs`` reports it; times are Unix seconds."""
+
+    run_id: str
+    state: str
+    stop_reason: StopReason | None
+    last_sequence: int
+    started_at: float
+    finished_at: float | None
+    iterations: int
+    tool_calls: int
+    prompt: str

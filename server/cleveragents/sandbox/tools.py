@@ -80,7 +80,7 @@ def file_tools() -> ToolRegistry:
         data = _read(_sandbox(sandbox_root), path, MAX_READ_BYTES)
         return {"path": path, "content": data.decode("utf-8", "replace"), "bytes": len(data)}
 
-    @registry.tool
+    @registry.tool(side_effects=True)
     def write_file(
         path: str, content: str, create_dirs: bool = True, sandbox_root: str | None = None
     ) -> dict[str, object]:
@@ -95,7 +95,7 @@ def file_tools() -> ToolRegistry:
         _write(_sandbox(sandbox_root), path, data, create_dirs=create_dirs)
         return {"path": path, "bytes": len(data)}
 
-    @registry.tool
+    @registry.tool(side_effects=True)
     def edit_file(
         path: str,
         old_text: str,
@@ -170,7 +170,7 @@ def file_tools() -> ToolRegistry:
                         return {"matches": matches, "truncated": True}
         return {"matches": matches, "truncated": False}
 
-    @registry.tool
+    @registry.tool(side_effects=True)
     def make_dir(path: str, sandbox_root: str | None = None) -> dict[str, object]:
         """Create a directory (and its missing parents) in the sandbox.
 

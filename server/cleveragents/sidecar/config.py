@@ -15,7 +15,8 @@ from typing import Any
 
 from cleveragents.providers import RESERVED_PARAMS
 from cleveragents.sidecar.errors import ConfigError
-from cleveragents.tool import response_from_dict
+from cleveragents.sidecar.governance_config import parse_automation_profiles, parse_tool_limits
+from cleveragents.tool import BUILTIN_PROFILES, AutomationProfile, ToolLimit, response_from_dict
 
 __all__ = ["ENV_PREFIX", "ProfileConfig", "SidecarConfig", "load_config"]
 
@@ -94,6 +95,11 @@ class SidecarConfig:
     default_profile: str = "scripted"
     profiles: Mapping[str, ProfileConfig] = field(default_factory=dict)
     event_store: str = ""
+    default_automation_profile: str = "supervised"
+    approval_timeout_s: float = 300.0
+    approve_on_timeout: bool = False
+    automation_profiles: Mapping[str, AutomationProfile] = field(default_factory=dict)
+    tool_limits: Mapping[str, ToolLimit] = field(default_factory=dict)
     metrics_listen: str = ""
     tracing: bool = False
     auth_token_env: str = ""
@@ -121,8 +127,21 @@ class SidecarConfig:
             raise ConfigError(
                 "tls_client_ca_file (mutual TLS) needs tls_cert_file and tls_key_file"
             )
+        if self.default_automation_profile not in self.all_automation_profiles():
+            raise ConfigError(
+                f"default_automation_profile {self.default_automation_profile!r} is not a known "
+                "automation profile"
+            )
+        if self.approval_timeout_s <= 0:
+            raise ConfigError("approval_timeout_s must be a positive number of seconds")
         if self.auth_token_env and self.auth_token_file:
             raise ConfigError("set auth_token_env or auth_token_file, not both")
+
+    def all_automation_profiles(self) -> dict[str, AutomationProfile]:
+        """The built-in automation profiles plus the configured ones (which may replace them)."""
+        profiles = dict(BUILTIN_PROFILES)
+        profiles.update(self.automation_profiles)
+        return profiles
 
     def all_profiles(self) -> dict[str, ProfileConfig]:
         """Configured profiles plus the embedded ``scripted`` and ``client`` ones."""
@@ -137,7 +156,7 @@ class SidecarConfig:
 _SCALARS = {
     f.name: f
     for f in dataclasses.fields(SidecarConfig)
-    if f.name not in ("profiles", "tool_modules")
+    if f.name not in ("profiles", "tool_modules", "automation_profiles", "tool_limits")
 }
 
 
@@ -195,6 +214,10 @@ def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
     for key, value in raw.items():
         if key == "profiles":
             kwargs["profiles"] = _profiles(value, base)
+        elif key == "automation_profiles":
+            kwargs[key] = parse_automation_profiles(value)
+        elif key == "tool_limits":
+            kwargs[key] = parse_tool_limits(value)
         elif key == "tool_modules":
             if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
                 raise ConfigError("tool_modules must be a list of 'module:attribute' strings")

@@ -14,11 +14,14 @@ from typing import Any
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from cleveragents.tool import (
+    ApprovalDecided,
+    ApprovalRequested,
     ErrorKind,
     IterationStarted,
     LLMResponded,
     Message,
     Role,
+    RunBudget,
     RunCancelled,
     RunCompleted,
     RunEvent,
@@ -38,6 +41,7 @@ from cleveragents.tool.router import parse_call
 from cleveragents.toolruntime.v1 import events_pb2, types_pb2
 
 __all__ = [
+    "budget_from_pb",
     "call_from_pb",
     "call_to_pb",
     "context_from_pb",
@@ -57,6 +61,7 @@ __all__ = [
     "seconds_of",
     "spec_from_pb",
     "spec_to_pb",
+    "stop_reason_from_pb",
     "timestamp",
     "usage_from_pb",
     "usage_to_pb",
@@ -78,6 +83,8 @@ _STOP_REASONS: dict[StopReason, types_pb2.StopReason.ValueType] = {
     StopReason.CANCELLED: types_pb2.STOP_REASON_CANCELLED,
     StopReason.DEADLINE: types_pb2.STOP_REASON_DEADLINE,
     StopReason.ERROR: types_pb2.STOP_REASON_ERROR,
+    StopReason.TOOL_CALL_BUDGET: types_pb2.STOP_REASON_TOOL_CALL_BUDGET,
+    StopReason.TOKEN_BUDGET: types_pb2.STOP_REASON_TOKEN_BUDGET,
 }
 _STOP_REASONS_BACK = {v: k for k, v in _STOP_REASONS.items()}
 _ROLES: dict[Role, types_pb2.Role.ValueType] = {
@@ -157,7 +164,10 @@ def usage_from_pb(pb: types_pb2.Usage) -> Usage:
 def spec_to_pb(spec: ToolSpec) -> types_pb2.ToolSpec:
     """A tool spec as protobuf, its schema as JSON text."""
     pb = types_pb2.ToolSpec(
-        name=spec.name, description=spec.description, input_schema=dumps(dict(spec.input_schema))
+        name=spec.name,
+        description=spec.description,
+        input_schema=dumps(dict(spec.input_schema)),
+        side_effects=spec.side_effects,
     )
     if spec.timeout_s is not None:
         pb.timeout.CopyFrom(duration(spec.timeout_s))
@@ -174,7 +184,7 @@ def spec_from_pb(pb: types_pb2.ToolSpec) -> ToolSpec:
         timeout_s = pb.timeout.ToNanoseconds() / 1e9
         if timeout_s <= 0:
             raise ValueError(f"tools[{pb.name}].timeout must be positive")
-    return ToolSpec(pb.name, pb.description, schema, timeout_s)
+    return ToolSpec(pb.name, pb.description, schema, timeout_s, pb.side_effects)
 
 
 def call_to_pb(call: ToolCall) -> types_pb2.ToolCall:
@@ -256,6 +266,11 @@ def result_to_pb(result: ToolCallRunResult) -> types_pb2.ToolCallRunResult:
     )
 
 
+def stop_reason_from_pb(value: types_pb2.StopReason.ValueType) -> StopReason | None:
+    """A stop reason from protobuf (``None`` for unspecified)."""
+    return _STOP_REASONS_BACK.get(value)
+
+
 def result_from_pb(pb: types_pb2.ToolCallRunResult) -> ToolCallRunResult:
     """A run result from protobuf."""
     return ToolCallRunResult(
@@ -295,6 +310,26 @@ def context_to_pb(context: ToolActorContext) -> types_pb2.ToolActorContext:
     )
 
 
+def budget_from_pb(pb: types_pb2.RunBudget) -> tuple[RunBudget, float | None]:
+    """The core budget and the wall-clock budget in seconds (``None``: none) of a spec.
+
+    ``ValueError`` for negative limits.
+    """
+    for name in ("max_tool_calls", "max_total_tokens", "max_concurrent_tool_calls"):
+        if getattr(pb, name) < 0:
+            raise ValueError(f"spec.budget.{name} must not be negative")
+    wall_clock = pb.max_wall_clock.ToNanoseconds() / 1e9 if pb.HasField("max_wall_clock") else 0
+    if wall_clock < 0:
+        raise ValueError("spec.budget.max_wall_clock must not be negative")
+    budget = RunBudget(
+        max_tool_calls=pb.max_tool_calls or None,
+        max_total_tokens=pb.max_total_tokens or None,
+        max_concurrent_tool_calls=pb.max_concurrent_tool_calls or None,
+        summarize_on_stop=pb.summarize_on_stop,
+    )
+    return budget, wall_clock or None
+
+
 # -- events ----------------------------------------------------------------------------------
 
 
@@ -328,6 +363,16 @@ def event_to_pb(event: RunEvent, run_event: events_pb2.RunEvent, *, failure_code
     elif isinstance(event, RunCancelled):
         run_event.run_cancelled.reason = event.reason
         run_event.run_cancelled.result.CopyFrom(result_to_pb(event.result))
+    elif isinstance(event, ApprovalRequested):
+        asked = run_event.approval_requested
+        asked.call_id, asked.tool_name = event.call_id, event.tool_name
+        asked.inputs, asked.iteration = dumps(event.inputs), event.iteration
+        asked.reason = event.reason
+    elif isinstance(event, ApprovalDecided):
+        decided = run_event.approval_decided
+        decided.call_id, decided.approved = event.call_id, event.approved
+        decided.reason, decided.decided_by = event.reason, event.by
+        decided.iteration = event.iteration
     else:  # pragma: no cover - RunStarted is built by the run manager
         raise TypeError(f"cannot convert {type(event).__name__} here")
 
@@ -360,4 +405,12 @@ def event_from_pb(pb: events_pb2.RunEvent) -> RunEvent:
     if kind == "run_cancelled":
         c = pb.run_cancelled
         return RunCancelled(c.reason, result_from_pb(c.result))
+    if kind == "approval_requested":
+        a = pb.approval_requested
+        return ApprovalRequested(
+            a.call_id, a.tool_name, parse_json_object(a.inputs, "inputs"), a.iteration, a.reason
+        )
+    if kind == "approval_decided":
+        d = pb.approval_decided
+        return ApprovalDecided(d.call_id, d.approved, d.reason, d.decided_by, d.iteration)
     raise ValueError(f"RunEvent {pb.sequence} has no payload")

@@ -19,11 +19,13 @@ import structlog
 
 from cleveragents.providers import ProviderError
 from cleveragents.sidecar import convert
+from cleveragents.sidecar.approvals import ApprovalBroker
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.store import EventStore, MemoryEventStore, StoredRun
 from cleveragents.sidecar.streams import Listener, Subscriber, frame, unframe
 from cleveragents.tool import (
     LLMCallError,
+    LLMResponded,
     RunCancelled,
     RunCompleted,
     RunEvent,
@@ -31,6 +33,7 @@ from cleveragents.tool import (
     RunStarted,
     StopReason,
     ToolActorContext,
+    ToolCallCompleted,
     ToolCallingRuntime,
     ToolCallRunResult,
 )
@@ -76,11 +79,13 @@ class Run:
     __slots__ = (
         "_done",
         "_terminal",
+        "approvals",
         "detach",
         "ended",
         "failure",
         "finished_at",
         "frames",
+        "iterations",
         "listeners",
         "log",
         "observers",
@@ -92,6 +97,7 @@ class Run:
         "stats",
         "store",
         "task",
+        "tool_calls",
     )
 
     def __init__(
@@ -117,6 +123,9 @@ class Run:
         self.failure: tuple[grpc.StatusCode, str] | None = None
         self.finished_at: float | None = None
         self.task: asyncio.Task[None] | None = None
+        self.approvals: ApprovalBroker | None = None
+        self.iterations = 0
+        self.tool_calls = 0
         self._terminal: _Terminal | None = None
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.log = log.bind(run_id=run_id)
@@ -160,6 +169,10 @@ class Run:
         if isinstance(event, RunFailed):
             code = _failure_code(event)
         convert.event_to_pb(event, pb, failure_code=code.value[0])
+        if isinstance(event, ToolCallCompleted):
+            self.tool_calls += 1
+        elif isinstance(event, LLMResponded):
+            self.iterations = event.iteration
         for observer in self.observers:
             observer.run_event(self, event)
         if isinstance(event, RunCompleted | RunFailed | RunCancelled):

@@ -14,15 +14,18 @@ import grpc
 import structlog
 
 from cleveragents.sidecar import convert
+from cleveragents.sidecar.approvals import ApprovalBroker
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.profiles import resolve_llm
 from cleveragents.sidecar.runs import FAILED, Run, RunManager
 from cleveragents.sidecar.session import ClientLLMCaller, SessionChannel
-from cleveragents.sidecar.streams import Listener, Subscriber
+from cleveragents.sidecar.streams import Listener, Subscriber, unframe
 from cleveragents.tool import (
     DEFAULT_MAX_ITERATIONS,
+    AutomationProfile,
     ToolCallingRuntime,
+    ToolLimits,
     ToolRegistry,
     ToolRunner,
     ToolSpec,
@@ -44,6 +47,7 @@ class ToolRuntimeService:
         self.config = config
         self.registry = registry
         self.manager = manager
+        self.limits = ToolLimits(config.tool_limits) if config.tool_limits else None
 
     # -- unary -----------------------------------------------------------------------------
 
@@ -91,6 +95,29 @@ class ToolRuntimeService:
         return service_pb2.ListToolsResponse(
             tools=[convert.spec_to_pb(s) for s in self.registry.specs()]
         )
+
+    async def DecideApproval(
+        self,
+        request: service_pb2.DecideApprovalRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> service_pb2.DecideApprovalResponse:
+        run = await self._require(request.run_id, context)
+        try:
+            if run.approvals is None:
+                raise SidecarError.out_of_order(f"run {run.run_id!r} has no approvals")
+            run.approvals.decide(request.call_id, request.approved, request.reason, "rpc")
+        except SidecarError as exc:
+            await context.abort(exc.code, exc.message)
+        return service_pb2.DecideApprovalResponse()
+
+    async def ListRuns(
+        self, request: service_pb2.ListRunsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> service_pb2.ListRunsResponse:
+        if request.limit < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "limit must not be negative")
+        runs = self.manager.live_runs() + self.manager.retained_runs()
+        summaries = sorted((_summary(run) for run in runs), key=_newest_first)
+        return service_pb2.ListRunsResponse(runs=summaries[: request.limit or 100])
 
     # -- streaming -------------------------------------------------------------------------
 
@@ -207,6 +234,13 @@ class ToolRuntimeService:
                     channel.resolve_llm(message.llm_result)
                 elif kind == "cancel":
                     self.manager.cancel(run, message.cancel.reason or "cancelled by the client")
+                elif kind == "approval_decision":
+                    decision = message.approval_decision
+                    if run.approvals is None:  # pragma: no cover - every run has a broker
+                        raise SidecarError.out_of_order("this run has no approvals")
+                    run.approvals.decide(
+                        decision.call_id, decision.approved, decision.reason, "session"
+                    )
                 elif kind == "start":
                     raise SidecarError.out_of_order("the session has already started")
                 else:
@@ -251,27 +285,58 @@ class ToolRuntimeService:
             except ValueError as exc:
                 raise SidecarError.invalid(f"start.tools: {exc}") from None
             if llm is None:
-                llm = ClientLLMCaller(channel, registry.specs())
+                llm = ClientLLMCaller(channel)
         if llm is None:  # pragma: no cover - resolve_llm only returns None for client LLMs
             raise SidecarError.invalid("this RPC cannot use a client-hosted LLM")
-        runner = ToolRunner(registry, default_timeout_s=self.config.default_tool_timeout_s)
-        runtime = ToolCallingRuntime(registry, runner, llm, max_iterations, router)
+        automation = self._automation_profile(run_context.automation_profile)
+        try:
+            budget, wall_clock_s = convert.budget_from_pb(spec.budget)
+        except ValueError as exc:
+            raise SidecarError.invalid(str(exc)) from None
+        approvals = ApprovalBroker()
+        runner = ToolRunner(
+            registry, default_timeout_s=self.config.default_tool_timeout_s, limits=self.limits
+        )
+        runtime = ToolCallingRuntime(
+            registry,
+            runner,
+            llm,
+            max_iterations,
+            router,
+            profile=automation,
+            approver=approvals,
+            approval_timeout_s=self.config.approval_timeout_s,
+            approve_on_timeout=self.config.approve_on_timeout,
+            budget=budget,
+        )
         spec.max_iterations = max_iterations
         spec.llm.profile = profile.name
+        spec.context.automation_profile = automation.name
         spec.tool_names[:] = registry.names()
         metadata = {
             str(key): value
             for key, value in (context.invocation_metadata() or ())
             if isinstance(value, str)
         }
-        return self.manager.start(
-            spec,
-            runtime,
-            run_context,
-            timeout_s=context.time_remaining(),
-            listener=listener,
-            metadata=metadata,
+        deadline = context.time_remaining()
+        if wall_clock_s is not None:
+            deadline = wall_clock_s if deadline is None else min(deadline, wall_clock_s)
+        run = self.manager.start(
+            spec, runtime, run_context, timeout_s=deadline, listener=listener, metadata=metadata
         )
+        run.approvals = approvals
+        return run
+
+    def _automation_profile(self, name: str) -> AutomationProfile:
+        profiles = self.config.all_automation_profiles()
+        chosen = name or self.config.default_automation_profile
+        if chosen not in profiles:
+            known = ", ".join(sorted(profiles))
+            raise SidecarError.not_found(
+                f"unknown automation profile {chosen!r} in context.automation_profile; "
+                f"configured: {known}"
+            )
+        return profiles[chosen]
 
     def _registry_for(
         self, tool_names: Sequence[str], client_specs: Sequence[ToolSpec]
@@ -321,3 +386,27 @@ def _client_specs(tools: Sequence[types_pb2.ToolSpec]) -> list[ToolSpec]:
         seen.add(spec.name)
         specs.append(spec)
     return specs
+
+
+def _summary(run: Run) -> service_pb2.RunSummary:
+    first = unframe(run.frames[0])
+    summary = service_pb2.RunSummary(
+        run_id=run.run_id,
+        state=run.state,
+        last_sequence=run.last_sequence,
+        started_at=first.time,
+        iterations=run.iterations,
+        tool_calls=run.tool_calls,
+        prompt=run.spec.prompt[:200],
+    )
+    if run.result is not None:
+        summary.stop_reason = run.result.stop_reason
+        summary.iterations = run.result.iterations
+        summary.tool_calls = len(run.result.tool_call_history)
+    if run.finished_at is not None:
+        summary.finished_at.CopyFrom(convert.timestamp(run.finished_at))
+    return summary
+
+
+def _newest_first(summary: service_pb2.RunSummary) -> tuple[int, int]:
+    return (-summary.started_at.seconds, -summary.started_at.nanos)

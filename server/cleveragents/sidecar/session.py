@@ -135,9 +135,9 @@ class SessionChannel:
 class ClientLLMCaller:
     """An ``LLMCaller`` whose answers come from the client over the session."""
 
-    def __init__(self, channel: SessionChannel, specs: Sequence[ToolSpec]) -> None:
+    def __init__(self, channel: SessionChannel) -> None:
         self._channel = channel
-        self._tools = [convert.spec_to_pb(s) for s in specs]
+        self._tools: list[types_pb2.ToolSpec] | None = None
         self._messages: list[types_pb2.Message] = []
 
     async def call(self, request: LLMRequest) -> LLMResponse:
@@ -145,6 +145,17 @@ class ClientLLMCaller:
         # The conversation only grows: convert just the new messages.
         for message in request.messages[len(self._messages) :]:
             self._messages.append(convert.message_to_pb(message))
+        if self._tools is None or not request.tools:
+            # The tools the runtime offers (already filtered by the automation profile), in
+            # its neutral {name, description, input_schema} form; the same every iteration.
+            self._tools = [
+                types_pb2.ToolSpec(
+                    name=str(t["name"]),
+                    description=str(t.get("description", "")),
+                    input_schema=convert.dumps(dict(t.get("input_schema", {}))),
+                )
+                for t in request.tools
+            ]
         request_id = f"llm_{request.iteration}"
         future: asyncio.Future[session_pb2.LlmResult] = asyncio.get_running_loop().create_future()
         self._channel.pending_llm[request_id] = future

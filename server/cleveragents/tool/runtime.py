@@ -77,6 +77,7 @@ class ToolCallingRuntime:
         profile: AutomationProfile | None = None,
         approver: Approver | None = None,
         approval_timeout_s: float = 300.0,
+        approve_on_timeout: bool = False,
         budget: RunBudget | None = None,
     ) -> None:
         if not isinstance(registry, ToolRegistry):
@@ -101,6 +102,7 @@ class ToolCallingRuntime:
         self.profile = profile
         self.approver = approver
         self.approval_timeout_s = approval_timeout_s
+        self.approve_on_timeout = approve_on_timeout
         self.budget = budget if budget is not None else RunBudget()
         self._llm_is_async = inspect.iscoroutinefunction(llm_caller.call)
 
@@ -193,7 +195,11 @@ class ToolCallingRuntime:
         specs = self.registry.specs()
         if self.profile is not None:
             state.gate = CallGate(
-                self.profile, self.approver, emit, timeout_s=self.approval_timeout_s
+                self.profile,
+                self.approver,
+                emit,
+                timeout_s=self.approval_timeout_s,
+                on_timeout=self.approve_on_timeout,
             )
             specs = state.gate.offered(specs)
         tools = (

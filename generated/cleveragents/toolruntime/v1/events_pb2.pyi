@@ -40,6 +40,8 @@ class RunEvent(_message.Message):
     RUN_COMPLETED_FIELD_NUMBER: _builtins.int
     RUN_FAILED_FIELD_NUMBER: _builtins.int
     RUN_CANCELLED_FIELD_NUMBER: _builtins.int
+    APPROVAL_REQUESTED_FIELD_NUMBER: _builtins.int
+    APPROVAL_DECIDED_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """Identifier of the run that emitted the event."""
     sequence: _builtins.int
@@ -82,6 +84,14 @@ class RunEvent(_message.Message):
     def run_cancelled(self) -> Global___RunCancelled:
         """Terminal: the run was cancelled or ran out of time."""
 
+    @_builtins.property
+    def approval_requested(self) -> Global___ApprovalRequested:
+        """A tool call waits for approval (its automation profile asks for it)."""
+
+    @_builtins.property
+    def approval_decided(self) -> Global___ApprovalDecided:
+        """The decision on a call that waited for approval."""
+
     def __init__(
         self,
         *,
@@ -96,12 +106,14 @@ class RunEvent(_message.Message):
         run_completed: Global___RunCompleted | None = ...,
         run_failed: Global___RunFailed | None = ...,
         run_cancelled: Global___RunCancelled | None = ...,
+        approval_requested: Global___ApprovalRequested | None = ...,
+        approval_decided: Global___ApprovalDecided | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_started", b"tool_call_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_started", b"tool_call_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_started", b"tool_call_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_started", b"tool_call_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "iteration_started", "llm_responded", "tool_call_started", "tool_call_completed", "run_completed", "run_failed", "run_cancelled"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "iteration_started", "llm_responded", "tool_call_started", "tool_call_completed", "run_completed", "run_failed", "run_cancelled", "approval_requested", "approval_decided"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
@@ -334,3 +346,83 @@ class RunCancelled(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunCancelled: _TypeAlias = RunCancelled  # noqa: Y015
+
+@_typing.final
+class ApprovalRequested(_message.Message):
+    """A tool call is waiting for someone to approve or deny it. Answer with a
+    Session approval_decision or the DecideApproval RPC, quoting call_id.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    INPUTS_FIELD_NUMBER: _builtins.int
+    ITERATION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    """The id of the waiting call."""
+    tool_name: _builtins.str
+    """The tool it would run."""
+    inputs: _builtins.str
+    """JSON object: the inputs it would run with."""
+    iteration: _builtins.int
+    """The loop iteration (1-based) of the call."""
+    reason: _builtins.str
+    """Why approval is needed (which profile, which rule)."""
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        inputs: _builtins.str = ...,
+        iteration: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "inputs", b"inputs", "iteration", b"iteration", "reason", b"reason", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApprovalRequested: _TypeAlias = ApprovalRequested  # noqa: Y015
+
+@_typing.final
+class ApprovalDecided(_message.Message):
+    """How an approval request was decided. A denied call ends with a record of
+    ERROR_KIND_DENIED, which the model sees.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    APPROVED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    DECIDED_BY_FIELD_NUMBER: _builtins.int
+    ITERATION_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    """The id of the call that waited."""
+    approved: _builtins.bool
+    """Whether the call may run."""
+    reason: _builtins.str
+    """The reason given with the decision, if any."""
+    decided_by: _builtins.str
+    """Who decided: "session", "rpc", "timeout" (no decision in time) or "policy"."""
+    iteration: _builtins.int
+    """The loop iteration (1-based) of the call."""
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        approved: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        decided_by: _builtins.str = ...,
+        iteration: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approved", b"approved", "call_id", b"call_id", "decided_by", b"decided_by", "iteration", b"iteration", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApprovalDecided: _TypeAlias = ApprovalDecided  # noqa: Y015

@@ -8,6 +8,7 @@ from cleveragents.toolruntime.v1 import types_pb2 as _types_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
@@ -314,3 +315,158 @@ class ListToolsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListToolsResponse: _TypeAlias = ListToolsResponse  # noqa: Y015
+
+@_typing.final
+class DecideApprovalRequest(_message.Message):
+    """Request of DecideApproval."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    APPROVED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run the waiting call belongs to."""
+    call_id: _builtins.str
+    """The call_id of its approval_requested event."""
+    approved: _builtins.bool
+    """Whether the call may run."""
+    reason: _builtins.str
+    """Why, for the record and for the model when denied."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+        approved: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approved", b"approved", "call_id", b"call_id", "reason", b"reason", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DecideApprovalRequest: _TypeAlias = DecideApprovalRequest  # noqa: Y015
+
+@_typing.final
+class DecideApprovalResponse(_message.Message):
+    """Response of DecideApproval."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DecideApprovalResponse: _TypeAlias = DecideApprovalResponse  # noqa: Y015
+
+@_typing.final
+class ListRunsRequest(_message.Message):
+    """Request of ListRuns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    """At most this many runs (0: 100)."""
+    def __init__(
+        self,
+        *,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunsRequest: _TypeAlias = ListRunsRequest  # noqa: Y015
+
+@_typing.final
+class ListRunsResponse(_message.Message):
+    """Response of ListRuns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunSummary]:
+        """The runs, newest first."""
+
+    def __init__(
+        self,
+        *,
+        runs: _abc.Iterable[Global___RunSummary] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["runs", b"runs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunsResponse: _TypeAlias = ListRunsResponse  # noqa: Y015
+
+@_typing.final
+class RunSummary(_message.Message):
+    """One line of ListRuns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    STOP_REASON_FIELD_NUMBER: _builtins.int
+    LAST_SEQUENCE_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
+    TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    PROMPT_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run's id."""
+    state: _types_pb2.RunState.ValueType
+    """Where it stands."""
+    stop_reason: _types_pb2.StopReason.ValueType
+    """Why it ended (unset while running)."""
+    last_sequence: _builtins.int
+    """The sequence number of its newest event."""
+    iterations: _builtins.int
+    """Its iterations so far (from its result once it has ended)."""
+    tool_calls: _builtins.int
+    """Its tool calls so far (from its result once it has ended)."""
+    prompt: _builtins.str
+    """The first 200 characters of its prompt."""
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp:
+        """When it started."""
+
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp:
+        """When it ended (unset while running)."""
+
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        state: _types_pb2.RunState.ValueType = ...,
+        stop_reason: _types_pb2.StopReason.ValueType = ...,
+        last_sequence: _builtins.int = ...,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        iterations: _builtins.int = ...,
+        tool_calls: _builtins.int = ...,
+        prompt: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "started_at", b"started_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "iterations", b"iterations", "last_sequence", b"last_sequence", "prompt", b"prompt", "run_id", b"run_id", "started_at", b"started_at", "state", b"state", "stop_reason", b"stop_reason", "tool_calls", b"tool_calls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunSummary: _TypeAlias = RunSummary  # noqa: Y015

@@ -73,6 +73,16 @@ class ToolRuntimeServiceStub:
                 request_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListToolsRequest.SerializeToString,
                 response_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListToolsResponse.FromString,
                 _registered_method=True)
+        self.DecideApproval = channel.unary_unary(
+                '/cleveragents.toolruntime.v1.ToolRuntimeService/DecideApproval',
+                request_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.DecideApprovalRequest.SerializeToString,
+                response_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.DecideApprovalResponse.FromString,
+                _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/cleveragents.toolruntime.v1.ToolRuntimeService/ListRuns',
+                request_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
 
 
 class ToolRuntimeServiceServicer:
@@ -136,6 +146,22 @@ class ToolRuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DecideApproval(self, request, context):
+        """Approves or denies a tool call that waits for approval, in any run (for runs
+        started by a client that does not decide approvals itself). NOT_FOUND for an
+        unknown run; FAILED_PRECONDITION when that call is not waiting.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRuns(self, request, context):
+        """The live runs and the finished runs the sidecar still keeps, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolRuntimeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -173,6 +199,16 @@ def add_ToolRuntimeServiceServicer_to_server(servicer, server):
                     servicer.ListTools,
                     request_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListToolsRequest.FromString,
                     response_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListToolsResponse.SerializeToString,
+            ),
+            'DecideApproval': grpc.unary_unary_rpc_method_handler(
+                    servicer.DecideApproval,
+                    request_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.DecideApprovalRequest.FromString,
+                    response_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.DecideApprovalResponse.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListRunsRequest.FromString,
+                    response_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListRunsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -367,6 +403,60 @@ class ToolRuntimeService:
             '/cleveragents.toolruntime.v1.ToolRuntimeService/ListTools',
             cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListToolsRequest.SerializeToString,
             cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListToolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DecideApproval(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cleveragents.toolruntime.v1.ToolRuntimeService/DecideApproval',
+            cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.DecideApprovalRequest.SerializeToString,
+            cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.DecideApprovalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cleveragents.toolruntime.v1.ToolRuntimeService/ListRuns',
+            cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListRunsRequest.SerializeToString,
+            cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -61,6 +61,13 @@ class ToolRuntimeServiceStub:
     """Stops a live run; its event stream ends with run_cancelled."""
     ListTools: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListToolsRequest, _service_pb2.ListToolsResponse]
     """Lists the tools hosted by the server."""
+    DecideApproval: _grpc.UnaryUnaryMultiCallable[_service_pb2.DecideApprovalRequest, _service_pb2.DecideApprovalResponse]
+    """Approves or denies a tool call that waits for approval, in any run (for runs
+    started by a client that does not decide approvals itself). NOT_FOUND for an
+    unknown run; FAILED_PRECONDITION when that call is not waiting.
+    """
+    ListRuns: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListRunsRequest, _service_pb2.ListRunsResponse]
+    """The live runs and the finished runs the sidecar still keeps, newest first."""
 
 @_typing.type_check_only
 class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
@@ -94,6 +101,13 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     """Stops a live run; its event stream ends with run_cancelled."""
     ListTools: _aio.UnaryUnaryMultiCallable[_service_pb2.ListToolsRequest, _service_pb2.ListToolsResponse]  # type: ignore[assignment]
     """Lists the tools hosted by the server."""
+    DecideApproval: _aio.UnaryUnaryMultiCallable[_service_pb2.DecideApprovalRequest, _service_pb2.DecideApprovalResponse]  # type: ignore[assignment]
+    """Approves or denies a tool call that waits for approval, in any run (for runs
+    started by a client that does not decide approvals itself). NOT_FOUND for an
+    unknown run; FAILED_PRECONDITION when that call is not waiting.
+    """
+    ListRuns: _aio.UnaryUnaryMultiCallable[_service_pb2.ListRunsRequest, _service_pb2.ListRunsResponse]  # type: ignore[assignment]
+    """The live runs and the finished runs the sidecar still keeps, newest first."""
 
 class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     """ToolRuntimeService runs LLM tool-calling loops on behalf of clients
@@ -166,5 +180,24 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.ListToolsResponse, _abc.Awaitable[_service_pb2.ListToolsResponse]]:
         """Lists the tools hosted by the server."""
+
+    @_abc_1.abstractmethod
+    def DecideApproval(
+        self,
+        request: _service_pb2.DecideApprovalRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.DecideApprovalResponse, _abc.Awaitable[_service_pb2.DecideApprovalResponse]]:
+        """Approves or denies a tool call that waits for approval, in any run (for runs
+        started by a client that does not decide approvals itself). NOT_FOUND for an
+        unknown run; FAILED_PRECONDITION when that call is not waiting.
+        """
+
+    @_abc_1.abstractmethod
+    def ListRuns(
+        self,
+        request: _service_pb2.ListRunsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.ListRunsResponse, _abc.Awaitable[_service_pb2.ListRunsResponse]]:
+        """The live runs and the finished runs the sidecar still keeps, newest first."""
 
 def add_ToolRuntimeServiceServicer_to_server(servicer: ToolRuntimeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

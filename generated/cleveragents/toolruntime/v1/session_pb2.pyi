@@ -31,6 +31,7 @@ class SessionRequest(_message.Message):
     TOOL_RESULT_FIELD_NUMBER: _builtins.int
     LLM_RESULT_FIELD_NUMBER: _builtins.int
     CANCEL_FIELD_NUMBER: _builtins.int
+    APPROVAL_DECISION_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def start(self) -> Global___SessionStart:
         """Starts the run; must be the first message and must be sent only once."""
@@ -47,6 +48,10 @@ class SessionRequest(_message.Message):
     def cancel(self) -> Global___SessionCancel:
         """Asks the server to cancel the run."""
 
+    @_builtins.property
+    def approval_decision(self) -> Global___ApprovalDecision:
+        """The client's decision on an approval_requested event of this run."""
+
     def __init__(
         self,
         *,
@@ -54,12 +59,13 @@ class SessionRequest(_message.Message):
         tool_result: Global___ToolResult | None = ...,
         llm_result: Global___LlmResult | None = ...,
         cancel: Global___SessionCancel | None = ...,
+        approval_decision: Global___ApprovalDecision | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel", b"cancel", "kind", b"kind", "llm_result", b"llm_result", "start", b"start", "tool_result", b"tool_result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_decision", b"approval_decision", "cancel", b"cancel", "kind", b"kind", "llm_result", b"llm_result", "start", b"start", "tool_result", b"tool_result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel", b"cancel", "kind", b"kind", "llm_result", b"llm_result", "start", b"start", "tool_result", b"tool_result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_decision", b"approval_decision", "cancel", b"cancel", "kind", b"kind", "llm_result", b"llm_result", "start", b"start", "tool_result", b"tool_result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["start", "tool_result", "llm_result", "cancel"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["start", "tool_result", "llm_result", "cancel", "approval_decision"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -74,9 +80,15 @@ class SessionStart(_message.Message):
     SPEC_FIELD_NUMBER: _builtins.int
     TOOLS_FIELD_NUMBER: _builtins.int
     CLIENT_LLM_FIELD_NUMBER: _builtins.int
+    HANDLES_APPROVALS_FIELD_NUMBER: _builtins.int
     client_llm: _builtins.bool
     """When true, the client acts as the LLM: the server sends LlmInvocation
     messages and waits for LlmResult answers.
+    """
+    handles_approvals: _builtins.bool
+    """True when this client decides approval requests (it answers each
+    approval_requested event with an approval_decision); otherwise they wait for
+    the DecideApproval RPC, or time out.
     """
     @_builtins.property
     def spec(self) -> _types_pb2.RunSpec:
@@ -94,10 +106,11 @@ class SessionStart(_message.Message):
         spec: _types_pb2.RunSpec | None = ...,
         tools: _abc.Iterable[_types_pb2.ToolSpec] | None = ...,
         client_llm: _builtins.bool = ...,
+        handles_approvals: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_llm", b"client_llm", "spec", b"spec", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_llm", b"client_llm", "handles_approvals", b"handles_approvals", "spec", b"spec", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -324,3 +337,33 @@ class LlmInvocation(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LlmInvocation: _TypeAlias = LlmInvocation  # noqa: Y015
+
+@_typing.final
+class ApprovalDecision(_message.Message):
+    """A decision on a pending approval request."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    APPROVED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    """The call_id of the approval_requested event."""
+    approved: _builtins.bool
+    """Whether the call may run."""
+    reason: _builtins.str
+    """Why, for the record and for the model when denied."""
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        approved: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approved", b"approved", "call_id", b"call_id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApprovalDecision: _TypeAlias = ApprovalDecision  # noqa: Y015

@@ -79,6 +79,10 @@ class _StopReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_StopReason
     """The wall-clock budget (the starting call's deadline) ran out."""
     STOP_REASON_ERROR: _StopReason.ValueType  # 5
     """The run failed, for example because the LLM provider returned an error."""
+    STOP_REASON_TOOL_CALL_BUDGET: _StopReason.ValueType  # 6
+    """A RunBudget's max_tool_calls was reached: calls beyond it were closed as denied."""
+    STOP_REASON_TOKEN_BUDGET: _StopReason.ValueType  # 7
+    """A RunBudget's max_total_tokens was reached."""
 
 class StopReason(_StopReason, metaclass=_StopReasonEnumTypeWrapper):
     """StopReason explains why a run's loop ended."""
@@ -95,6 +99,10 @@ STOP_REASON_DEADLINE: StopReason.ValueType  # 4
 """The wall-clock budget (the starting call's deadline) ran out."""
 STOP_REASON_ERROR: StopReason.ValueType  # 5
 """The run failed, for example because the LLM provider returned an error."""
+STOP_REASON_TOOL_CALL_BUDGET: StopReason.ValueType  # 6
+"""A RunBudget's max_tool_calls was reached: calls beyond it were closed as denied."""
+STOP_REASON_TOKEN_BUDGET: StopReason.ValueType  # 7
+"""A RunBudget's max_total_tokens was reached."""
 Global___StopReason: _TypeAlias = StopReason  # noqa: Y015
 
 class _Role:
@@ -171,6 +179,7 @@ class ToolSpec(_message.Message):
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     INPUT_SCHEMA_FIELD_NUMBER: _builtins.int
     TIMEOUT_FIELD_NUMBER: _builtins.int
+    SIDE_EFFECTS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Unique tool name; must match ^[a-zA-Z0-9_-]{1,64}$."""
     description: _builtins.str
@@ -178,6 +187,10 @@ class ToolSpec(_message.Message):
     input_schema: _builtins.str
     """JSON Schema (UTF-8 JSON object text) for the tool's arguments.
     Empty means {"type": "object"}.
+    """
+    side_effects: _builtins.bool
+    """True for tools that change something (files, services, money). Automation
+    profiles can require approval before such tools run, or forbid them.
     """
     @_builtins.property
     def timeout(self) -> _duration_pb2.Duration:
@@ -190,10 +203,11 @@ class ToolSpec(_message.Message):
         description: _builtins.str = ...,
         input_schema: _builtins.str = ...,
         timeout: _duration_pb2.Duration | None = ...,
+        side_effects: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timeout", b"timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "input_schema", b"input_schema", "name", b"name", "timeout", b"timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "input_schema", b"input_schema", "name", b"name", "side_effects", b"side_effects", "timeout", b"timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -515,6 +529,7 @@ class RunSpec(_message.Message):
     TOOL_NAMES_FIELD_NUMBER: _builtins.int
     RUN_ID_FIELD_NUMBER: _builtins.int
     DETACH_FIELD_NUMBER: _builtins.int
+    BUDGET_FIELD_NUMBER: _builtins.int
     prompt: _builtins.str
     """The user's request; must contain non-whitespace text."""
     max_iterations: _builtins.int
@@ -537,6 +552,12 @@ class RunSpec(_message.Message):
     def tool_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Names of server-side tools the run may use; empty means all of them."""
 
+    @_builtins.property
+    def budget(self) -> Global___RunBudget:
+        """Limits beyond max_iterations; each one ends the run with its own stop_reason
+        and the partial result. Unset: no budget beyond the call's deadline.
+        """
+
     def __init__(
         self,
         *,
@@ -547,11 +568,60 @@ class RunSpec(_message.Message):
         tool_names: _abc.Iterable[_builtins.str] | None = ...,
         run_id: _builtins.str = ...,
         detach: _builtins.bool = ...,
+        budget: Global___RunBudget | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "llm", b"llm"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "context", b"context", "llm", b"llm"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "detach", b"detach", "llm", b"llm", "max_iterations", b"max_iterations", "prompt", b"prompt", "run_id", b"run_id", "tool_names", b"tool_names"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "context", b"context", "detach", b"detach", "llm", b"llm", "max_iterations", b"max_iterations", "prompt", b"prompt", "run_id", b"run_id", "tool_names", b"tool_names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunSpec: _TypeAlias = RunSpec  # noqa: Y015
+
+@_typing.final
+class RunBudget(_message.Message):
+    """Per-run limits. Zero values mean "no limit"."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    MAX_TOTAL_TOKENS_FIELD_NUMBER: _builtins.int
+    MAX_WALL_CLOCK_FIELD_NUMBER: _builtins.int
+    MAX_CONCURRENT_TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    SUMMARIZE_ON_STOP_FIELD_NUMBER: _builtins.int
+    max_tool_calls: _builtins.int
+    """Tool calls the run may execute; calls requested beyond it become denied
+    records and the run stops with STOP_REASON_TOOL_CALL_BUDGET.
+    """
+    max_total_tokens: _builtins.int
+    """Input plus output tokens over the run; the LLM response that reaches it is
+    the last one (STOP_REASON_TOKEN_BUDGET).
+    """
+    max_concurrent_tool_calls: _builtins.int
+    """How many of one response's tool calls may run at the same time."""
+    summarize_on_stop: _builtins.bool
+    """When a budget or max_iterations stops the run, make one last LLM call
+    without tools so the model can summarise what it has.
+    """
+    @_builtins.property
+    def max_wall_clock(self) -> _duration_pb2.Duration:
+        """Wall-clock budget; the earlier of this and the call's deadline applies
+        (STOP_REASON_DEADLINE).
+        """
+
+    def __init__(
+        self,
+        *,
+        max_tool_calls: _builtins.int = ...,
+        max_total_tokens: _builtins.int = ...,
+        max_wall_clock: _duration_pb2.Duration | None = ...,
+        max_concurrent_tool_calls: _builtins.int = ...,
+        summarize_on_stop: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["max_wall_clock", b"max_wall_clock"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_concurrent_tool_calls", b"max_concurrent_tool_calls", "max_tool_calls", b"max_tool_calls", "max_total_tokens", b"max_total_tokens", "max_wall_clock", b"max_wall_clock", "summarize_on_stop", b"summarize_on_stop"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunBudget: _TypeAlias = RunBudget  # noqa: Y015
