@@ -9,13 +9,17 @@ nothing here walks the conversation.
 from __future__ import annotations
 
 import asyncio
-import collections
-import concurrent.futures
 import inspect
-import json
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
+from cleveragents.tool._loop_support import (
+    EventChannel,
+    check_prompt,
+    result_text,
+    run_blocking,
+)
+from cleveragents.tool._loop_support import over_budget as deny_over_budget
 from cleveragents.tool._run_state import RunState
 from cleveragents.tool.budget import RunBudget
 from cleveragents.tool.context import ToolActorContext
@@ -36,11 +40,10 @@ from cleveragents.tool.governance import CallGate
 from cleveragents.tool.llm import LLMCaller
 from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, Role, ToolCall
 from cleveragents.tool.policy import Approver, AutomationProfile
-from cleveragents.tool.records import StopReason, ToolCallRecord, ToolCallRunResult
+from cleveragents.tool.records import StopReason, ToolCallRunResult
 from cleveragents.tool.registry import ToolRegistry
 from cleveragents.tool.router import ToolCallRouter, route_call
 from cleveragents.tool.runner import ToolRunner
-from cleveragents.tool.spec import ToolSpec
 
 __all__ = ["DEFAULT_MAX_ITERATIONS", "ToolCallingRuntime"]
 
@@ -121,9 +124,9 @@ class ToolCallingRuntime:
         Works from any thread. Called where an event loop is already running, it runs the
         loop on a fresh event loop in a worker thread and blocks until it finishes.
         """
-        _check_prompt(prompt)
+        check_prompt(prompt)
         coro = self.arun_tool_loop(prompt, context, run_id=run_id, timeout_s=timeout_s)
-        return _run_blocking(coro)
+        return run_blocking(coro)
 
     async def arun_tool_loop(
         self,
@@ -141,7 +144,7 @@ class ToolCallingRuntime:
         Raises :class:`LLMCallError` when the LLM caller raises; cancelling the awaiting task
         closes calls in flight, emits ``RunCancelled`` and re-raises ``CancelledError``.
         """
-        _check_prompt(prompt)
+        check_prompt(prompt)
         return await self._execute(prompt, context, run_id, timeout_s, on_event or _ignore)
 
     def stream_tool_loop(
@@ -157,7 +160,7 @@ class ToolCallingRuntime:
         A failed run ends with ``RunFailed`` (nothing is raised); closing the iterator early
         cancels the run.
         """
-        _check_prompt(prompt)
+        check_prompt(prompt)
         return self._stream(prompt, context, run_id, timeout_s)
 
     # -- the loop --------------------------------------------------------------------------
@@ -169,7 +172,7 @@ class ToolCallingRuntime:
         run_id: str,
         timeout_s: float | None,
     ) -> AsyncIterator[RunEvent]:
-        channel = _EventChannel()
+        channel = EventChannel()
         task = asyncio.create_task(self._execute(prompt, context, run_id, timeout_s, channel.put))
         try:
             while True:
@@ -369,7 +372,7 @@ class ToolCallingRuntime:
             state.mark_started(index, inputs)
             emit(ToolCallStarted(call.id, call.name, inputs, state.batch_iteration))
 
-        gate = _over_budget if over_budget else state.gate
+        gate = deny_over_budget if over_budget else state.gate
         if limit is None:
             record = await self.runner.run(
                 call, iteration=state.batch_iteration, context=state.context,
@@ -392,7 +395,7 @@ class ToolCallingRuntime:
             state.messages.append(
                 Message(
                     Role.TOOL,
-                    _result_text(record),
+                    result_text(record),
                     tool_call_id=record.call_id,
                     is_error=not record.success,
                 )
@@ -421,59 +424,3 @@ class ToolCallingRuntime:
             emit(ToolCallCompleted(record))
         if state.batch_calls:
             self._finish_batch(state)
-
-
-class _EventChannel:
-    """An unbounded single-consumer queue, lighter than ``asyncio.Queue`` on the hot path."""
-
-    __slots__ = ("_items", "_waiter")
-
-    def __init__(self) -> None:
-        self._items: collections.deque[RunEvent] = collections.deque()
-        self._waiter: asyncio.Future[None] | None = None
-
-    def put(self, event: RunEvent) -> None:
-        self._items.append(event)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def get(self) -> RunEvent:
-        while not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._items.popleft()
-
-
-_encode = json.JSONEncoder(ensure_ascii=False).encode
-
-
-async def _over_budget(
-    call: ToolCall, inputs: Mapping[str, Any], spec: ToolSpec, iteration: int
-) -> str:
-    return "not run: the run's tool-call budget is used up"
-
-
-def _result_text(record: ToolCallRecord) -> str:
-    if record.success:
-        return _encode(record.output)
-    return _encode({"error": record.error})
-
-
-def _check_prompt(prompt: str) -> None:
-    if not isinstance(prompt, str):
-        raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
-    if not prompt.strip():
-        raise ValueError("prompt must not be empty")
-
-
-def _run_blocking(coro: Coroutine[Any, Any, ToolCallRunResult]) -> ToolCallRunResult:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tool-loop") as pool:
-        return pool.submit(asyncio.run, coro).result()

@@ -1,0 +1,74 @@
+"""Small helpers of the loop in ``runtime.py``: the event channel, result text, argument
+checks and the blocking wrapper."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import json
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+from cleveragents.tool.events import RunEvent
+from cleveragents.tool.messages import ToolCall
+from cleveragents.tool.records import ToolCallRecord, ToolCallRunResult
+from cleveragents.tool.spec import ToolSpec
+
+__all__ = ["EventChannel", "check_prompt", "over_budget", "result_text", "run_blocking"]
+
+
+class EventChannel:
+    """An unbounded single-consumer queue, lighter than ``asyncio.Queue`` on the hot path."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[RunEvent] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, event: RunEvent) -> None:
+        self._items.append(event)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> RunEvent:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
+_encode = json.JSONEncoder(ensure_ascii=False).encode
+
+
+async def over_budget(
+    call: ToolCall, inputs: Mapping[str, Any], spec: ToolSpec, iteration: int
+) -> str:
+    return "not run: the run's tool-call budget is used up"
+
+
+def result_text(record: ToolCallRecord) -> str:
+    if record.success:
+        return _encode(record.output)
+    return _encode({"error": record.error})
+
+
+def check_prompt(prompt: str) -> None:
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+    if not prompt.strip():
+        raise ValueError("prompt must not be empty")
+
+
+def run_blocking(coro: Coroutine[Any, Any, ToolCallRunResult]) -> ToolCallRunResult:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tool-loop") as pool:
+        return pool.submit(asyncio.run, coro).result()
