@@ -49,15 +49,18 @@ class AsyncSidecarClient:
         metadata: Metadata = (),
         token: str | None = None,
         credentials: grpc.ChannelCredentials | None = None,
+        max_message_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         if channel is None and not target:
             raise ValueError("give a target address or a channel")
         self._owns_channel = channel is None
         if channel is None:
+            # Receive what the sidecar may send (its max_message_bytes, 16 MiB by default).
+            options = [("grpc.max_receive_message_length", max_message_bytes)]
             channel = (
-                grpc.aio.insecure_channel(target)
+                grpc.aio.insecure_channel(target, options=options)
                 if credentials is None
-                else grpc.aio.secure_channel(target, credentials)
+                else grpc.aio.secure_channel(target, credentials, options=options)
             )
         self._channel = channel
         self._stub = service_pb2_grpc.ToolRuntimeServiceStub(self._channel)

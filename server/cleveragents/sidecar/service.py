@@ -7,6 +7,7 @@ are registered with an identity response serialiser in ``server.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -38,6 +39,8 @@ __all__ = ["ToolRuntimeService"]
 log = structlog.get_logger("cleveragents.sidecar.service")
 _CANCEL_WAIT_S = 5.0
 _DEADLINE_SLACK_S = 0.1
+#: gRPC refuses metadata above 8 KiB by default; keep the result trailer well below it.
+_MAX_TRAILER = 6 * 1024
 
 
 class ToolRuntimeService:
@@ -64,9 +67,14 @@ class ToolRuntimeService:
             self._abandoned(run, context, "the client cancelled its RunToolLoop call")
             raise
         if run.state == FAILED and run.failure is not None and run.result is not None:
-            # The partial result rides along in a binary trailer for clients that want it.
-            trailer = (("cleveragents-result-bin", run.result.SerializeToString()),)
-            await context.abort(run.failure[0], run.failure[1], trailing_metadata=trailer)
+            # The partial result rides along in a binary trailer for clients that want it,
+            # when it fits gRPC's metadata limits; GetRun always has it.
+            partial = run.result.SerializeToString()
+            trailer = (
+                (("cleveragents-result-bin", partial),) if len(partial) <= _MAX_TRAILER else ()
+            )
+            message = f"{run.failure[1]} (run {run.run_id}; GetRun has its partial result)"
+            await context.abort(run.failure[0], message, trailing_metadata=trailer)
         return service_pb2.RunToolLoopResponse(result=run.result)
 
     async def GetRun(
@@ -86,7 +94,8 @@ class ToolRuntimeService:
         run = await self._require(request.run_id, context)
         if not run.finished:
             self.manager.cancel(run, request.reason or "cancelled by CancelRun")
-            await asyncio.wait_for(run.wait(), _CANCEL_WAIT_S)
+            with contextlib.suppress(TimeoutError):  # a tool that ignores cancellation
+                await asyncio.wait_for(run.wait(), _CANCEL_WAIT_S)
         return service_pb2.CancelRunResponse(state=run.state)
 
     async def ListTools(
@@ -137,6 +146,7 @@ class ToolRuntimeService:
                 yield item
             finished = True
         finally:
+            run.unsubscribe(stream)
             if not finished:
                 self._abandoned(run, context, "the client cancelled its StreamToolLoop call")
 
@@ -221,7 +231,9 @@ class ToolRuntimeService:
         while True:
             message = await context.read()
             if message is grpc.aio.EOF:
-                if hosts and not run.ended:
+                remaining = context.time_remaining()
+                at_deadline = remaining is not None and remaining <= _DEADLINE_SLACK_S
+                if hosts and not run.ended and not at_deadline:
                     self.manager.cancel(run, "the client closed its side of the session")
                 return
             try:

@@ -232,9 +232,13 @@ class ToolCallingRuntime:
             emit(RunCancelled(reason, result))
             return result
         except asyncio.CancelledError as exc:
+            stop = StopReason.CANCELLED
             reason = str(exc.args[0]) if exc.args and exc.args[0] else "cancelled"
+            if timeout_s is not None and scope.expired():
+                # Cancelled from outside at the moment the deadline passed: the deadline wins.
+                stop, reason = StopReason.DEADLINE, f"the run's deadline of {timeout_s:g}s passed"
             await self._close_batch(state, emit, reason)
-            emit(RunCancelled(reason, state.result(StopReason.CANCELLED)))
+            emit(RunCancelled(reason, state.result(stop)))
             raise
         except LLMCallError as exc:
             emit(RunFailed(str(exc), exc.result, exc.__cause__ or exc))
