@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
@@ -19,12 +20,19 @@ from cleveragents.sidecar.auth import TokenAuthInterceptor
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.profiles import close_provider_clients
-from cleveragents.sidecar.runs import RunManager
+from cleveragents.sidecar.runs import RunManager, RunObserver
 from cleveragents.sidecar.service import ToolRuntimeService
 from cleveragents.sidecar.store import SqliteEventStore
 from cleveragents.sidecar.tools import builtin_registry
 from cleveragents.tool import ToolRegistry
 from cleveragents.toolruntime.v1 import service_pb2, session_pb2
+
+if TYPE_CHECKING:  # imported at run time only when tracing or metrics are on
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+    from opentelemetry.trace import TracerProvider
+
+    from cleveragents.sidecar.metrics import MetricsObserver, MetricsServer
+    from cleveragents.sidecar.telemetry import TracingObserver
 
 __all__ = ["SERVICE_NAME", "Sidecar", "default_registry", "load_tool_module"]
 
@@ -82,18 +90,53 @@ class Sidecar:
 
     ``registry`` holds the server-side tools; by default the built-in ones plus those of the
     configured ``tool_modules``.
+
+    With ``config.tracing``, runs are traced (:mod:`cleveragents.sidecar.telemetry`) into
+    ``tracer_provider``, else the global provider if the application set one, else an SDK
+    provider configured by the standard ``OTEL_*`` variables, which the sidecar then owns and
+    shuts down (flushing its spans) in :meth:`stop`. With ``config.metrics_listen``, Prometheus
+    metrics (:mod:`cleveragents.sidecar.metrics`) are served there; ``metrics_port`` is the
+    port bound. Neither OpenTelemetry nor prometheus_client is imported when they are off.
     """
 
-    def __init__(self, config: SidecarConfig, registry: ToolRegistry | None = None) -> None:
+    def __init__(
+        self,
+        config: SidecarConfig,
+        registry: ToolRegistry | None = None,
+        *,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
         self.config = config
         self.registry = registry if registry is not None else default_registry(config)
+        self.tracing: TracingObserver | None = None
+        self.metrics: MetricsObserver | None = None
+        self.metrics_port: int | None = None
+        self._metrics_server: MetricsServer | None = None
+        self._owned_tracer_provider: SdkTracerProvider | None = None
+        observers: list[RunObserver] = []
+        if config.tracing:
+            from cleveragents.sidecar import telemetry
+
+            if tracer_provider is None and not telemetry.global_provider_configured():
+                tracer_provider = self._owned_tracer_provider = telemetry.sdk_tracer_provider()
+            self.tracing = telemetry.TracingObserver(tracer_provider, config.all_profiles())
+            observers.append(self.tracing)
+        if config.metrics_listen:
+            from cleveragents.sidecar import metrics
+
+            metrics.parse_listen(config.metrics_listen)  # a bad address fails here, not later
+            self.metrics = metrics.MetricsObserver()
+            observers.append(self.metrics)
         self.manager = RunManager(
             max_concurrent_runs=config.max_concurrent_runs,
             max_finished_runs=config.max_finished_runs,
             finished_run_ttl_s=config.finished_run_ttl_s,
             watcher_queue_size=config.watcher_queue_size,
             store=SqliteEventStore(config.event_store) if config.event_store else None,
+            observers=observers,
         )
+        if self.metrics is not None:
+            self.metrics.track(self.manager)
         self.service = ToolRuntimeService(config, self.registry, self.manager)
         self.health = health.aio.HealthServicer()
         self.address = ""
@@ -144,10 +187,25 @@ class Sidecar:
         else:
             host = listen.rsplit(":", 1)[0]
             self.address = f"{host}:{port}"
+        if self.metrics is not None:
+            from cleveragents.sidecar.metrics import MetricsServer
+
+            metrics_server = MetricsServer(self.metrics.registry, self.config.metrics_listen)
+            try:
+                self.metrics_port = await metrics_server.start()
+            except ConfigError:
+                await server.stop(None)
+                raise
+            self._metrics_server = metrics_server
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
-            "sidecar listening", address=self.address, tools=self.registry.names(), runs=restored
+            "sidecar listening",
+            address=self.address,
+            tools=self.registry.names(),
+            runs=restored,
+            tracing=self.tracing is not None,
+            metrics_port=self.metrics_port,
         )
         return self.address
 
@@ -164,6 +222,13 @@ class Sidecar:
             await self._server.stop(min(grace, 2.0))
         await self.manager.close()
         await close_provider_clients()
+        if self._metrics_server is not None:
+            await self._metrics_server.stop()
+            self._metrics_server = None
+        if self._owned_tracer_provider is not None:
+            # Flushes the spans still batched; blocking (an export), so off the event loop.
+            await asyncio.to_thread(self._owned_tracer_provider.shutdown)
+            self._owned_tracer_provider = None
         log.info("sidecar stopped")
 
     async def wait_for_termination(self) -> None:
@@ -239,6 +304,16 @@ def _handlers(service: ToolRuntimeService) -> grpc.GenericRpcHandler:
                 _guarded(service.CancelRun),
                 request_deserializer=_lenient(pb.CancelRunRequest),
                 response_serializer=pb.CancelRunResponse.SerializeToString,
+            ),
+            "DecideApproval": grpc.unary_unary_rpc_method_handler(
+                _guarded(service.DecideApproval),
+                request_deserializer=_lenient(pb.DecideApprovalRequest),
+                response_serializer=pb.DecideApprovalResponse.SerializeToString,
+            ),
+            "ListRuns": grpc.unary_unary_rpc_method_handler(
+                _guarded(service.ListRuns),
+                request_deserializer=_lenient(pb.ListRunsRequest),
+                response_serializer=pb.ListRunsResponse.SerializeToString,
             ),
             "ListTools": grpc.unary_unary_rpc_method_handler(
                 _guarded(service.ListTools),
