@@ -1,8 +1,9 @@
-"""`make bench`: the runtime's own cost per iteration, in process and across gRPC.
+"""`make bench`: the runtime's own cost per iteration, in process and across gRPC, and under load.
 
-Every scenario is timed against a floor measured in the same run (a bare grpc.aio round trip
-or streamed message, same payload size, same two-process layout), so the ratios survive a
-noisy machine. Prints a table and writes JSON to bench/results/.
+Every per-iteration scenario is timed against a floor measured in the same run (a bare grpc.aio
+round trip or streamed message, same payload size, same two-process layout), so the ratios
+survive a noisy machine. The load scenarios (concurrency, fan-out, latency: scenarios_load.py)
+have absolute targets. Prints a table and writes JSON to bench/results/.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -33,6 +34,13 @@ from cleveragents.tool import (
     ToolRegistry,
     ToolRunner,
 )
+
+if TYPE_CHECKING:  # mypy runs from the repository root; `python bench/run.py` from bench/
+    from bench import scenarios_load
+    from bench.scenarios_load import Figure
+else:
+    import scenarios_load
+    from scenarios_load import Figure
 
 HERE = Path(__file__).resolve().parent
 PAYLOAD = b"x" * 195
@@ -50,6 +58,7 @@ class Row:
     floor: str = ""
     ratio: float | None = None
     target: str = ""
+    met: bool | None = None
 
 
 def median_of(samples: list[float]) -> float:
@@ -166,19 +175,12 @@ async def session_rpc(client: AsyncSidecarClient, iterations: int) -> float:
 
 
 async def main() -> None:
-    python = sys.executable
-    floor_proc, floor_port = start([python, str(HERE / "floor_server.py")])
-    env = dict(os.environ, PYTHONPATH=str(HERE))
-    sidecar_cmd = [
-        python, "-m", "cleveragents.sidecar.cli", "serve", "--listen", "127.0.0.1:0",
-        "--log-level", "warning",
-    ]  # fmt: skip
-    env["CLEVERAGENTS_SIDECAR_TOOL_MODULES"] = "noop_tools:registry"
-    env["CLEVERAGENTS_SIDECAR_BUILTIN_TOOLS"] = "false"
-    sidecar_proc, line = start(sidecar_cmd, env)
-    sidecar = line.rsplit(" ", 1)[1]
+    floor_proc, floor_port = start([sys.executable, str(HERE / "floor_server.py")])
+    sidecar_proc, sidecar = scenarios_load.start_sidecar()
     floor = f"127.0.0.1:{floor_port}"
     rows: list[Row] = []
+    figures: list[Figure] = []
+    began = time.perf_counter()
     try:
         ping = await repeat(lambda: floor_ping(floor, 2000))
         streamed = await repeat(lambda: floor_stream(floor, 5000))
@@ -203,37 +205,77 @@ async def main() -> None:
                 Row("session (client tool)", "iteration", median_of(samples), samples,
                     "floor: bidi ping-pong", median_of(samples) / rows[0].median_us, "<= 2x")
             )  # fmt: skip
+        print(f"  per-iteration scenarios: {time.perf_counter() - began:.0f} s", file=sys.stderr)
+        figures += await scenarios_load.timed("fan-out", lambda: scenarios_load.fanout(sidecar))
+        figures += await scenarios_load.timed("latency", lambda: scenarios_load.latency(sidecar))
     finally:
         for process in (floor_proc, sidecar_proc):
             process.terminate()
             process.wait(timeout=15)
-    report(rows)
+    # Its own sidecar (a short finished-run TTL, so that memory can be seen to come back).
+    figures = await scenarios_load.timed("concurrency", scenarios_load.concurrency) + figures
+    rows[2].met = rows[2].median_us <= 50
+    for row in rows[3:]:
+        row.met = row.ratio is not None and row.ratio <= float(row.target.strip("<= x"))
+    report(rows, figures, time.perf_counter() - began)
 
 
-def report(rows: list[Row]) -> None:
-    print(f"\n{'scenario':28} {'per':>11} {'median':>11} {'vs floor':>24} {'target':>10}")
+def verdict(met: bool | None) -> str:
+    return "" if met is None else "yes" if met else "NO"
+
+
+def report(rows: list[Row], figures: list[Figure], seconds: float) -> None:
+    print(
+        f"\n{'scenario':28} {'per':>11} {'median':>11} {'vs floor':>28} {'target':>10} {'met':>4}"
+    )
     for row in rows:
         ratio = f"{row.ratio:.2f}x {row.floor}" if row.ratio is not None else ""
         print(
-            f"{row.scenario:28} {row.unit:>11} {row.median_us:9.1f}us {ratio:>24} {row.target:>10}"
+            f"{row.scenario:28} {row.unit:>11} {row.median_us:9.1f}us {ratio:>28} "
+            f"{row.target:>10} {verdict(row.met):>4}"
         )
+    print(f"\n{'load scenario':28} {'figure':36} {'median':>15} {'target':>13} {'met':>4}")
+    for fig in figures:
+        value = f"{fig.value:,.0f}" if abs(fig.value) >= 100 else f"{fig.value:.2f}"
+        if fig.value == int(fig.value):
+            value = f"{fig.value:,.0f}"
+        measure = fig.unit in ("it/s", "MB", "ms", "us", "s", "x")
+        shown = f"{value} {fig.unit}" if measure else value
+        target = f"{fig.target} {fig.unit}" if fig.target and measure else fig.target
+        print(f"{fig.scenario:28} {fig.name:36} {shown:>15} {target:>13} {verdict(fig.met):>4}")
     results = HERE / "results"
     results.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
+    versions = {
+        name: metadata.version(name)
+        for name in ("cleveragents-sidecar", "grpcio", "protobuf", "jsonschema-rs")
+    }
     out = {
         "time": stamp,
         "cores": os.cpu_count(),
         "python": platform.python_version(),
-        "versions": {
-            name: metadata.version(name)
-            for name in ("cleveragents-sidecar", "grpcio", "protobuf", "jsonschema-rs")
-        },
+        "versions": versions,
         "repeats": REPEATS,
+        "load": {
+            "sessions": scenarios_load.SESSIONS,
+            "session_iterations": scenarios_load.SESSION_ITERATIONS,
+            "client_processes": scenarios_load.CLIENT_PROCESSES,
+            "rounds": scenarios_load.LOAD_ROUNDS,
+            "watchers": scenarios_load.WATCHERS,
+            "fanout_iterations": scenarios_load.FANOUT_ITERATIONS,
+            "fanout_repeats": scenarios_load.FANOUT_REPEATS,
+            "latency_repeats": scenarios_load.LATENCY_REPEATS,
+        },
+        "seconds": seconds,
         "rows": [row.__dict__ for row in rows],
+        "figures": [fig.__dict__ for fig in figures],
     }
     path = results / f"bench-{stamp}.json"
     path.write_text(json.dumps(out, indent=2))
-    print(f"\n{os.cpu_count()} cores, Python {platform.python_version()}; JSON: {path}")
+    print(
+        f"\n{os.cpu_count()} cores, Python {platform.python_version()}, grpcio "
+        f"{versions['grpcio']}; {seconds:.0f} s; JSON: {path}"
+    )
 
 
 if __name__ == "__main__":

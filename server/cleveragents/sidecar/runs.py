@@ -174,7 +174,10 @@ class Run:
         elif isinstance(event, LLMResponded):
             self.iterations = event.iteration
         for observer in self.observers:
-            observer.run_event(self, event)
+            try:
+                observer.run_event(self, event)
+            except Exception:  # telemetry must never break a run
+                self.log.exception("run observer failed", observer=type(observer).__name__)
         if isinstance(event, RunCompleted | RunFailed | RunCancelled):
             self.end(pb)
         else:
