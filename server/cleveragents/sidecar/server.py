@@ -270,55 +270,31 @@ def load_tool_module(reference: str) -> ToolRegistry:
     return registry
 
 
+#: Unary RPCs: the handler's name is the RPC's, its messages are ``<Name>Request/Response``.
+_UNARY = ("RunToolLoop", "GetRun", "CancelRun", "DecideApproval", "ListRuns", "ListTools")
+#: Server-streaming RPCs, which send pre-encoded frames.
+_STREAMING = ("StreamToolLoop", "WatchRun")
+
+
 def _handlers(service: ToolRuntimeService) -> grpc.GenericRpcHandler:
     pb = service_pb2
-    return grpc.method_handlers_generic_handler(
-        SERVICE_NAME,
-        {
-            "RunToolLoop": grpc.unary_unary_rpc_method_handler(
-                _guarded(service.RunToolLoop),
-                request_deserializer=_lenient(pb.RunToolLoopRequest),
-                response_serializer=pb.RunToolLoopResponse.SerializeToString,
-            ),
-            "StreamToolLoop": grpc.unary_stream_rpc_method_handler(
-                _guarded_stream(service.StreamToolLoop),
-                request_deserializer=_lenient(pb.StreamToolLoopRequest),
-                response_serializer=_identity,
-            ),
-            "Session": grpc.stream_stream_rpc_method_handler(
-                service.Session,
-                request_deserializer=_lenient(session_pb2.SessionRequest),
-                response_serializer=_identity,
-            ),
-            "WatchRun": grpc.unary_stream_rpc_method_handler(
-                _guarded_stream(service.WatchRun),
-                request_deserializer=_lenient(pb.WatchRunRequest),
-                response_serializer=_identity,
-            ),
-            "GetRun": grpc.unary_unary_rpc_method_handler(
-                _guarded(service.GetRun),
-                request_deserializer=_lenient(pb.GetRunRequest),
-                response_serializer=pb.GetRunResponse.SerializeToString,
-            ),
-            "CancelRun": grpc.unary_unary_rpc_method_handler(
-                _guarded(service.CancelRun),
-                request_deserializer=_lenient(pb.CancelRunRequest),
-                response_serializer=pb.CancelRunResponse.SerializeToString,
-            ),
-            "DecideApproval": grpc.unary_unary_rpc_method_handler(
-                _guarded(service.DecideApproval),
-                request_deserializer=_lenient(pb.DecideApprovalRequest),
-                response_serializer=pb.DecideApprovalResponse.SerializeToString,
-            ),
-            "ListRuns": grpc.unary_unary_rpc_method_handler(
-                _guarded(service.ListRuns),
-                request_deserializer=_lenient(pb.ListRunsRequest),
-                response_serializer=pb.ListRunsResponse.SerializeToString,
-            ),
-            "ListTools": grpc.unary_unary_rpc_method_handler(
-                _guarded(service.ListTools),
-                request_deserializer=_lenient(pb.ListToolsRequest),
-                response_serializer=pb.ListToolsResponse.SerializeToString,
-            ),
-        },
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        name: grpc.unary_unary_rpc_method_handler(
+            _guarded(getattr(service, name)),
+            request_deserializer=_lenient(getattr(pb, f"{name}Request")),
+            response_serializer=getattr(pb, f"{name}Response").SerializeToString,
+        )
+        for name in _UNARY
+    }
+    for name in _STREAMING:
+        handlers[name] = grpc.unary_stream_rpc_method_handler(
+            _guarded_stream(getattr(service, name)),
+            request_deserializer=_lenient(getattr(pb, f"{name}Request")),
+            response_serializer=_identity,
+        )
+    handlers["Session"] = grpc.stream_stream_rpc_method_handler(
+        service.Session,
+        request_deserializer=_lenient(session_pb2.SessionRequest),
+        response_serializer=_identity,
     )
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
