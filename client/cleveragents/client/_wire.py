@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import grpc
 
@@ -25,6 +25,26 @@ from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2, ty
 
 Script = Sequence[LLMResponse | Mapping[str, Any]]
 Tools = ToolRegistry | Iterable[Callable[..., Any]]
+
+
+class RunOptions(TypedDict, total=False):
+    """What a run may say besides its prompt, for every client method that starts one.
+
+    ``context``: the run's ``ToolActorContext``; ``max_iterations`` (0: the sidecar's
+    default); ``profile`` and ``model``: the LLM profile and a model override; ``script``: LLM
+    turns for a scripted dry run; ``tool_names``: a subset of the sidecar's tools; ``run_id``:
+    your own id; ``budget`` and ``max_wall_clock_s``: limits beyond the iteration count.
+    """
+
+    context: ToolActorContext | None
+    max_iterations: int
+    profile: str
+    model: str
+    script: Script | None
+    tool_names: Sequence[str]
+    run_id: str
+    budget: RunBudget | None
+    max_wall_clock_s: float | None
 
 
 def run_spec(

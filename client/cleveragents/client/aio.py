@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import AsyncGenerator, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import grpc
 
 from cleveragents.client import _wire
-from cleveragents.client._wire import Script, Tools
+from cleveragents.client._wire import RunOptions, Tools
 from cleveragents.client.errors import SidecarRpcError
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 from cleveragents.sidecar import convert
@@ -19,8 +19,6 @@ from cleveragents.tool import (
     ApprovalRequested,
     LLMCaller,
     LLMResponse,
-    RunBudget,
-    ToolActorContext,
     ToolCallRunResult,
     ToolRunner,
     ToolSpec,
@@ -81,24 +79,12 @@ class AsyncSidecarClient:
         self,
         prompt: str,
         *,
-        context: ToolActorContext | None = None,
-        max_iterations: int = 0,
-        profile: str = "",
-        model: str = "",
-        script: Script | None = None,
-        tool_names: Sequence[str] = (),
-        run_id: str = "",
-        budget: RunBudget | None = None,
-        max_wall_clock_s: float | None = None,
         detach: bool = False,
         timeout: float | None = None,
+        **options: Unpack[RunOptions],
     ) -> ToolCallRunResult:
         """Run the loop with the sidecar's tools and LLM profile; return the result."""
-        spec = _wire.run_spec(
-            prompt, context=context, max_iterations=max_iterations, profile=profile,
-            model=model, script=script, tool_names=tool_names, run_id=run_id, detach=detach,
-            budget=budget, max_wall_clock_s=max_wall_clock_s,
-        )  # fmt: skip
+        spec = _wire.run_spec(prompt, detach=detach, **options)
         try:
             response = await self._stub.RunToolLoop(
                 service_pb2.RunToolLoopRequest(spec=spec),
@@ -113,24 +99,12 @@ class AsyncSidecarClient:
         self,
         prompt: str,
         *,
-        context: ToolActorContext | None = None,
-        max_iterations: int = 0,
-        profile: str = "",
-        model: str = "",
-        script: Script | None = None,
-        tool_names: Sequence[str] = (),
-        run_id: str = "",
-        budget: RunBudget | None = None,
-        max_wall_clock_s: float | None = None,
         detach: bool = False,
         timeout: float | None = None,
+        **options: Unpack[RunOptions],
     ) -> AsyncGenerator[StreamedEvent, None]:
         """Start a run and yield its events as they happen, ending with the terminal one."""
-        spec = _wire.run_spec(
-            prompt, context=context, max_iterations=max_iterations, profile=profile,
-            model=model, script=script, tool_names=tool_names, run_id=run_id, detach=detach,
-            budget=budget, max_wall_clock_s=max_wall_clock_s,
-        )  # fmt: skip
+        spec = _wire.run_spec(prompt, detach=detach, **options)
         call = self._stub.StreamToolLoop(
             service_pb2.StreamToolLoopRequest(spec=spec), metadata=self._metadata, timeout=timeout
         )
@@ -207,16 +181,8 @@ class AsyncSidecarClient:
         tools: Tools = (),
         llm: LLMCaller | None = None,
         approver: _wire.SessionApprover | None = None,
-        context: ToolActorContext | None = None,
-        max_iterations: int = 0,
-        profile: str = "",
-        model: str = "",
-        script: Script | None = None,
-        tool_names: Sequence[str] = (),
-        run_id: str = "",
-        budget: RunBudget | None = None,
-        max_wall_clock_s: float | None = None,
         timeout: float | None = None,
+        **options: Unpack[RunOptions],
     ) -> AsyncGenerator[StreamedEvent, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
 
@@ -227,11 +193,7 @@ class AsyncSidecarClient:
         """
         registry = _wire.as_registry(tools)
         runner = ToolRunner(registry)
-        spec = _wire.run_spec(
-            prompt, context=context, max_iterations=max_iterations, profile=profile,
-            model=model, script=script, tool_names=tool_names, run_id=run_id,
-            budget=budget, max_wall_clock_s=max_wall_clock_s,
-        )  # fmt: skip
+        spec = _wire.run_spec(prompt, **options)
         call = self._stub.Session(metadata=self._metadata, timeout=timeout)
         lock = asyncio.Lock()
         pending: set[asyncio.Task[None]] = set()

@@ -6,12 +6,12 @@ import asyncio
 import inspect
 import queue
 from collections.abc import Generator, Iterator, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import grpc
 
 from cleveragents.client import _wire
-from cleveragents.client._wire import Script, Tools
+from cleveragents.client._wire import RunOptions, Tools
 from cleveragents.client.errors import SidecarRpcError
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 from cleveragents.sidecar import convert
@@ -20,8 +20,6 @@ from cleveragents.tool import (
     ApprovalRequested,
     LLMCaller,
     LLMResponse,
-    RunBudget,
-    ToolActorContext,
     ToolCallRunResult,
     ToolRunner,
     ToolSpec,
@@ -81,24 +79,12 @@ class SidecarClient:
         self,
         prompt: str,
         *,
-        context: ToolActorContext | None = None,
-        max_iterations: int = 0,
-        profile: str = "",
-        model: str = "",
-        script: Script | None = None,
-        tool_names: Sequence[str] = (),
-        run_id: str = "",
-        budget: RunBudget | None = None,
-        max_wall_clock_s: float | None = None,
         detach: bool = False,
         timeout: float | None = None,
+        **options: Unpack[RunOptions],
     ) -> ToolCallRunResult:
         """Run the loop with the sidecar's tools and LLM profile; return the result."""
-        spec = _wire.run_spec(
-            prompt, context=context, max_iterations=max_iterations, profile=profile,
-            model=model, script=script, tool_names=tool_names, run_id=run_id, detach=detach,
-            budget=budget, max_wall_clock_s=max_wall_clock_s,
-        )  # fmt: skip
+        spec = _wire.run_spec(prompt, detach=detach, **options)
         try:
             response = self._stub.RunToolLoop(
                 service_pb2.RunToolLoopRequest(spec=spec), metadata=self._metadata, timeout=timeout
@@ -111,24 +97,12 @@ class SidecarClient:
         self,
         prompt: str,
         *,
-        context: ToolActorContext | None = None,
-        max_iterations: int = 0,
-        profile: str = "",
-        model: str = "",
-        script: Script | None = None,
-        tool_names: Sequence[str] = (),
-        run_id: str = "",
-        budget: RunBudget | None = None,
-        max_wall_clock_s: float | None = None,
         detach: bool = False,
         timeout: float | None = None,
+        **options: Unpack[RunOptions],
     ) -> Generator[StreamedEvent, None, None]:
         """Start a run and yield its events as they happen, ending with the terminal one."""
-        spec = _wire.run_spec(
-            prompt, context=context, max_iterations=max_iterations, profile=profile,
-            model=model, script=script, tool_names=tool_names, run_id=run_id, detach=detach,
-            budget=budget, max_wall_clock_s=max_wall_clock_s,
-        )  # fmt: skip
+        spec = _wire.run_spec(prompt, detach=detach, **options)
         call = self._stub.StreamToolLoop(
             service_pb2.StreamToolLoopRequest(spec=spec), metadata=self._metadata, timeout=timeout
         )
@@ -201,16 +175,8 @@ class SidecarClient:
         tools: Tools = (),
         llm: LLMCaller | None = None,
         approver: _wire.SessionApprover | None = None,
-        context: ToolActorContext | None = None,
-        max_iterations: int = 0,
-        profile: str = "",
-        model: str = "",
-        script: Script | None = None,
-        tool_names: Sequence[str] = (),
-        run_id: str = "",
-        budget: RunBudget | None = None,
-        max_wall_clock_s: float | None = None,
         timeout: float | None = None,
+        **options: Unpack[RunOptions],
     ) -> Generator[StreamedEvent, None, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
 
@@ -218,11 +184,7 @@ class SidecarClient:
         Leaving the iteration early cancels the run.
         """
         registry = _wire.as_registry(tools)
-        spec = _wire.run_spec(
-            prompt, context=context, max_iterations=max_iterations, profile=profile,
-            model=model, script=script, tool_names=tool_names, run_id=run_id,
-            budget=budget, max_wall_clock_s=max_wall_clock_s,
-        )  # fmt: skip
+        spec = _wire.run_spec(prompt, **options)
         outgoing: queue.SimpleQueue[session_pb2.SessionRequest | None] = queue.SimpleQueue()
         outgoing.put(_wire.session_start(spec, registry, llm is not None, approver is not None))
 
