@@ -39,7 +39,6 @@ async def test_supervised_is_the_default_and_an_rpc_approval_lets_the_call_run(
                 await client.decide_approval(
                     streamed.run_id, streamed.event.call_id, approved=True, reason="looks fine"
                 )
-    started = events[0].event
     asked = [e.event for e in events if isinstance(e.event, ApprovalRequested)]
     decided = [e.event for e in events if isinstance(e.event, ApprovalDecided)]
     assert ran == ["deploy:prod"]
@@ -51,7 +50,6 @@ async def test_supervised_is_the_default_and_an_rpc_approval_lets_the_call_run(
     final = events[-1].event
     assert isinstance(final, RunCompleted)
     assert final.result.tool_call_history[0].success
-    del started
 
 
 async def test_an_rpc_denial_becomes_a_denied_record(start: Start) -> None:

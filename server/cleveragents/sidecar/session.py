@@ -137,7 +137,8 @@ class ClientLLMCaller:
 
     def __init__(self, channel: SessionChannel) -> None:
         self._channel = channel
-        self._tools: list[types_pb2.ToolSpec] | None = None
+        self._tools: list[types_pb2.ToolSpec] = []
+        self._tools_source: Sequence[Mapping[str, Any]] | None = None
         self._messages: list[types_pb2.Message] = []
 
     async def call(self, request: LLMRequest) -> LLMResponse:
@@ -145,9 +146,11 @@ class ClientLLMCaller:
         # The conversation only grows: convert just the new messages.
         for message in request.messages[len(self._messages) :]:
             self._messages.append(convert.message_to_pb(message))
-        if self._tools is None or not request.tools:
+        if request.tools is not self._tools_source:
             # The tools the runtime offers (already filtered by the automation profile), in
-            # its neutral {name, description, input_schema} form; the same every iteration.
+            # its neutral {name, description, input_schema} form: one list for the whole run,
+            # converted once (a closing summary call offers none).
+            self._tools_source = request.tools
             self._tools = [
                 types_pb2.ToolSpec(
                     name=str(t["name"]),

@@ -100,9 +100,12 @@ class ToolRunner:
                 call, inputs, iteration, started_at, on_started, ErrorKind.INVALID_ARGUMENTS,
                 f"invalid arguments for tool {call.name!r}: {call.arguments_error}",
             )  # fmt: skip
-        model_args = _without_reserved(call.arguments)
-        problem = _validation_problem(entry, model_args)
-        inputs = self.thread_context(model_args, context)
+        # One copy of the arguments per call: validated as the model sent them (minus the
+        # reserved keys), then the context's keys are added in place.
+        inputs = _without_reserved(call.arguments)
+        problem = _validation_problem(entry, inputs)
+        if context is not None:
+            inputs.update(context.threaded_inputs())
         if problem is not None:
             return self._early_failure(
                 call, inputs, iteration, started_at, on_started, ErrorKind.INVALID_ARGUMENTS,

@@ -9,6 +9,7 @@ nothing here walks the conversation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -48,6 +49,8 @@ from cleveragents.tool.runner import ToolRunner
 __all__ = ["DEFAULT_MAX_ITERATIONS", "ToolCallingRuntime"]
 
 DEFAULT_MAX_ITERATIONS = 25
+#: Stands in for a concurrency cap when a response's calls have none.
+_UNLIMITED = contextlib.nullcontext()
 #: A run that never suspends on its own still yields the event loop this often.
 _YIELD_EVERY_S = 0.002
 _TERMINAL = (RunCompleted, RunFailed, RunCancelled)
@@ -377,17 +380,11 @@ class ToolCallingRuntime:
             emit(ToolCallStarted(call.id, call.name, inputs, state.batch_iteration))
 
         gate = deny_over_budget if over_budget else state.gate
-        if limit is None:
+        async with limit if limit is not None else _UNLIMITED:
             record = await self.runner.run(
                 call, iteration=state.batch_iteration, context=state.context,
                 on_started=started, gate=gate,
             )  # fmt: skip
-        else:
-            async with limit:
-                record = await self.runner.run(
-                    call, iteration=state.batch_iteration, context=state.context,
-                    on_started=started, gate=gate,
-                )  # fmt: skip
         if not over_budget:
             state.tool_calls += 1
         state.batch_records[index] = record
