@@ -120,6 +120,7 @@ def session_start(
             tools=[convert.spec_to_pb(s) for s in registry.specs()],
             client_llm=client_llm,
             handles_approvals=approvals,
+            batch_events=True,
         )
     )
 
@@ -162,6 +163,17 @@ def summary(pb: service_pb2.RunSummary) -> RunSummary:
         tool_calls=pb.tool_calls,
         prompt=pb.prompt,
     )
+
+
+def events_of(
+    response: service_pb2.StreamToolLoopResponse
+    | service_pb2.WatchRunResponse
+    | session_pb2.SessionResponse,
+) -> Sequence[events_pb2.RunEvent]:
+    """The events one streamed response carries, oldest first (the clients ask for batches)."""
+    if response.events:
+        return response.events
+    return (response.event,) if response.HasField("event") else ()
 
 
 def streamed(event: events_pb2.RunEvent) -> StreamedEvent:

@@ -106,7 +106,9 @@ class AsyncSidecarClient:
         """Start a run and yield its events as they happen, ending with the terminal one."""
         spec = _wire.run_spec(prompt, detach=detach, **options)
         call = self._stub.StreamToolLoop(
-            service_pb2.StreamToolLoopRequest(spec=spec), metadata=self._metadata, timeout=timeout
+            service_pb2.StreamToolLoopRequest(spec=spec, batch_events=True),
+            metadata=self._metadata,
+            timeout=timeout,
         )
         async for event in self._events(call):
             yield event
@@ -116,7 +118,9 @@ class AsyncSidecarClient:
     ) -> AsyncGenerator[StreamedEvent, None]:
         """Follow a run from ``after_sequence``: what was missed, then live, to its end."""
         call = self._stub.WatchRun(
-            service_pb2.WatchRunRequest(run_id=run_id, after_sequence=after_sequence),
+            service_pb2.WatchRunRequest(
+                run_id=run_id, after_sequence=after_sequence, batch_events=True
+            ),
             metadata=self._metadata,
         )
         async for event in self._events(call):
@@ -242,16 +246,21 @@ class AsyncSidecarClient:
         try:
             await send(_wire.session_start(spec, registry, llm is not None, approver is not None))
             async for response in call:
+                # The events batched with an invocation come before it, but the sidecar waits
+                # on the invocation alone: its task gets one turn (to run a quick tool and
+                # send the answer) before the events are converted and handed out.
                 kind = response.WhichOneof("kind")
-                if kind == "event":
-                    streamed = _wire.streamed(response.event)
-                    if approver is not None and isinstance(streamed.event, ApprovalRequested):
-                        spawn(answer_approval(streamed.event))
-                    yield streamed
-                elif kind == "tool_invocation":
+                if kind == "tool_invocation":
                     spawn(answer_tool(response.tool_invocation))
                 elif kind == "llm_invocation" and llm is not None:
                     spawn(answer_llm(response.llm_invocation))
+                if kind in ("tool_invocation", "llm_invocation") and response.events:
+                    await asyncio.sleep(0)
+                for event in _wire.events_of(response):
+                    streamed = _wire.streamed(event)
+                    if approver is not None and isinstance(streamed.event, ApprovalRequested):
+                        spawn(answer_approval(streamed.event))
+                    yield streamed
         except grpc.RpcError as exc:
             raise SidecarRpcError.from_rpc_error(exc) from None
         finally:
@@ -262,7 +271,8 @@ class AsyncSidecarClient:
     async def _events(self, call: Any) -> AsyncGenerator[StreamedEvent, None]:
         try:
             async for response in call:
-                yield _wire.streamed(response.event)
+                for event in _wire.events_of(response):
+                    yield _wire.streamed(event)
         except grpc.RpcError as exc:
             raise SidecarRpcError.from_rpc_error(exc) from None
         finally:

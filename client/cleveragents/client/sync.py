@@ -104,7 +104,9 @@ class SidecarClient:
         """Start a run and yield its events as they happen, ending with the terminal one."""
         spec = _wire.run_spec(prompt, detach=detach, **options)
         call = self._stub.StreamToolLoop(
-            service_pb2.StreamToolLoopRequest(spec=spec), metadata=self._metadata, timeout=timeout
+            service_pb2.StreamToolLoopRequest(spec=spec, batch_events=True),
+            metadata=self._metadata,
+            timeout=timeout,
         )
         return self._events(call)
 
@@ -113,7 +115,9 @@ class SidecarClient:
     ) -> Generator[StreamedEvent, None, None]:
         """Follow a run from ``after_sequence``: what was missed, then live, to its end."""
         call = self._stub.WatchRun(
-            service_pb2.WatchRunRequest(run_id=run_id, after_sequence=after_sequence),
+            service_pb2.WatchRunRequest(
+                run_id=run_id, after_sequence=after_sequence, batch_events=True
+            ),
             metadata=self._metadata,
         )
         return self._events(call)
@@ -206,13 +210,13 @@ class SidecarClient:
         loop = asyncio.new_event_loop()
         try:
             for response in call:
-                kind = response.WhichOneof("kind")
-                if kind == "event":
-                    streamed = _wire.streamed(response.event)
+                for event in _wire.events_of(response):  # they come before the invocation
+                    streamed = _wire.streamed(event)
                     if approver is not None and isinstance(streamed.event, ApprovalRequested):
                         outgoing.put(_answer_approval(loop, approver, streamed.event))
                     yield streamed
-                elif kind == "tool_invocation":
+                kind = response.WhichOneof("kind")
+                if kind == "tool_invocation":
                     outgoing.put(_answer_tool(loop, runner, response.tool_invocation))
                 elif kind == "llm_invocation" and llm is not None:
                     outgoing.put(_answer_llm(loop, llm, response.llm_invocation))
@@ -226,7 +230,8 @@ class SidecarClient:
     def _events(self, call: Any) -> Generator[StreamedEvent, None, None]:
         try:
             for response in call:
-                yield _wire.streamed(response.event)
+                for event in _wire.events_of(response):
+                    yield _wire.streamed(event)
         except grpc.RpcError as exc:
             raise SidecarRpcError.from_rpc_error(exc) from None
         finally:

@@ -1,7 +1,7 @@
 // SidecarClient: every RPC of ToolRuntimeService, with JSON fields as plain values.
 import grpc from '@grpc/grpc-js';
 
-import { Codec, normaliseTools } from './codec.js';
+import { Codec, normaliseTools, wireEvents } from './codec.js';
 import { RunFailedError, Status, toSidecarError } from './errors.js';
 import { loadService } from './proto.js';
 import { SessionRun } from './session.js';
@@ -31,7 +31,9 @@ export const RESULT_TRAILER = 'cleveragents-result-bin';
  * @typedef {AsyncGenerator<import('./codec.js').RunEvent, void, undefined> & {cancel(): void}} EventStream
  *   The events of a run, ending after its terminal event. `cancel()` (or leaving a `for await`
  *   loop early) cancels the call. A non-OK status is thrown as a `SidecarError`. Messages are
- *   read only as fast as they are consumed (gRPC flow control applies back-pressure).
+ *   read only as fast as they are consumed (gRPC flow control applies back-pressure). The call
+ *   asks the sidecar to batch events (`batch_events`); batches are unpacked here, so each step
+ *   of the iteration is still exactly one event, in sequence order.
  */
 
 const SESSION_KEYS = new Set(['tools', 'llm']);
@@ -100,7 +102,7 @@ export class SidecarClient {
    * @returns {EventStream}
    */
   streamToolLoop(spec, options = {}) {
-    const request = { spec: this.codec.encodeSpec(spec) };
+    const request = { spec: this.codec.encodeSpec(spec), batch_events: true };
     let call;
     const open = () => {
       call = this.stub.StreamToolLoop(request, this.#metadata(options), this.#options(options));
@@ -124,7 +126,8 @@ export class SidecarClient {
     const state = { last: options.afterSequence ?? 0 };
     let call;
     const open = () => {
-      call = this.stub.WatchRun({ run_id: runId, after_sequence: state.last }, this.#metadata(options), {});
+      const request = { run_id: runId, after_sequence: state.last, batch_events: true };
+      call = this.stub.WatchRun(request, this.#metadata(options), {});
       return call;
     };
     return this.#eventStream(open, () => call, options.signal, {
@@ -209,6 +212,7 @@ export class SidecarClient {
       spec: wireSpec,
       tools: [...definitions.values()].map((t) => this.codec.encodeToolSpec(t)),
       client_llm: clientLlm,
+      batch_events: true, // SessionRun unpacks SessionResponse.events
     };
     const call = this.stub.Session(this.#metadata(options), this.#options(options));
     const run = new SessionRun({
@@ -284,9 +288,14 @@ export class SidecarClient {
           const start = watch?.state.last;
           try {
             for await (const message of call) {
-              const event = codec.decodeEvent(message.event);
-              if (watch) watch.state.last = event.sequence;
-              yield event;
+              // A message may hold a batch: its events are yielded one at a time, and a
+              // watcher's resume point advances with each, so it is always the last event
+              // actually yielded (a drop surfaces only after the batch in hand is yielded).
+              for (const wire of wireEvents(message)) {
+                const event = codec.decodeEvent(wire);
+                if (watch) watch.state.last = event.sequence;
+                yield event;
+              }
             }
             return;
           } catch (err) {

@@ -296,6 +296,23 @@ export class Codec {
   }
 }
 
+/**
+ * The wire `RunEvent`s one streamed response carries, oldest first: those batched in its
+ * repeated `events` field, then its single `event`, if set. This reads every response this
+ * client streams (`StreamToolLoopResponse`, `WatchRunResponse`, `SessionResponse`), batched
+ * or not: an unset repeated field is `[]` (proto-loader's `defaults`), an unset message field
+ * `null`, and a `SessionResponse` whose `kind` is not `event` has no `event` key at all.
+ * (The sidecar never sets both fields; the order is the one `SessionResponse` documents.)
+ *
+ * @param {{events?: any[] | null, event?: any}} response
+ * @returns {any[]}
+ */
+export function wireEvents(response) {
+  const batch = response.events ?? [];
+  if (!response.event) return batch;
+  return batch.length ? [...batch, response.event] : [response.event];
+}
+
 function checkKeys(object, allowed, what, extra = new Set()) {
   for (const key of Object.keys(object)) {
     if (!allowed.has(key) && !extra.has(key)) {

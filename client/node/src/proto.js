@@ -21,7 +21,9 @@ export const SERVICE_PROTO = 'cleveragents/toolruntime/v1/service.proto';
  * - `longs: Number`: the 64-bit fields (`sequence`, `after_sequence`, token counts, timestamp
  *   seconds) are plain numbers; they are exact up to 2^53, far beyond any real value here;
  * - `enums: String`: enum values by their proto names (`"STOP_REASON_FINAL_ANSWER"`);
- * - `defaults: true`: unset scalars read as their zero value, unset messages as `null`;
+ * - `defaults: true`: unset scalars read as their zero value, unset messages as `null`, and
+ *   unset repeated fields as `[]` (so a streamed response whose one event came in `event`
+ *   has `events: []`: see `wireEvents` in codec.js);
  * - `oneofs: true`: each oneof gets a discriminator property (`event.payload`, `kind`).
  */
 export const LOADER_OPTIONS = Object.freeze({

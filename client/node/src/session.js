@@ -2,7 +2,7 @@
 // bidirectional stream.
 import { once } from 'node:events';
 
-import { fromTimestamp, normaliseOutput, TERMINAL } from './codec.js';
+import { fromTimestamp, normaliseOutput, TERMINAL, wireEvents } from './codec.js';
 import { RunFailedError, SidecarError, ToolError, describeError, toSidecarError } from './errors.js';
 
 /**
@@ -28,6 +28,10 @@ import { RunFailedError, SidecarError, ToolError, describeError, toSidecarError 
  * The stream is read as fast as it arrives, so that tool invocations are answered at once
  * even while the code iterating the events is busy: events wait in memory for the iterator
  * (at most one run's worth, the same log the sidecar itself keeps).
+ *
+ * The session asks for batched events: one message may carry several events and then an
+ * invocation. The events are queued first, in order, and the invocation starts right after,
+ * without waiting for the iterator to take them, as when each came in a message of its own.
  */
 export class SessionRun {
   /** @type {string | null} the run's id, known from its `run_started` event on */
@@ -111,11 +115,6 @@ export class SessionRun {
     };
   }
 
-  #push(event) {
-    this.#queue.push(event);
-    this.#notify();
-  }
-
   #notify() {
     const wake = this.#wake;
     this.#wake = null;
@@ -123,16 +122,20 @@ export class SessionRun {
   }
 
   #onMessage(message) {
+    let queued = false;
     try {
-      if (message.kind === 'event') {
-        const event = this.#codec.decodeEvent(message.event);
+      // The events first (a batch, or the one event), then the invocation they precede.
+      for (const wire of wireEvents(message)) {
+        const event = this.#codec.decodeEvent(wire);
         if (event.payload === 'run_started') this.runId = event.run_id;
         if (TERMINAL.includes(event.payload)) {
           this.#terminal = event;
           this.#halfClose(); // nothing more to say: the run is over
         }
-        this.#push(event);
-      } else if (message.kind === 'tool_invocation') {
+        this.#queue.push(event);
+        queued = true;
+      }
+      if (message.kind === 'tool_invocation') {
         void this.#invokeTool(message.tool_invocation);
       } else if (message.kind === 'llm_invocation') {
         void this.#invokeLlm(message.llm_invocation);
@@ -141,6 +144,8 @@ export class SessionRun {
       // Only a message this client cannot decode gets here: end the session, report it.
       this.#error = err;
       this.#call.cancel();
+    } finally {
+      if (queued) this.#notify();
     }
   }
 

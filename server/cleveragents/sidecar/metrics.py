@@ -156,7 +156,7 @@ class _ManagerCollector:
     def collect(self) -> Iterable[Metric]:
         """The current values."""
         live = self.manager.live_runs()
-        streams = sum(len(run.listeners) for run in live)
+        streams = sum(len(run.listeners) + len(run.followers) for run in live)
         return self._families(len(live), streams, self.manager.stats.dropped_watchers)
 
     @staticmethod

@@ -22,7 +22,7 @@ from cleveragents.sidecar import convert
 from cleveragents.sidecar.approvals import ApprovalBroker
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.store import EventStore, MemoryEventStore, StoredRun
-from cleveragents.sidecar.streams import Listener, Subscriber, frame, unframe
+from cleveragents.sidecar.streams import Follower, Listener, frame, unframe
 from cleveragents.tool import (
     LLMCallError,
     LLMResponded,
@@ -48,6 +48,8 @@ COMPLETED = types_pb2.RUN_STATE_COMPLETED
 FAILED = types_pb2.RUN_STATE_FAILED
 CANCELLED = types_pb2.RUN_STATE_CANCELLED
 _MAX_RUN_ID = 128
+#: How often (in events) a run looks for watchers that fell too far behind.
+_LAG_CHECK_EVERY = 64
 
 
 class RunObserver(Protocol):
@@ -78,12 +80,14 @@ class Run:
 
     __slots__ = (
         "_done",
+        "_release_waiters",
         "_terminal",
         "approvals",
         "detach",
         "ended",
         "failure",
         "finished_at",
+        "followers",
         "frames",
         "iterations",
         "listeners",
@@ -119,6 +123,8 @@ class Run:
         self.released = 0
         self.ended = False
         self.listeners: list[Listener] = []
+        self.followers: list[Follower] = []
+        self._release_waiters: list[asyncio.Future[None]] = []
         self.result: types_pb2.ToolCallRunResult | None = None
         self.failure: tuple[grpc.StatusCode, str] | None = None
         self.finished_at: float | None = None
@@ -144,19 +150,26 @@ class Run:
         """Wait until the run has ended and its terminal event is stored."""
         await asyncio.shield(self._done)
 
-    def subscribe(self, after_sequence: int, limit: int | None) -> Subscriber:
-        """A subscriber that first replays the events after ``after_sequence``, then follows."""
-        sub = Subscriber(limit, self.frames[after_sequence : self.released])
-        if self.finished:
-            sub.close()
-        else:
-            self.listeners.append(sub)
-        return sub
+    def follow(self, after_sequence: int, limit: int) -> Follower:
+        """A watcher's reader of this log, from the event after ``after_sequence`` on."""
+        follower = Follower(self, after_sequence, limit)
+        if not self.finished:
+            self.followers.append(follower)
+        return follower
 
-    def unsubscribe(self, listener: Listener) -> None:
-        """Stop sending events to ``listener``."""
-        if listener in self.listeners:
-            self.listeners.remove(listener)
+    def unsubscribe(self, reader: Listener | Follower) -> None:
+        """Stop sending events to ``reader``."""
+        if isinstance(reader, Follower):
+            if reader in self.followers:
+                self.followers.remove(reader)
+        elif reader in self.listeners:
+            self.listeners.remove(reader)
+
+    def wait_for_release(self) -> asyncio.Future[None]:
+        """A future set when more frames are released or the run finishes (for followers)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._release_waiters.append(waiter)
+        return waiter
 
     def emit(self, event: RunEvent) -> None:
         """Log a core event (the runtime's ``on_event`` sink)."""
@@ -200,17 +213,30 @@ class Run:
         sequence = min(sequence, len(self.frames))
         if sequence <= self.released:
             return
-        items = self.frames[self.released : sequence]
-        self.released = sequence
-        for listener in tuple(self.listeners):
-            for item in items:
+        previous, self.released = self.released, sequence
+        for listener in self.listeners:
+            for item in self.frames[previous:sequence]:
                 listener.push(item)
-            if isinstance(listener, Subscriber) and listener.dropped:
-                self.listeners.remove(listener)
-                self.stats.dropped_watchers += 1
-                self.log.warning("watcher dropped", reason="too far behind")
+        if self.followers:
+            if previous // _LAG_CHECK_EVERY != sequence // _LAG_CHECK_EVERY:
+                self._drop_laggards()
+            self._wake_followers()
         if self._terminal is not None and sequence == len(self.frames):
             self._finish(self._terminal)
+
+    def _drop_laggards(self) -> None:
+        """Drop the followers too far behind (checked every few events: lag grows slowly)."""
+        for follower in [f for f in self.followers if f.lag > f.limit]:
+            follower.dropped = True
+            self.followers.remove(follower)
+            self.stats.dropped_watchers += 1
+            self.log.warning("watcher dropped", reason="too far behind", lag=follower.lag)
+
+    def _wake_followers(self) -> None:
+        waiters, self._release_waiters = self._release_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _append(self, pb: events_pb2.RunEvent) -> None:
         item = frame(pb)
@@ -222,6 +248,8 @@ class Run:
         for listener in self.listeners:
             listener.close()
         self.listeners.clear()
+        self.followers.clear()
+        self._wake_followers()
         if not self._done.done():
             self._done.set_result(None)
         self.log.info(
@@ -416,9 +444,9 @@ class RunManager:
         if not run.ended and run.task is not None:
             run.task.cancel(reason)
 
-    def subscribe(self, run: Run, after_sequence: int) -> Subscriber:
-        """A bounded subscriber for a watcher of ``run``."""
-        return run.subscribe(after_sequence, self.watcher_queue_size)
+    def follow(self, run: Run, after_sequence: int) -> Follower:
+        """A watcher's reader of ``run``, dropped when it falls too far behind."""
+        return run.follow(after_sequence, self.watcher_queue_size)
 
     async def drain(self, grace_s: float) -> None:
         """Stop accepting runs, let live ones finish within ``grace_s``, then cancel the rest."""

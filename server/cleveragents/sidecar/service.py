@@ -21,7 +21,14 @@ from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.profiles import resolve_llm
 from cleveragents.sidecar.runs import FAILED, Run, RunManager
 from cleveragents.sidecar.session import ClientLLMCaller, SessionChannel
-from cleveragents.sidecar.streams import Listener, Subscriber, unframe
+from cleveragents.sidecar.streams import (
+    BATCH_BYTES,
+    Listener,
+    Subscriber,
+    batch,
+    session_messages,
+    unframe,
+)
 from cleveragents.tool import (
     DEFAULT_MAX_ITERATIONS,
     AutomationProfile,
@@ -135,15 +142,16 @@ class ToolRuntimeService:
         request: service_pb2.StreamToolLoopRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[bytes]:
-        stream = Subscriber(None)
+        stream = Subscriber()
         try:
             run = self._start(request.spec, context, listener=stream)
         except SidecarError as exc:
             await context.abort(exc.code, exc.message)
+        limit = BATCH_BYTES if request.batch_events else 0
         finished = False
         try:
-            while (item := await stream.get()) is not None:
-                yield item
+            while items := await stream.get_many(limit):
+                yield batch(items)
             finished = True
         finally:
             run.unsubscribe(stream)
@@ -160,16 +168,20 @@ class ToolRuntimeService:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"after_sequence {after} is past the run's last event ({run.last_sequence})",
             )
-        sub = self.manager.subscribe(run, min(after, run.last_sequence))
+        sub = self.manager.follow(run, min(after, run.last_sequence))
         skip = max(0, after - run.last_sequence)
         sent = min(after, run.last_sequence)
+        limit = BATCH_BYTES if request.batch_events else 0
         try:
-            while (item := await sub.get()) is not None:
-                sent += 1
+            while items := await sub.get_many(limit):
+                sent += len(items)
                 if skip:
-                    skip -= 1
-                    continue
-                yield item
+                    skipped = min(skip, len(items))
+                    skip -= skipped
+                    items = items[skipped:]
+                    if not items:
+                        continue
+                yield batch(items)
         finally:
             run.unsubscribe(sub)
         if sub.dropped:
@@ -209,10 +221,12 @@ class ToolRuntimeService:
             await context.abort(exc.code, exc.message)
         hosts = bool(client_specs) or start.client_llm
         reader = asyncio.create_task(self._read_session(context, channel, run, hosts))
+        limit = BATCH_BYTES if start.batch_events else 0
         finished = False
         try:
-            while (item := await channel.outbox.get()) is not None:
-                await context.write(item)
+            while items := await channel.outbox.get_many(limit):
+                for message in session_messages(items):
+                    await context.write(message)
             finished = True
         finally:
             reader.cancel()

@@ -17,7 +17,7 @@ import grpc
 
 from cleveragents.sidecar import convert
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.sidecar.streams import Subscriber
+from cleveragents.sidecar.streams import Message, Subscriber
 from cleveragents.tool import (
     LLMRequest,
     LLMResponse,
@@ -42,7 +42,7 @@ class SessionChannel:
     """Pending invocations of one session and the ordered outbox of frames to its client."""
 
     def __init__(self, default_tool_timeout_s: float) -> None:
-        self.outbox = Subscriber(None)
+        self.outbox = Subscriber()
         self.default_tool_timeout_s = default_tool_timeout_s
         self.pending_tools: dict[str, asyncio.Future[session_pb2.ToolResult]] = {}
         self.pending_llm: dict[str, asyncio.Future[session_pb2.LlmResult]] = {}
@@ -86,7 +86,7 @@ class SessionChannel:
 
     def send(self, response: session_pb2.SessionResponse) -> None:
         """Queue a message for the client, after everything queued before it."""
-        self.outbox.push(response.SerializeToString())
+        self.outbox.push(Message(response.SerializeToString()))
 
     def _forget(self, call_id: str) -> None:
         self._expired[call_id] = None

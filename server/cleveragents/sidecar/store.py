@@ -79,6 +79,9 @@ class MemoryEventStore:
         return None
 
 
+#: Rows hold each frame with the ``event`` tag in front: a whole ``WatchRunResponse``.
+_FRAME_TAG = b"\x0a"
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL,
@@ -171,9 +174,10 @@ class SqliteEventStore:
                 connection.execute("DELETE FROM events WHERE run_id = ?", (owner,))
             else:
                 assert not isinstance(owner, str)
+                assert frame is not None
                 connection.execute(
                     "INSERT OR REPLACE INTO events VALUES (?, ?, ?)",
-                    (owner.run_id, sequence, frame),
+                    (owner.run_id, sequence, _FRAME_TAG + frame),
                 )
                 released[id(owner)] = (owner, sequence)
         connection.execute("COMMIT")
@@ -194,5 +198,5 @@ def _load(connection: sqlite3.Connection) -> list[StoredRun]:
     ):
         frames = runs.setdefault(run_id, [])
         if sequence == len(frames) + 1:  # a gap can only follow a torn batch: stop there
-            frames.append(frame)
+            frames.append(frame[1:])
     return [StoredRun(run_id, frames) for run_id, frames in runs.items() if frames]

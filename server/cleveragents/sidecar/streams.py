@@ -1,8 +1,15 @@
-"""Frames and the queues that carry them to streams.
+"""Frames and the queues and cursors that carry them to streams.
 
-Each event is serialised once, as a frame that is at the same time a valid
-``StreamToolLoopResponse``, ``WatchRunResponse`` and ``SessionResponse`` (all three carry the
-``RunEvent`` as field 1), so streaming it to any number of clients costs no re-encoding.
+Each event is serialised once, as a *frame*: the ``RunEvent``'s length-delimited encoding,
+which is a whole response message (``StreamToolLoopResponse``, ``WatchRunResponse`` or
+``SessionResponse``) once a field tag is put in front. One tag byte makes the message that
+carries one event, in ``event`` (field 1); a client that sets ``batch_events`` gets every frame
+waiting for it joined behind the tag of the repeated ``events`` field instead. Either way no
+event is encoded twice, whatever the number of streams.
+
+gRPC's cost is per message, so batching is what lets a stream that falls behind catch up in a
+few large writes. Nothing waits for a batch to fill: a batch is whatever queued during the
+previous write.
 """
 
 from __future__ import annotations
@@ -14,14 +21,36 @@ from typing import Protocol
 
 from cleveragents.toolruntime.v1 import events_pb2
 
-__all__ = ["Listener", "Subscriber", "frame", "unframe"]
+__all__ = [
+    "BATCH_BYTES",
+    "FollowedLog",
+    "Follower",
+    "Listener",
+    "Message",
+    "Subscriber",
+    "batch",
+    "frame",
+    "session_messages",
+    "single",
+    "unframe",
+]
+
+#: The tag of ``event`` (field 1, length-delimited) in all three response messages.
+_EVENT_TAG = b"\x0a"
+#: The tag of ``events`` in StreamToolLoopResponse and WatchRunResponse (field 2).
+EVENTS_TAG = b"\x12"
+#: The tag of ``events`` in SessionResponse (field 4).
+SESSION_EVENTS_TAG = b"\x22"
+#: A batch stops growing at this size (a single larger event still goes, alone), well under
+#: the 4 MiB that gRPC clients accept by default.
+BATCH_BYTES = 256 * 1024
 
 
 def frame(event: events_pb2.RunEvent) -> bytes:
-    """Serialise ``event`` wrapped as field 1 of a response message."""
+    """Serialise ``event`` once, length-delimited: a field of a response minus its tag."""
     data = event.SerializeToString()
     size = len(data)
-    prefix = bytearray(b"\x0a")
+    prefix = bytearray()
     while size > 0x7F:
         prefix.append((size & 0x7F) | 0x80)
         size >>= 7
@@ -31,7 +60,7 @@ def frame(event: events_pb2.RunEvent) -> bytes:
 
 def unframe(item: bytes) -> events_pb2.RunEvent:
     """The ``RunEvent`` inside a frame."""
-    index, size, shift = 1, 0, 0
+    index, size, shift = 0, 0, 0
     while True:
         byte = item[index]
         size |= (byte & 0x7F) << shift
@@ -40,6 +69,46 @@ def unframe(item: bytes) -> events_pb2.RunEvent:
             break
         shift += 7
     return events_pb2.RunEvent.FromString(item[index : index + size])
+
+
+def single(item: bytes) -> bytes:
+    """The response message carrying one frame, in ``event``."""
+    return _EVENT_TAG + item
+
+
+def batch(frames: Sequence[bytes], tag: bytes = EVENTS_TAG) -> bytes:
+    """One response message holding ``frames`` (oldest first) in its ``events`` field ``tag``.
+
+    A single frame goes in ``event``, as for any client: one that asked for batches reads both.
+    """
+    return _EVENT_TAG + frames[0] if len(frames) == 1 else tag + tag.join(frames)
+
+
+class Message(bytes):
+    """A whole response message queued between frames (a session's invocation)."""
+
+    __slots__ = ()
+
+
+def session_messages(items: Sequence[bytes]) -> list[bytes]:
+    """A session's outbox ``items`` packed into as few SessionResponses as order allows.
+
+    Consecutive frames are joined into ``events``, and an invocation (a ``Message``) closes the
+    message they lead: the events come before it.
+    """
+    messages: list[bytes] = []
+    start = 0
+    for index, item in enumerate(items):
+        if isinstance(item, Message):
+            if index > start:
+                events = items[start:index]
+                messages.append(SESSION_EVENTS_TAG + SESSION_EVENTS_TAG.join(events) + item)
+            else:
+                messages.append(bytes(item))  # gRPC takes exactly bytes, not a subclass
+            start = index + 1
+    if start < len(items):
+        messages.append(batch(items[start:], SESSION_EVENTS_TAG))
+    return messages
 
 
 class Listener(Protocol):
@@ -51,54 +120,107 @@ class Listener(Protocol):
 
 
 class Subscriber:
-    """A bounded queue of frames for one stream; too far behind, it is dropped.
+    """An unbounded queue of frames for the stream that started a run (bounded by the run).
 
-    ``limit=None`` means unbounded (the stream that started the run: its queue is bounded by
-    the run itself). Frames replayed at subscription do not count against the limit: only
-    live frames piling up behind a reader that does not keep up do.
+    A session's outbox is one too: its invocations queue between the events, in order.
     """
 
-    __slots__ = ("_backlog", "_items", "_limit", "_waiter", "closed", "dropped")
+    __slots__ = ("_items", "_waiter", "closed")
 
-    def __init__(self, limit: int | None, replay: Sequence[bytes] = ()) -> None:
-        self._items: collections.deque[bytes] = collections.deque(replay)
-        self._backlog = len(self._items)
-        self._limit = limit
+    def __init__(self) -> None:
+        self._items: collections.deque[bytes] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self.closed = False
-        self.dropped = False
 
     def push(self, item: bytes) -> None:
         if self.closed:
             return
-        if self._limit is not None and len(self._items) - self._backlog >= self._limit:
-            self.dropped = True
-            self.close()
-            return
         self._items.append(item)
-        self._wake()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def close(self) -> None:
         self.closed = True
-        self._wake()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
-    async def get(self) -> bytes | None:
-        """The next frame; ``None`` once closed and drained (or dropped)."""
-        while not self._items:
+    async def get_many(self, max_bytes: int) -> list[bytes]:
+        """The frames waiting now, oldest first, up to ``max_bytes`` in all (but at least one).
+
+        Empty once closed and drained.
+        """
+        items = self._items
+        while not items:
             if self.closed:
-                return None
+                return []
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
             finally:
                 self._waiter = None
-        if self.dropped:
-            return None
-        if self._backlog:
-            self._backlog -= 1
-        return self._items.popleft()
+        taken = [items.popleft()]
+        size = len(taken[0])
+        while items and size + len(items[0]) <= max_bytes:
+            item = items.popleft()
+            size += len(item)
+            taken.append(item)
+        return taken
 
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+
+class FollowedLog(Protocol):
+    """A run's log as a ``Follower`` reads it: the frames, how many are released, the end."""
+
+    frames: list[bytes]
+    released: int
+
+    @property
+    def finished(self) -> bool: ...
+
+    def wait_for_release(self) -> asyncio.Future[None]:
+        """A new future, set when more frames are released or the log finishes."""
+        ...
+
+
+class Follower:
+    """A watcher's position in a run's log: it reads the run's own frames, with no queue.
+
+    Nothing is copied per watcher, and a release costs nothing per watcher that is busy
+    writing. A watcher more than ``limit`` live frames behind (frames that were already
+    there when it subscribed do not count) is ``dropped`` by the run: its next read is empty.
+    """
+
+    __slots__ = ("_log", "cursor", "dropped", "limit", "live_from")
+
+    def __init__(self, log: FollowedLog, cursor: int, limit: int) -> None:
+        self._log = log
+        self.cursor = cursor
+        self.limit = limit
+        self.live_from = log.released
+        self.dropped = False
+
+    @property
+    def lag(self) -> int:
+        """Live frames released but not yet read."""
+        return self._log.released - max(self.cursor, self.live_from)
+
+    async def get_many(self, max_bytes: int) -> list[bytes]:
+        """The released frames not yet read, oldest first, up to ``max_bytes`` (at least one).
+
+        Empty once the log has finished and every frame was read, or once dropped.
+        """
+        log = self._log
+        while self.cursor >= log.released and not self.dropped:
+            if log.finished:
+                return []
+            await log.wait_for_release()
+        if self.dropped:
+            return []
+        frames, start, end = log.frames, self.cursor, log.released
+        stop, size = start + 1, len(frames[start])
+        while stop < end and size + len(frames[stop]) <= max_bytes:
+            size += len(frames[stop])
+            stop += 1
+        self.cursor = stop
+        return frames[start:stop]

@@ -76,6 +76,11 @@ class StreamToolLoopRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SPEC_FIELD_NUMBER: _builtins.int
+    BATCH_EVENTS_FIELD_NUMBER: _builtins.int
+    batch_events: _builtins.bool
+    """Lets the server pack consecutive events into one response (see
+    StreamToolLoopResponse.events); set it only if the client reads that field.
+    """
     @_builtins.property
     def spec(self) -> _types_pb2.RunSpec:
         """The run to execute."""
@@ -84,10 +89,11 @@ class StreamToolLoopRequest(_message.Message):
         self,
         *,
         spec: _types_pb2.RunSpec | None = ...,
+        batch_events: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_events", b"batch_events", "spec", b"spec"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -95,23 +101,34 @@ Global___StreamToolLoopRequest: _TypeAlias = StreamToolLoopRequest  # noqa: Y015
 
 @_typing.final
 class StreamToolLoopResponse(_message.Message):
-    """StreamToolLoopResponse is one message of the StreamToolLoop stream."""
+    """StreamToolLoopResponse is one message of the StreamToolLoop stream: it
+    holds either one event, in event, or, when the request set batch_events,
+    possibly several, in events.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     EVENT_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def event(self) -> _events_pb2.RunEvent:
         """The next event of the run."""
+
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[_events_pb2.RunEvent]:
+        """The next events of the run, oldest first. Used only when the request
+        set batch_events; event is then unset.
+        """
 
     def __init__(
         self,
         *,
         event: _events_pb2.RunEvent | None = ...,
+        events: _abc.Iterable[_events_pb2.RunEvent] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "events", b"events"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -125,21 +142,27 @@ class WatchRunRequest(_message.Message):
 
     RUN_ID_FIELD_NUMBER: _builtins.int
     AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
+    BATCH_EVENTS_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """Identifier of the run to follow."""
     after_sequence: _builtins.int
     """Only events whose sequence is greater than this are sent; 0 replays
     the whole log.
     """
+    batch_events: _builtins.bool
+    """Lets the server pack consecutive events into one response (see
+    WatchRunResponse.events); set it only if the client reads that field.
+    """
     def __init__(
         self,
         *,
         run_id: _builtins.str = ...,
         after_sequence: _builtins.int = ...,
+        batch_events: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "batch_events", b"batch_events", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -147,23 +170,34 @@ Global___WatchRunRequest: _TypeAlias = WatchRunRequest  # noqa: Y015
 
 @_typing.final
 class WatchRunResponse(_message.Message):
-    """WatchRunResponse is one message of the WatchRun stream."""
+    """WatchRunResponse is one message of the WatchRun stream: it holds either
+    one event, in event, or, when the request set batch_events, possibly
+    several, in events.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     EVENT_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def event(self) -> _events_pb2.RunEvent:
         """The next event of the watched run."""
+
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[_events_pb2.RunEvent]:
+        """The next events of the watched run, oldest first. Used only when the
+        request set batch_events; event is then unset.
+        """
 
     def __init__(
         self,
         *,
         event: _events_pb2.RunEvent | None = ...,
+        events: _abc.Iterable[_events_pb2.RunEvent] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "events", b"events"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

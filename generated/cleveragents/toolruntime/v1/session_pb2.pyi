@@ -81,6 +81,7 @@ class SessionStart(_message.Message):
     TOOLS_FIELD_NUMBER: _builtins.int
     CLIENT_LLM_FIELD_NUMBER: _builtins.int
     HANDLES_APPROVALS_FIELD_NUMBER: _builtins.int
+    BATCH_EVENTS_FIELD_NUMBER: _builtins.int
     client_llm: _builtins.bool
     """When true, the client acts as the LLM: the server sends LlmInvocation
     messages and waits for LlmResult answers.
@@ -89,6 +90,10 @@ class SessionStart(_message.Message):
     """True when this client decides approval requests (it answers each
     approval_requested event with an approval_decision); otherwise they wait for
     the DecideApproval RPC, or time out.
+    """
+    batch_events: _builtins.bool
+    """Lets the server pack consecutive events into one response (see
+    SessionResponse.events); set it only if the client reads that field.
     """
     @_builtins.property
     def spec(self) -> _types_pb2.RunSpec:
@@ -107,10 +112,11 @@ class SessionStart(_message.Message):
         tools: _abc.Iterable[_types_pb2.ToolSpec] | None = ...,
         client_llm: _builtins.bool = ...,
         handles_approvals: _builtins.bool = ...,
+        batch_events: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_llm", b"client_llm", "handles_approvals", b"handles_approvals", "spec", b"spec", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_events", b"batch_events", "client_llm", b"client_llm", "handles_approvals", b"handles_approvals", "spec", b"spec", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -222,13 +228,17 @@ Global___SessionCancel: _TypeAlias = SessionCancel  # noqa: Y015
 
 @_typing.final
 class SessionResponse(_message.Message):
-    """SessionResponse is a message from the server on a Session stream."""
+    """SessionResponse is a message from the server on a Session stream. Without
+    batch_events it holds exactly one item, in kind. With batch_events it may
+    also, or instead, carry events, which come before the item in kind.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     EVENT_FIELD_NUMBER: _builtins.int
     TOOL_INVOCATION_FIELD_NUMBER: _builtins.int
     LLM_INVOCATION_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def event(self) -> _events_pb2.RunEvent:
         """An entry of the run's event log."""
@@ -241,16 +251,24 @@ class SessionResponse(_message.Message):
     def llm_invocation(self) -> Global___LlmInvocation:
         """A request for the client to perform an LLM call."""
 
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[_events_pb2.RunEvent]:
+        """Events of the run, oldest first, that come before the item in kind. Sent
+        only when SessionStart.batch_events was set; when it is not empty, kind is
+        unset or holds an invocation.
+        """
+
     def __init__(
         self,
         *,
         event: _events_pb2.RunEvent | None = ...,
         tool_invocation: Global___ToolInvocation | None = ...,
         llm_invocation: Global___LlmInvocation | None = ...,
+        events: _abc.Iterable[_events_pb2.RunEvent] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "kind", b"kind", "llm_invocation", b"llm_invocation", "tool_invocation", b"tool_invocation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "kind", b"kind", "llm_invocation", b"llm_invocation", "tool_invocation", b"tool_invocation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "events", b"events", "kind", b"kind", "llm_invocation", b"llm_invocation", "tool_invocation", b"tool_invocation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["event", "tool_invocation", "llm_invocation"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
