@@ -54,6 +54,11 @@ class Malformed:
         self.message = message
 
 
+#: How long a new call may wait for the server to pick it up (the client's deadline still
+#: applies).
+_ACCEPT_WAIT_S = 300
+
+
 def _lenient(message_type: Any) -> Callable[[bytes], Any]:
     name = message_type.DESCRIPTOR.name
 
@@ -158,6 +163,10 @@ class Sidecar:
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", size),
                 ("grpc.so_reuseport", 0),
+                # gRPC cancels a call the server has not picked up within 30 s by default. A
+                # busy event loop picks up one new call per turn, so a burst of sessions on a
+                # loaded sidecar could lose its last calls before they started; they wait now.
+                ("grpc.server_max_unrequested_time_in_server", _ACCEPT_WAIT_S),
             ],
         )
         server.add_generic_rpc_handlers((_handlers(self.service),))
