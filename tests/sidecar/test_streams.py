@@ -53,9 +53,11 @@ class Log:
 
 
 def test_a_frame_round_trips_through_unframe() -> None:
-    big = event(7, "x" * 300)  # a length that needs a two-byte varint
+    small, medium, large = event(6, "w"), event(7, "x" * 300), event(8, "z" * 20_000)
 
-    assert unframe(frame(big)) == big
+    # One-, two- and three-byte length prefixes.
+    assert [unframe(frame(e)) for e in (small, medium, large)] == [small, medium, large]
+    assert service_pb2.WatchRunResponse.FromString(single(frame(large))).event == large
 
 
 def test_one_frame_is_a_response_with_event_set() -> None:

@@ -134,6 +134,11 @@ def timestamp(seconds: float | None = None) -> timestamp_pb2.Timestamp:
     return ts
 
 
+def set_now(ts: timestamp_pb2.Timestamp) -> None:
+    """Set ``ts`` (a field of a message being built) to now, without a temporary message."""
+    ts.seconds, ts.nanos = divmod(time.time_ns(), 1_000_000_000)
+
+
 def seconds_of(ts: timestamp_pb2.Timestamp) -> float:
     """A Timestamp as Unix seconds."""
     return ts.seconds + ts.nanos / 1e9
@@ -221,20 +226,24 @@ def message_from_pb(pb: types_pb2.Message) -> Message:
 
 def record_to_pb(record: ToolCallRecord) -> types_pb2.ToolCallRecord:
     """A record as protobuf; inputs and output as JSON text."""
-    pb = types_pb2.ToolCallRecord(
-        tool_name=record.tool_name,
-        inputs=dumps(record.inputs),
-        output=dumps(record.output),
-        duration_ms=record.duration_ms,
-        success=record.success,
-        iteration=record.iteration,
-        call_id=record.call_id,
-        started_at=timestamp(record.started_at),
-        error_kind=_ERROR_KINDS[record.error_kind],
-    )
+    pb = types_pb2.ToolCallRecord()
+    fill_record(pb, record)
+    return pb
+
+
+def fill_record(pb: types_pb2.ToolCallRecord, record: ToolCallRecord) -> None:
+    """Fill an empty ``pb`` (a field of a message being built) from ``record``."""
+    pb.tool_name = record.tool_name
+    pb.inputs = dumps(record.inputs)
+    pb.output = dumps(record.output)
+    pb.duration_ms = record.duration_ms
+    pb.success = record.success
+    pb.iteration = record.iteration
+    pb.call_id = record.call_id
+    pb.started_at.seconds, pb.started_at.nanos = divmod(int(record.started_at * 1e9), 1_000_000_000)
+    pb.error_kind = _ERROR_KINDS[record.error_kind]
     if record.error is not None:
         pb.error = record.error
-    return pb
 
 
 def record_from_pb(pb: types_pb2.ToolCallRecord) -> ToolCallRecord:
@@ -336,7 +345,7 @@ def budget_from_pb(pb: types_pb2.RunBudget) -> tuple[RunBudget, float | None]:
 def event_to_pb(event: RunEvent, run_event: events_pb2.RunEvent, *, failure_code: int) -> None:
     """Fill ``run_event``'s payload from a core event (``RunStarted`` is the caller's job)."""
     if isinstance(event, ToolCallCompleted):
-        run_event.tool_call_completed.record.CopyFrom(record_to_pb(event.record))
+        fill_record(run_event.tool_call_completed.record, event.record)
     elif isinstance(event, ToolCallStarted):
         payload = run_event.tool_call_started
         payload.call_id = event.call_id

@@ -48,6 +48,8 @@ COMPLETED = types_pb2.RUN_STATE_COMPLETED
 FAILED = types_pb2.RUN_STATE_FAILED
 CANCELLED = types_pb2.RUN_STATE_CANCELLED
 _MAX_RUN_ID = 128
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+_TERMINAL_EVENTS = (RunCompleted, RunFailed, RunCancelled)
 #: How often (in events) a run looks for watchers that fell too far behind.
 _LAG_CHECK_EVERY = 64
 
@@ -175,13 +177,10 @@ class Run:
         """Log a core event (the runtime's ``on_event`` sink)."""
         if self.ended or isinstance(event, RunStarted):
             return  # run_started is logged by the manager, before the task runs
-        pb = events_pb2.RunEvent(
-            run_id=self.run_id, sequence=len(self.frames) + 1, time=convert.timestamp()
-        )
-        code = grpc.StatusCode.UNAVAILABLE
-        if isinstance(event, RunFailed):
-            code = _failure_code(event)
-        convert.event_to_pb(event, pb, failure_code=code.value[0])
+        pb = events_pb2.RunEvent(run_id=self.run_id, sequence=len(self.frames) + 1)
+        convert.set_now(pb.time)
+        code = _failure_code(event).value[0] if isinstance(event, RunFailed) else _UNAVAILABLE
+        convert.event_to_pb(event, pb, failure_code=code)
         if isinstance(event, ToolCallCompleted):
             self.tool_calls += 1
         elif isinstance(event, LLMResponded):
@@ -191,7 +190,7 @@ class Run:
                 observer.run_event(self, event)
             except Exception:  # telemetry must never break a run
                 self.log.exception("run observer failed", observer=type(observer).__name__)
-        if isinstance(event, RunCompleted | RunFailed | RunCancelled):
+        if isinstance(event, _TERMINAL_EVENTS):
             self.end(pb)
         else:
             self._append(pb)

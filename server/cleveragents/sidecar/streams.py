@@ -46,10 +46,18 @@ SESSION_EVENTS_TAG = b"\x22"
 BATCH_BYTES = 256 * 1024
 
 
+#: The varint encodings of the lengths that fit in two bytes, the sizes of nearly every event.
+_LENGTHS = [bytes((n,)) for n in range(0x80)] + [
+    bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(0x80, 0x4000)
+]
+
+
 def frame(event: events_pb2.RunEvent) -> bytes:
     """Serialise ``event`` once, length-delimited: a field of a response minus its tag."""
     data = event.SerializeToString()
     size = len(data)
+    if size < len(_LENGTHS):
+        return _LENGTHS[size] + data
     prefix = bytearray()
     while size > 0x7F:
         prefix.append((size & 0x7F) | 0x80)
