@@ -343,6 +343,13 @@ class RunManager:
         self._expire()
         return len(restored)
 
+    async def settle(self) -> None:
+        """Wait until the store holds the ``run_failed`` that ``open`` gave each crashed run.
+
+        Until then such a run would still look live to ``GetRun`` and ``WatchRun``.
+        """
+        await asyncio.gather(*(run.wait() for run in self._finished.values() if not run.finished))
+
     async def close(self) -> None:
         """Let the store write what it holds, then close it."""
         await self.store.close()

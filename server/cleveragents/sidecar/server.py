@@ -152,6 +152,7 @@ class Sidecar:
         size = self.config.max_message_bytes
         token = read_token(self.config)
         restored = self.manager.open()
+        await self.manager.settle()
         credentials = server_credentials(self.config)
         listen = self.config.listen
         check_listen_policy(

@@ -7,15 +7,64 @@ import asyncio
 import collections
 import concurrent.futures
 import json
-from collections.abc import Coroutine, Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Protocol
 
 from cleveragents.tool.events import RunEvent
 from cleveragents.tool.messages import ToolCall
 from cleveragents.tool.records import ToolCallRecord, ToolCallRunResult
 from cleveragents.tool.spec import ToolSpec
 
-__all__ = ["EventChannel", "check_prompt", "over_budget", "result_text", "run_blocking"]
+__all__ = [
+    "EventChannel",
+    "YieldTimer",
+    "check_prompt",
+    "over_budget",
+    "result_text",
+    "run_blocking",
+]
+
+
+class Clock(Protocol):
+    """What ``YieldTimer`` needs of an event loop."""
+
+    def time(self) -> float: ...
+
+    def call_soon(self, callback: Callable[[], object]) -> object: ...
+
+
+class YieldTimer:
+    """Says when a loop that has not let other tasks run for ``interval_s`` must yield.
+
+    A loop that suspends on its own (for a client's tool, a real LLM) is never told to: a
+    callback queued when the timer is armed only runs once the loop has given way, and finding
+    it ran re-arms the timer. So only a loop that never waits pays for the extra turns.
+    """
+
+    __slots__ = ("_deadline", "_interval_s", "_loop", "_yielded")
+
+    def __init__(self, loop: Clock, interval_s: float) -> None:
+        self._loop = loop
+        self._interval_s = interval_s
+        self._deadline = 0.0
+        self._yielded = False
+        self.arm()
+
+    def arm(self) -> None:
+        """Start a new interval."""
+        self._yielded = False
+        self._deadline = self._loop.time() + self._interval_s
+        self._loop.call_soon(self._mark)
+
+    def due(self) -> bool:
+        """Whether the loop must yield now (re-arming if it has yielded since)."""
+        if self._yielded:
+            self.arm()
+            return False
+        return self._loop.time() >= self._deadline
+
+    def _mark(self) -> None:
+        self._yielded = True
 
 
 class EventChannel:

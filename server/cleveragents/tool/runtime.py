@@ -16,6 +16,7 @@ from typing import Any
 
 from cleveragents.tool._loop_support import (
     EventChannel,
+    YieldTimer,
     check_prompt,
     result_text,
     run_blocking,
@@ -260,7 +261,7 @@ class ToolCallingRuntime:
         route = self.router.route if self.router is not None else route_call
         budget = self.budget
         loop = asyncio.get_running_loop()
-        next_yield = loop.time() + _YIELD_EVERY_S
+        yield_timer = YieldTimer(loop, _YIELD_EVERY_S)
         stop = StopReason.MAX_ITERATIONS
         for iteration in range(1, self.max_iterations + 1):
             emit(IterationStarted(iteration))
@@ -286,9 +287,9 @@ class ToolCallingRuntime:
                 break
             # Let other tasks run even when neither the LLM nor the tools ever suspend: a
             # scripted run must not hold the event loop (and its watchers) for its whole life.
-            if loop.time() >= next_yield:
+            if yield_timer.due():
                 await asyncio.sleep(0)
-                next_yield = loop.time() + _YIELD_EVERY_S
+                yield_timer.arm()
         if budget.summarize_on_stop:
             return await self._summarize(state, stop, emit)
         return state.result(stop)
