@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
 
 from cleveragents.client import AsyncSidecarClient
 from cleveragents.sidecar import Sidecar
-from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2, types_pb2
+from cleveragents.toolruntime.v1 import (
+    events_pb2,
+    service_pb2,
+    service_pb2_grpc,
+    session_pb2,
+    types_pb2,
+)
 
 from .conftest import (
     WAIT_S,
     ServerTools,
+    SidecarFactory,
     call,
     collect,
     echo_script,
@@ -77,14 +85,19 @@ async def test_a_batching_watcher_replays_from_after_sequence_in_order(stub: Stu
 
 
 async def test_a_batching_watcher_past_the_live_end_skips_to_its_sequence(
-    client: AsyncSidecarClient, stub: Stub, server_tools: ServerTools
+    sidecar: Sidecar, client: AsyncSidecarClient, stub: Stub, server_tools: ServerTools
 ) -> None:
     script = [turn("wait", call("g1", "gate")), *echo_script(5)]
     starter = client.stream_tool_loop("go", script=script, run_id="b2")
     live = len(await until_tool_started(starter, "gate"))
     request = service_pb2.WatchRunRequest(run_id="b2", after_sequence=live + 3, batch_events=True)
     watch = stub.WatchRun(request)
-    await stub.GetRun(service_pb2.GetRunRequest(run_id="b2"))  # the watch is in by now
+    run = sidecar.manager.require("b2")
+    # The watch must follow the live run, not replay it once finished; the server has no event
+    # to wait on for that, so look at its state until the watcher is there.
+    async with asyncio.timeout(WAIT_S):
+        while not run.followers:  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
     server_tools.release.set()
     total = live + len(await collect(starter))
     async with asyncio.timeout(WAIT_S):
@@ -93,9 +106,9 @@ async def test_a_batching_watcher_past_the_live_end_skips_to_its_sequence(
     assert [e.sequence for e in events] == list(range(live + 4, total + 1))
 
 
-async def test_a_batching_session_sends_each_invocation_after_its_events(
-    sidecar: Sidecar, channel: grpc.aio.Channel, stub: Stub
-) -> None:
+async def run_batching_session(stub: Stub) -> tuple[list[events_pb2.RunEvent], list[int]]:
+    """A batching session of 20 client-tool calls: its events, and how many events came with
+    each invocation (each checked to come after its own ``tool_call_started``)."""
     script = [
         turn(f"step {i}", call(f"k{i}", "client_echo", text=str(i))) for i in range(1, 21)
     ] + [turn("done")]
@@ -111,7 +124,7 @@ async def test_a_batching_session_sends_each_invocation_after_its_events(
         )
     )
     events: list[events_pb2.RunEvent] = []
-    joined = 0
+    joined: list[int] = []
     async with asyncio.timeout(WAIT_S):
         while (response := await session.read()) is not grpc.aio.EOF:
             assert isinstance(response, session_pb2.SessionResponse)
@@ -123,10 +136,48 @@ async def test_a_batching_session_sends_each_invocation_after_its_events(
                 invocation = response.tool_invocation
                 started = [e for e in events if e.HasField("tool_call_started")]
                 assert started[-1].tool_call_started.call_id == invocation.call_id
-                joined += bool(response.events)
+                joined.append(len(response.events))
                 await session.write(tool_result(invocation.call_id, '{"ok": true}'))
+    assert await session.code() == grpc.StatusCode.OK
+    return events, joined
+
+
+async def test_a_batching_session_sends_each_iteration_in_one_message(stub: Stub) -> None:
+    events, joined = await run_batching_session(stub)
 
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
     assert events[-1].HasField("run_completed")
-    assert joined > 0  # events and their invocation travelled in one message
-    assert await session.code() == grpc.StatusCode.OK
+    # With each invocation: the previous call's completion, iteration_started, llm_responded
+    # and tool_call_started (the first invocation has no completion before it).
+    assert joined[1:] == [4] * 19
+
+
+async def test_with_a_store_that_commits_later_invocations_still_follow_their_events(
+    make_sidecar: SidecarFactory, tmp_path: Path
+) -> None:
+    sidecar = await make_sidecar(event_store=str(tmp_path / "runs.sqlite"))
+    async with grpc.aio.insecure_channel(sidecar.address) as channel:
+        stub: Stub = service_pb2_grpc.ToolRuntimeServiceStub(channel)
+        events, joined = await run_batching_session(stub)
+
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert len(joined) == 20
+
+
+async def test_batches_stay_within_a_small_send_limit(make_sidecar: SidecarFactory) -> None:
+    sidecar = await make_sidecar(max_message_bytes=16 * 1024)
+    text = "x" * 300  # 15 iterations of over 1 KiB each: the log is a few times the limit
+    script = [turn("", call(f"c{i}", "echo", text=text)) for i in range(15)] + [turn("done")]
+    async with grpc.aio.insecure_channel(sidecar.address) as channel:
+        stub: Stub = service_pb2_grpc.ToolRuntimeServiceStub(channel)
+        run = service_pb2.StreamToolLoopRequest(spec=run_spec(script, run_id="s"))
+        async with asyncio.timeout(WAIT_S):
+            assert [r async for r in stub.StreamToolLoop(run)]
+        request = service_pb2.WatchRunRequest(run_id="s", batch_events=True)
+        async with asyncio.timeout(WAIT_S):
+            responses = [r async for r in stub.WatchRun(request)]
+    events = events_of(responses)
+
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert len(responses) < len(events)
+    assert max(r.ByteSize() for r in responses) <= 16 * 1024

@@ -170,10 +170,14 @@ def events_of(
     | service_pb2.WatchRunResponse
     | session_pb2.SessionResponse,
 ) -> Sequence[events_pb2.RunEvent]:
-    """The events one streamed response carries, oldest first (the clients ask for batches)."""
-    if response.events:
+    """The events one streamed response carries, oldest first (the clients ask for batches).
+
+    The sidecar sets ``events`` or ``event``, never both; were both set, ``event`` would come
+    last (as the Node.js client reads it too).
+    """
+    if not response.HasField("event"):
         return response.events
-    return (response.event,) if response.HasField("event") else ()
+    return [*response.events, response.event] if response.events else (response.event,)
 
 
 def streamed(event: events_pb2.RunEvent) -> StreamedEvent:

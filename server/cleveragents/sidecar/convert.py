@@ -129,14 +129,14 @@ def parse_json_object(text: str, field: str, *, empty: Any = None) -> dict[str, 
 def timestamp(seconds: float | None = None) -> timestamp_pb2.Timestamp:
     """A Timestamp for a Unix time in seconds (now when omitted)."""
     ts = timestamp_pb2.Timestamp()
-    ns = time.time_ns() if seconds is None else int(seconds * 1e9)
-    ts.seconds, ts.nanos = divmod(ns, 1_000_000_000)
+    set_time(ts, seconds)
     return ts
 
 
-def set_now(ts: timestamp_pb2.Timestamp) -> None:
-    """Set ``ts`` (a field of a message being built) to now, without a temporary message."""
-    ts.seconds, ts.nanos = divmod(time.time_ns(), 1_000_000_000)
+def set_time(ts: timestamp_pb2.Timestamp, seconds: float | None = None) -> None:
+    """Set ``ts`` (a field of a message being built) in place: no temporary message."""
+    ns = time.time_ns() if seconds is None else int(seconds * 1e9)
+    ts.seconds, ts.nanos = divmod(ns, 1_000_000_000)
 
 
 def seconds_of(ts: timestamp_pb2.Timestamp) -> float:
@@ -240,7 +240,7 @@ def fill_record(pb: types_pb2.ToolCallRecord, record: ToolCallRecord) -> None:
     pb.success = record.success
     pb.iteration = record.iteration
     pb.call_id = record.call_id
-    pb.started_at.seconds, pb.started_at.nanos = divmod(int(record.started_at * 1e9), 1_000_000_000)
+    set_time(pb.started_at, record.started_at)
     pb.error_kind = _ERROR_KINDS[record.error_kind]
     if record.error is not None:
         pb.error = record.error

@@ -50,6 +50,8 @@ CANCELLED = types_pb2.RUN_STATE_CANCELLED
 _MAX_RUN_ID = 128
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 _TERMINAL_EVENTS = (RunCompleted, RunFailed, RunCancelled)
+#: How long start-up waits for the store to hold the end of each run a crash interrupted.
+_SETTLE_TIMEOUT_S = 10.0
 #: How often (in events) a run looks for watchers that fell too far behind.
 _LAG_CHECK_EVERY = 64
 
@@ -82,6 +84,7 @@ class Run:
 
     __slots__ = (
         "_done",
+        "_held",
         "_release_waiters",
         "_terminal",
         "approvals",
@@ -127,6 +130,7 @@ class Run:
         self.listeners: list[Listener] = []
         self.followers: list[Follower] = []
         self._release_waiters: list[asyncio.Future[None]] = []
+        self._held: collections.deque[tuple[int, Listener, bytes]] = collections.deque()
         self.result: types_pb2.ToolCallRunResult | None = None
         self.failure: tuple[grpc.StatusCode, str] | None = None
         self.finished_at: float | None = None
@@ -169,16 +173,30 @@ class Run:
 
     def wait_for_release(self) -> asyncio.Future[None]:
         """A future set when more frames are released or the run finishes (for followers)."""
+        waiters = self._release_waiters
+        if len(waiters) > 2 * len(self.followers) + 16:  # watchers gone while waiting
+            waiters[:] = [w for w in waiters if not w.done()]
         waiter = asyncio.get_running_loop().create_future()
-        self._release_waiters.append(waiter)
+        waiters.append(waiter)
         return waiter
+
+    def push_in_order(self, listener: Listener, item: bytes) -> None:
+        """Give ``listener`` ``item`` after every frame logged so far, once those are stored.
+
+        A session's invocation must follow the events before it, which a store that commits
+        on its own thread has not released yet.
+        """
+        if self.released >= len(self.frames):
+            listener.push(item)
+        else:
+            self._held.append((len(self.frames), listener, item))
 
     def emit(self, event: RunEvent) -> None:
         """Log a core event (the runtime's ``on_event`` sink)."""
         if self.ended or isinstance(event, RunStarted):
             return  # run_started is logged by the manager, before the task runs
         pb = events_pb2.RunEvent(run_id=self.run_id, sequence=len(self.frames) + 1)
-        convert.set_now(pb.time)
+        convert.set_time(pb.time)
         code = _failure_code(event).value[0] if isinstance(event, RunFailed) else _UNAVAILABLE
         convert.event_to_pb(event, pb, failure_code=code)
         if isinstance(event, ToolCallCompleted):
@@ -213,15 +231,26 @@ class Run:
         if sequence <= self.released:
             return
         previous, self.released = self.released, sequence
-        for listener in self.listeners:
-            for item in self.frames[previous:sequence]:
-                listener.push(item)
+        start, held = previous, self._held
+        while held and held[0][0] <= sequence:
+            mark, listener, item = held.popleft()
+            self._push(start, mark)
+            listener.push(item)
+            start = mark
+        self._push(start, sequence)
         if self.followers:
             if previous // _LAG_CHECK_EVERY != sequence // _LAG_CHECK_EVERY:
                 self._drop_laggards()
             self._wake_followers()
         if self._terminal is not None and sequence == len(self.frames):
             self._finish(self._terminal)
+
+    def _push(self, start: int, stop: int) -> None:
+        if self.listeners and stop > start:
+            items = self.frames[start:stop]
+            for listener in self.listeners:
+                for item in items:
+                    listener.push(item)
 
     def _drop_laggards(self) -> None:
         """Drop the followers too far behind (checked every few events: lag grows slowly)."""
@@ -343,12 +372,24 @@ class RunManager:
         self._expire()
         return len(restored)
 
-    async def settle(self) -> None:
+    async def settle(self, timeout_s: float = _SETTLE_TIMEOUT_S) -> None:
         """Wait until the store holds the ``run_failed`` that ``open`` gave each crashed run.
 
-        Until then such a run would still look live to ``GetRun`` and ``WatchRun``.
+        Until then such a run would still look live to ``GetRun`` and ``WatchRun``. A store
+        that cannot write does not keep the sidecar from serving: after ``timeout_s`` it
+        starts anyway, and says so.
         """
-        await asyncio.gather(*(run.wait() for run in self._finished.values() if not run.finished))
+        pending = [run.wait() for run in self._finished.values() if not run.finished]
+        if not pending:
+            return
+        try:
+            await asyncio.wait_for(asyncio.gather(*pending), timeout_s)
+        except TimeoutError:
+            log.warning(
+                "restored runs not stored yet; serving anyway",
+                runs=sum(not run.finished for run in self._finished.values()),
+                waited_s=timeout_s,
+            )
 
     async def close(self) -> None:
         """Let the store write what it holds, then close it."""

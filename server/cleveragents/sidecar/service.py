@@ -1,7 +1,8 @@
 """``ToolRuntimeService``: every RPC of the API, on top of the run manager.
 
-Streaming RPCs send pre-encoded frames from the run log (see ``runs.py``), so their handlers
-are registered with an identity response serialiser in ``server.py``.
+Streaming RPCs send responses assembled from the run log's pre-encoded frames (see
+``streams.py``), so their handlers are registered with an identity response serialiser in
+``server.py``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from cleveragents.sidecar.profiles import resolve_llm
 from cleveragents.sidecar.runs import FAILED, Run, RunManager
 from cleveragents.sidecar.session import ClientLLMCaller, SessionChannel
 from cleveragents.sidecar.streams import (
-    BATCH_BYTES,
     Listener,
     Subscriber,
     batch,
+    batch_limit,
     session_messages,
     unframe,
 )
@@ -58,6 +59,7 @@ class ToolRuntimeService:
         self.registry = registry
         self.manager = manager
         self.limits = ToolLimits(config.tool_limits) if config.tool_limits else None
+        self.batch_limit = batch_limit(config.max_message_bytes)
 
     # -- unary -----------------------------------------------------------------------------
 
@@ -147,7 +149,7 @@ class ToolRuntimeService:
             run = self._start(request.spec, context, listener=stream)
         except SidecarError as exc:
             await context.abort(exc.code, exc.message)
-        limit = BATCH_BYTES if request.batch_events else 0
+        limit = self.batch_limit if request.batch_events else 0
         finished = False
         try:
             while items := await stream.get_many(limit):
@@ -168,19 +170,11 @@ class ToolRuntimeService:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"after_sequence {after} is past the run's last event ({run.last_sequence})",
             )
-        sub = self.manager.follow(run, min(after, run.last_sequence))
-        skip = max(0, after - run.last_sequence)
-        sent = min(after, run.last_sequence)
-        limit = BATCH_BYTES if request.batch_events else 0
+        # Past the live end, the follower simply waits for the run to get there.
+        sub = self.manager.follow(run, after)
+        limit = self.batch_limit if request.batch_events else 0
         try:
             while items := await sub.get_many(limit):
-                sent += len(items)
-                if skip:
-                    skipped = min(skip, len(items))
-                    skip -= skipped
-                    items = items[skipped:]
-                    if not items:
-                        continue
                 yield batch(items)
         finally:
             run.unsubscribe(sub)
@@ -188,7 +182,7 @@ class ToolRuntimeService:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"this watcher fell more than {self.manager.watcher_queue_size} events behind "
-                f"and was dropped; reconnect with after_sequence={sent}",
+                f"and was dropped; reconnect with after_sequence={sub.cursor}",
             )
 
     async def Session(
@@ -221,7 +215,8 @@ class ToolRuntimeService:
             await context.abort(exc.code, exc.message)
         hosts = bool(client_specs) or start.client_llm
         reader = asyncio.create_task(self._read_session(context, channel, run, hosts))
-        limit = BATCH_BYTES if start.batch_events else 0
+        channel.attach(run)
+        limit = self.batch_limit if start.batch_events else 0
         finished = False
         try:
             while items := await channel.outbox.get_many(limit):

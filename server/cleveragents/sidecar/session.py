@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import grpc
 
 from cleveragents.sidecar import convert
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.sidecar.streams import Message, Subscriber
+from cleveragents.sidecar.streams import Listener, Message, Subscriber
 from cleveragents.tool import (
     LLMRequest,
     LLMResponse,
@@ -34,6 +35,12 @@ __all__ = ["ClientLLMCaller", "ClientToolError", "SessionChannel"]
 _EXPIRED_MEMORY = 4096
 
 
+class OrderedLog(Protocol):
+    """A run's log, which hands a listener an item only after the events logged before it."""
+
+    def push_in_order(self, listener: Listener, item: bytes) -> None: ...
+
+
 class ClientToolError(ToolError):
     """The client answered a tool invocation with an error; the record carries its text."""
 
@@ -43,6 +50,7 @@ class SessionChannel:
 
     def __init__(self, default_tool_timeout_s: float) -> None:
         self.outbox = Subscriber()
+        self._deliver: Callable[[bytes], None] = self.outbox.push
         self.default_tool_timeout_s = default_tool_timeout_s
         self.pending_tools: dict[str, asyncio.Future[session_pb2.ToolResult]] = {}
         self.pending_llm: dict[str, asyncio.Future[session_pb2.LlmResult]] = {}
@@ -84,9 +92,13 @@ class SessionChannel:
         if not future.done():
             future.set_result(result)
 
+    def attach(self, log: OrderedLog) -> None:
+        """Deliver messages through the run's ``log``, after the events logged before them."""
+        self._deliver = functools.partial(log.push_in_order, self.outbox)
+
     def send(self, response: session_pb2.SessionResponse) -> None:
-        """Queue a message for the client, after everything queued before it."""
-        self.outbox.push(Message(response.SerializeToString()))
+        """Queue a message for the client, after every event logged before it."""
+        self._deliver(Message(response.SerializeToString()))
 
     def _forget(self, call_id: str) -> None:
         self._expired[call_id] = None

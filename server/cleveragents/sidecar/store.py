@@ -19,6 +19,8 @@ from typing import Protocol
 
 import structlog
 
+from cleveragents.sidecar.streams import single
+
 __all__ = ["EventStore", "LogOwner", "MemoryEventStore", "SqliteEventStore", "StoredRun"]
 
 log = structlog.get_logger("cleveragents.sidecar.store")
@@ -79,9 +81,6 @@ class MemoryEventStore:
         return None
 
 
-#: Rows hold each frame with the ``event`` tag in front: a whole ``WatchRunResponse``.
-_FRAME_TAG = b"\x0a"
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL,
@@ -94,6 +93,8 @@ CREATE TABLE IF NOT EXISTS events (
 
 class SqliteEventStore:
     """Run logs in a SQLite file (WAL mode), written by one background thread.
+
+    Each row holds a whole ``WatchRunResponse`` (the frame behind its ``event`` tag).
 
     ``synchronous=NORMAL`` in WAL mode makes each commit survive the process dying (the data
     is in the OS before the commit returns); an operating-system crash or power loss may
@@ -177,7 +178,7 @@ class SqliteEventStore:
                 assert frame is not None
                 connection.execute(
                     "INSERT OR REPLACE INTO events VALUES (?, ?, ?)",
-                    (owner.run_id, sequence, _FRAME_TAG + frame),
+                    (owner.run_id, sequence, single(frame)),
                 )
                 released[id(owner)] = (owner, sequence)
         connection.execute("COMMIT")
@@ -198,5 +199,5 @@ def _load(connection: sqlite3.Connection) -> list[StoredRun]:
     ):
         frames = runs.setdefault(run_id, [])
         if sequence == len(frames) + 1:  # a gap can only follow a torn batch: stop there
-            frames.append(frame[1:])
+            frames.append(frame[1:])  # rows hold whole responses: drop the tag byte
     return [StoredRun(run_id, frames) for run_id, frames in runs.items() if frames]

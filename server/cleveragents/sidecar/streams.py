@@ -3,9 +3,9 @@
 Each event is serialised once, as a *frame*: the ``RunEvent``'s length-delimited encoding,
 which is a whole response message (``StreamToolLoopResponse``, ``WatchRunResponse`` or
 ``SessionResponse``) once a field tag is put in front. One tag byte makes the message that
-carries one event, in ``event`` (field 1); a client that sets ``batch_events`` gets every frame
-waiting for it joined behind the tag of the repeated ``events`` field instead. Either way no
-event is encoded twice, whatever the number of streams.
+carries one event, in ``event`` (field 1). A client that sets ``batch_events`` gets the frames
+waiting for it (two or more) joined behind the tag of the repeated ``events`` field instead.
+Either way no event is encoded twice, whatever the number of streams.
 
 gRPC's cost is per message, so batching is what lets a stream that falls behind catch up in a
 few large writes. Nothing waits for a batch to fill: a batch is whatever queued during the
@@ -29,6 +29,7 @@ __all__ = [
     "Message",
     "Subscriber",
     "batch",
+    "batch_limit",
     "frame",
     "session_messages",
     "single",
@@ -46,18 +47,23 @@ SESSION_EVENTS_TAG = b"\x22"
 BATCH_BYTES = 256 * 1024
 
 
-#: The varint encodings of the lengths that fit in two bytes, the sizes of nearly every event.
-_LENGTHS = [bytes((n,)) for n in range(0x80)] + [
-    bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(0x80, 0x4000)
-]
+def batch_limit(max_message_bytes: int) -> int:
+    """The frame bytes a batch may gather under a send limit of ``max_message_bytes``.
+
+    Half the limit: the tag added to each frame (one byte for at least two) and an invocation
+    that closes a session's batch (counted among the items) then still fit.
+    """
+    return min(BATCH_BYTES, max_message_bytes // 2)
 
 
 def frame(event: events_pb2.RunEvent) -> bytes:
     """Serialise ``event`` once, length-delimited: a field of a response minus its tag."""
     data = event.SerializeToString()
     size = len(data)
-    if size < len(_LENGTHS):
-        return _LENGTHS[size] + data
+    if size < 0x80:
+        return bytes((size,)) + data
+    if size < 0x4000:  # nearly every event: two bytes
+        return bytes(((size & 0x7F) | 0x80, size >> 7)) + data
     prefix = bytearray()
     while size > 0x7F:
         prefix.append((size & 0x7F) | 0x80)
@@ -89,7 +95,7 @@ def batch(frames: Sequence[bytes], tag: bytes = EVENTS_TAG) -> bytes:
 
     A single frame goes in ``event``, as for any client: one that asked for batches reads both.
     """
-    return _EVENT_TAG + frames[0] if len(frames) == 1 else tag + tag.join(frames)
+    return single(frames[0]) if len(frames) == 1 else tag + tag.join(frames)
 
 
 class Message(bytes):
@@ -109,8 +115,8 @@ def session_messages(items: Sequence[bytes]) -> list[bytes]:
     for index, item in enumerate(items):
         if isinstance(item, Message):
             if index > start:
-                events = items[start:index]
-                messages.append(SESSION_EVENTS_TAG + SESSION_EVENTS_TAG.join(events) + item)
+                events = SESSION_EVENTS_TAG.join(items[start:index])
+                messages.append(b"".join((SESSION_EVENTS_TAG, events, item)))
             else:
                 messages.append(bytes(item))  # gRPC takes exactly bytes, not a subclass
             start = index + 1
@@ -194,7 +200,7 @@ class FollowedLog(Protocol):
 class Follower:
     """A watcher's position in a run's log: it reads the run's own frames, with no queue.
 
-    Nothing is copied per watcher, and a release costs nothing per watcher that is busy
+    No watcher keeps a copy of the log, and a release costs nothing per watcher that is busy
     writing. A watcher more than ``limit`` live frames behind (frames that were already
     there when it subscribed do not count) is ``dropped`` by the run: its next read is empty.
     """

@@ -41,30 +41,36 @@ class YieldTimer:
     it ran re-arms the timer. So only a loop that never waits pays for the extra turns.
     """
 
-    __slots__ = ("_deadline", "_interval_s", "_loop", "_yielded")
+    __slots__ = ("_deadline", "_interval_s", "_loop", "_yielded_at")
 
     def __init__(self, loop: Clock, interval_s: float) -> None:
         self._loop = loop
         self._interval_s = interval_s
         self._deadline = 0.0
-        self._yielded = False
+        self._yielded_at: float | None = None
         self.arm()
 
     def arm(self) -> None:
-        """Start a new interval."""
-        self._yielded = False
-        self._deadline = self._loop.time() + self._interval_s
-        self._loop.call_soon(self._mark)
+        """Start a new interval now."""
+        self._start(self._loop.time())
 
     def due(self) -> bool:
-        """Whether the loop must yield now (re-arming if it has yielded since)."""
-        if self._yielded:
-            self.arm()
-            return False
-        return self._loop.time() >= self._deadline
+        """Whether the loop must yield now.
+
+        If it gave way since the timer was armed, the interval restarts from that moment.
+        """
+        now = self._loop.time()
+        if self._yielded_at is not None:
+            self._start(self._yielded_at)
+        return now >= self._deadline
+
+    def _start(self, at: float) -> None:
+        self._yielded_at = None
+        self._deadline = at + self._interval_s
+        self._loop.call_soon(self._mark)
 
     def _mark(self) -> None:
-        self._yielded = True
+        self._yielded_at = self._loop.time()
 
 
 class EventChannel:

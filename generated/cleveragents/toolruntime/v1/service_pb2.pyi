@@ -116,8 +116,8 @@ class StreamToolLoopResponse(_message.Message):
 
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[_events_pb2.RunEvent]:
-        """The next events of the run, oldest first. Used only when the request
-        set batch_events; event is then unset.
+        """Two or more consecutive events of the run, oldest first. Sent only when
+        the request set batch_events; when not empty, event is unset.
         """
 
     def __init__(
@@ -185,8 +185,8 @@ class WatchRunResponse(_message.Message):
 
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[_events_pb2.RunEvent]:
-        """The next events of the watched run, oldest first. Used only when the
-        request set batch_events; event is then unset.
+        """Two or more consecutive events of the watched run, oldest first. Sent
+        only when the request set batch_events; when not empty, event is unset.
         """
 
     def __init__(
