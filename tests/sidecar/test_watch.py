@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING
 
 import grpc
+import pytest
 
 from cleveragents.client import AsyncSidecarClient
 from cleveragents.sidecar import Sidecar
@@ -168,8 +169,9 @@ SLOW_SCRIPT = [
 ]
 
 
+@pytest.mark.parametrize("batch_events", [False, True], ids=["one-per-message", "batched"])
 async def test_slow_watcher_is_dropped_and_can_reconnect(
-    make_sidecar: SidecarFactory, server_tools: ServerTools
+    make_sidecar: SidecarFactory, server_tools: ServerTools, batch_events: bool
 ) -> None:
     sidecar: Sidecar = await make_sidecar(watcher_queue_size=4)
     # A channel of its own (no shared subchannel), so the unread watcher stalls nothing else.
@@ -183,7 +185,8 @@ async def test_slow_watcher_is_dropped_and_can_reconnect(
             "go", script=SLOW_SCRIPT, run_id="slow", max_iterations=40
         )
         head = await until_tool_started(starter, "gate")
-        watch = slow.WatchRun(service_pb2.WatchRunRequest(run_id="slow"))
+        request = service_pb2.WatchRunRequest(run_id="slow", batch_events=batch_events)
+        watch = slow.WatchRun(request)
         first = await watch.read()  # subscribed; from now on this watcher is not read
         assert isinstance(first, service_pb2.WatchRunResponse)
         server_tools.release.set()
@@ -191,7 +194,7 @@ async def test_slow_watcher_is_dropped_and_can_reconnect(
         info = await client.get_run("slow")
 
         rest_of_slow, code, details = await read_to_status(watch)
-        received = [first.event.sequence] + [r.event.sequence for r in rest_of_slow]
+        received = [e.sequence for r in [first, *rest_of_slow] for e in r.events or [r.event]]
         match = re.search(r"reconnect with after_sequence=(\d+)", details)
         assert match is not None, details
         resume_at = int(match.group(1))
