@@ -125,6 +125,16 @@ async def test_a_follower_reads_the_log_in_place_and_waits_for_more() -> None:
     assert await pending == log.frames[3:5]
 
 
+async def test_a_follower_takes_at_most_max_bytes_but_always_one_frame() -> None:
+    log = Log(5)
+    follower = Follower(log, 0, limit=100)
+    two = len(log.frames[0]) + len(log.frames[1])
+
+    assert await follower.get_many(two) == log.frames[:2]
+    assert await follower.get_many(0) == log.frames[2:3]
+    assert await follower.get_many(10**6) == log.frames[3:]
+
+
 async def test_a_follower_of_a_finished_log_ends_after_its_last_frame() -> None:
     log = Log(2)
     log.finished = True

@@ -232,9 +232,12 @@ class Follower:
         if self.dropped:
             return []
         frames, start, end = log.frames, self.cursor, log.released
-        stop, size = start + 1, len(frames[start])
-        while stop < end and size + len(frames[stop]) <= max_bytes:
-            size += len(frames[stop])
-            stop += 1
-        self.cursor = stop
-        return frames[start:stop]
+        taken = frames[start:end]
+        if len(taken) > 1 and sum(map(len, taken)) > max_bytes:  # rare: cut the batch short
+            stop, size = start + 1, len(frames[start])
+            while stop < end and size + len(frames[stop]) <= max_bytes:
+                size += len(frames[stop])
+                stop += 1
+            taken = frames[start:stop]
+        self.cursor = start + len(taken)
+        return taken
