@@ -36,10 +36,13 @@ const sleepyScript = (seconds = 0.3) =>
     { content: 'done' },
   );
 
+/** Echoed by the drop tests: big events, so that a stalled watcher really falls behind. */
+const BIG_TEXT = 'x'.repeat(8192);
+
 /** A script of `n` echo turns after a short sleep: 4n + 8 events, logged in a burst. */
-function burstScript(n) {
+function burstScript(n, text = 'x') {
   const turns = [callTurn('wait', ['nap', 'sleep', { seconds: 0.2 }])];
-  for (let i = 0; i < n; i += 1) turns.push(callTurn('', [`e${i}`, 'echo', { text: 'x' }]));
+  for (let i = 0; i < n; i += 1) turns.push(callTurn('', [`e${i}`, 'echo', { text }]));
   turns.push({ content: 'done' });
   return script(...turns);
 }
@@ -100,7 +103,9 @@ describe('watchRun', () => {
         run_id: id,
         detach: true,
         max_iterations: 400,
-        llm: burstScript(300),
+        // Some 10 MB of events: more than flow control and batching let through to a reader
+        // that has stopped, so the sidecar falls behind writing them and drops the watcher.
+        llm: burstScript(300, BIG_TEXT),
       });
       for await (const event of start) if (event.payload === 'tool_call_started') break;
       const events = await collect(client.watchRun(id)); // attached during the nap
@@ -115,7 +120,7 @@ describe('watchRun', () => {
         run_id: id,
         detach: true,
         max_iterations: 400,
-        llm: burstScript(300),
+        llm: burstScript(300, BIG_TEXT),
       });
       for await (const event of start) if (event.payload === 'tool_call_started') break;
       const watcher = client.watchRun(id, { resume: false });
