@@ -41,13 +41,13 @@ class YieldTimer:
     it ran re-arms the timer. So only a loop that never waits pays for the extra turns.
     """
 
-    __slots__ = ("_deadline", "_interval_s", "_loop", "_yielded_at")
+    __slots__ = ("_deadline", "_interval_s", "_loop", "_yielded")
 
     def __init__(self, loop: Clock, interval_s: float) -> None:
         self._loop = loop
         self._interval_s = interval_s
         self._deadline = 0.0
-        self._yielded_at: float | None = None
+        self._yielded = False
         self.arm()
 
     def arm(self) -> None:
@@ -57,20 +57,23 @@ class YieldTimer:
     def due(self) -> bool:
         """Whether the loop must yield now.
 
-        If it gave way since the timer was armed, the interval restarts from that moment.
+        If it gave way since the timer was armed, a new interval starts now: when it resumed
+        is not known (the marker runs as it starts waiting, which may have lasted any time),
+        and now is the latest that moment can be.
         """
         now = self._loop.time()
-        if self._yielded_at is not None:
-            self._start(self._yielded_at)
+        if self._yielded:
+            self._start(now)
+            return False
         return now >= self._deadline
 
     def _start(self, at: float) -> None:
-        self._yielded_at = None
+        self._yielded = False
         self._deadline = at + self._interval_s
         self._loop.call_soon(self._mark)
 
     def _mark(self) -> None:
-        self._yielded_at = self._loop.time()
+        self._yielded = True
 
 
 class EventChannel:
