@@ -23,11 +23,12 @@ from cleveragents.providers._retry import (
     is_retryable_status,
     retry_after_s,
 )
+from cleveragents.tool.jsontext import Encoder
 
 __all__ = ["Reply", "Transport", "new_client"]
 
 log = structlog.get_logger("cleveragents.providers")
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_encode = Encoder(separators=(",", ":"))
 _MAX_ERROR_TEXT = 500
 
 

@@ -36,6 +36,7 @@ from cleveragents.tool import (
     ToolCallStarted,
     ToolSpec,
     Usage,
+    jsontext,
 )
 from cleveragents.tool.router import parse_call
 from cleveragents.toolruntime.v1 import events_pb2, types_pb2
@@ -95,18 +96,18 @@ _ROLES: dict[Role, types_pb2.Role.ValueType] = {
 }
 _ROLES_BACK = {v: k for k, v in _ROLES.items()}
 
-_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_encode = jsontext.Encoder(separators=(",", ":"))
 
 
 def dumps(value: Any) -> str:
     """Compact JSON text, UTF-8 kept as is."""
-    return _encoder.encode(value)
+    return _encode(value)
 
 
 def parse_json(text: str, field: str) -> Any:
     """Parse JSON text from a request field; ``ValueError`` names the field on failure."""
     try:
-        return json.loads(text)
+        return jsontext.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{field} is not valid JSON ({exc.msg} at position {exc.pos})") from None
     except RecursionError:

@@ -120,14 +120,14 @@ class SessionChannel:
                 asyncio.get_running_loop().create_future()
             )
             self.pending_tools[call_id] = future
-            invocation = session_pb2.ToolInvocation(
-                call_id=call_id,
-                tool_name=spec.name,
-                inputs=convert.dumps(inputs),
-                iteration=scope.iteration,
-                deadline=convert.timestamp(time.time() + timeout_s),
-            )
-            self.send(session_pb2.SessionResponse(tool_invocation=invocation))
+            response = session_pb2.SessionResponse()  # filled in place: no submessage copies
+            invocation = response.tool_invocation
+            invocation.call_id = call_id
+            invocation.tool_name = spec.name
+            invocation.inputs = convert.dumps(inputs)
+            invocation.iteration = scope.iteration
+            convert.set_time(invocation.deadline, time.time() + timeout_s)
+            self.send(response)
             try:
                 result = await future
             finally:

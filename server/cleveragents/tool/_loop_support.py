@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import json
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 from cleveragents.tool.events import RunEvent
+from cleveragents.tool.jsontext import Encoder
 from cleveragents.tool.messages import ToolCall
 from cleveragents.tool.records import ToolCallRecord, ToolCallRunResult
 from cleveragents.tool.spec import ToolSpec
@@ -101,7 +101,7 @@ class EventChannel:
         return self._items.popleft()
 
 
-_encode = json.JSONEncoder(ensure_ascii=False).encode
+_encode = Encoder()
 
 
 async def over_budget(
