@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import grpc
+import pytest
 
-from cleveragents.client import AsyncSidecarClient, SidecarRpcError
+from cleveragents.client import AsyncSidecarClient, SidecarRpcError, _wire
 from cleveragents.sidecar import convert
 from cleveragents.tool import (
     ErrorKind,
@@ -676,3 +677,50 @@ async def test_client_llm_usage_is_summed(stub: Stub) -> None:
     assert invocation.request_id != ""
     assert [m.role for m in invocation.messages] == [types_pb2.ROLE_USER]
     assert [t.name for t in invocation.tools] == ["echo", "hang", "gate", "fail"]
+
+
+async def client_llm_invocations(stub: Stub, start: session_pb2.SessionRequest) -> list[Any]:
+    """A raw client-LLM session that echoes twice, then answers: its three LLM invocations."""
+    session = stub.Session()
+    await session.write(start)
+    invocations = []
+    for index in range(3):
+        invocation = await first_llm_invocation(session)
+        invocations.append(invocation)
+        result = session_pb2.LlmResult(request_id=invocation.request_id, content=f"turn {index}")
+        if index < 2:
+            result.tool_calls.add(id=f"e{index}", name="echo", arguments='{"text": "hi"}')
+        await session.write(session_pb2.SessionRequest(llm_result=result))
+    events = await drain_session(session)
+    assert events[-1].HasField("run_completed")
+    return invocations
+
+
+async def test_incremental_llm_invocations_carry_only_new_messages(stub: Stub) -> None:
+    start = session_start(run_spec(), client_llm=True)
+    start.start.incremental_messages = True
+    invocations = await client_llm_invocations(stub, start)
+    whole = await client_llm_invocations(stub, session_start(run_spec(), client_llm=True))
+
+    # The prompt, then an assistant turn and its tool result per iteration.
+    assert [(i.message_offset, len(i.messages)) for i in invocations] == [(0, 1), (1, 2), (3, 2)]
+    joined = [m for invocation in invocations for m in invocation.messages]
+    assert joined == list(whole[-1].messages)
+    assert all(list(i.tools) == list(whole[0].tools) for i in invocations)
+
+
+async def test_llm_invocations_repeat_the_conversation_without_the_flag(stub: Stub) -> None:
+    invocations = await client_llm_invocations(stub, session_start(run_spec(), client_llm=True))
+
+    assert [(i.message_offset, len(i.messages)) for i in invocations] == [(0, 1), (0, 3), (0, 5)]
+
+
+def test_the_client_conversation_refuses_an_invocation_that_skips_messages() -> None:
+    conversation = _wire.Conversation()
+    first = session_pb2.LlmInvocation(iteration=1, messages=[types_pb2.Message(content="hi")])
+    request = conversation.request(first)
+    assert [m.content for m in request.messages] == ["hi"]
+
+    skipping = session_pb2.LlmInvocation(iteration=2, message_offset=3)
+    with pytest.raises(ValueError, match="at message 3, but this client holds 1"):
+        conversation.request(skipping)

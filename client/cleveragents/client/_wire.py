@@ -17,6 +17,7 @@ from cleveragents.tool import (
     ApprovalRequested,
     LLMRequest,
     LLMResponse,
+    Message,
     RunBudget,
     ToolActorContext,
     ToolRegistry,
@@ -121,6 +122,7 @@ def session_start(
             client_llm=client_llm,
             handles_approvals=approvals,
             batch_events=True,
+            incremental_messages=client_llm,
         )
     )
 
@@ -211,15 +213,31 @@ def tool_answer(
     return session_pb2.SessionRequest(tool_result=result)
 
 
-def llm_request(invocation: session_pb2.LlmInvocation) -> LLMRequest:
-    """The ``LLMRequest`` a client-hosted LLM receives."""
-    tools = [
-        {"name": t.name, "description": t.description, "input_schema": spec.input_schema}
-        for t in invocation.tools
-        for spec in (convert.spec_from_pb(t),)
-    ]
-    messages = [convert.message_from_pb(m) for m in invocation.messages]
-    return LLMRequest(messages, tools, invocation.iteration)
+class Conversation:
+    """A session's conversation, kept by the client so that each LLM invocation need only
+    carry the messages added since the previous one (``incremental_messages``)."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    def request(self, invocation: session_pb2.LlmInvocation) -> LLMRequest:
+        """The ``LLMRequest`` a client-hosted LLM receives: the whole conversation so far.
+
+        Its ``messages`` is this conversation's live list, as in the core runtime. Raises
+        ``ValueError`` if the invocation does not continue the messages held.
+        """
+        if invocation.message_offset != len(self.messages):
+            raise ValueError(
+                f"the sidecar's LLM invocation continues its conversation at message "
+                f"{invocation.message_offset}, but this client holds {len(self.messages)}"
+            )
+        self.messages.extend(convert.message_from_pb(m) for m in invocation.messages)
+        tools = [
+            {"name": t.name, "description": t.description, "input_schema": spec.input_schema}
+            for t in invocation.tools
+            for spec in (convert.spec_from_pb(t),)
+        ]
+        return LLMRequest(self.messages, tools, invocation.iteration)
 
 
 def llm_answer(

@@ -201,6 +201,7 @@ class AsyncSidecarClient:
         call = self._stub.Session(metadata=self._metadata, timeout=timeout)
         lock = asyncio.Lock()
         pending: set[asyncio.Task[None]] = set()
+        conversation = _wire.Conversation()
 
         async def send(message: session_pb2.SessionRequest) -> None:
             async with lock:
@@ -218,7 +219,8 @@ class AsyncSidecarClient:
         async def answer_llm(invocation: session_pb2.LlmInvocation) -> None:
             assert llm is not None
             try:
-                response: Any = llm.call(_wire.llm_request(invocation))
+                # Tasks start in the order spawned, so invocations extend it in order.
+                response: Any = llm.call(conversation.request(invocation))
                 if inspect.isawaitable(response):
                     response = await response
                 if not isinstance(response, LLMResponse):

@@ -208,6 +208,7 @@ class SidecarClient:
         approver: _wire.SessionApprover | None,
     ) -> Generator[StreamedEvent, None, None]:
         loop = asyncio.new_event_loop()
+        conversation = _wire.Conversation()
         try:
             for response in call:
                 for event in _wire.events_of(response):  # they come before the invocation
@@ -219,7 +220,7 @@ class SidecarClient:
                 if kind == "tool_invocation":
                     outgoing.put(_answer_tool(loop, runner, response.tool_invocation))
                 elif kind == "llm_invocation" and llm is not None:
-                    outgoing.put(_answer_llm(loop, llm, response.llm_invocation))
+                    outgoing.put(_answer_llm(loop, llm, conversation, response.llm_invocation))
         except grpc.RpcError as exc:
             raise SidecarRpcError.from_rpc_error(exc) from None
         finally:
@@ -250,10 +251,13 @@ def _answer_tool(
 
 
 def _answer_llm(
-    loop: asyncio.AbstractEventLoop, llm: LLMCaller, invocation: session_pb2.LlmInvocation
+    loop: asyncio.AbstractEventLoop,
+    llm: LLMCaller,
+    conversation: _wire.Conversation,
+    invocation: session_pb2.LlmInvocation,
 ) -> session_pb2.SessionRequest:
     try:
-        response: Any = llm.call(_wire.llm_request(invocation))
+        response: Any = llm.call(conversation.request(invocation))
         if inspect.isawaitable(response):
             response = loop.run_until_complete(response)
         if not isinstance(response, LLMResponse):

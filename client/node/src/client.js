@@ -213,6 +213,7 @@ export class SidecarClient {
       tools: [...definitions.values()].map((t) => this.codec.encodeToolSpec(t)),
       client_llm: clientLlm,
       batch_events: true, // SessionRun unpacks SessionResponse.events
+      incremental_messages: clientLlm, // SessionRun keeps the conversation
     };
     const call = this.stub.Session(this.#metadata(options), this.#options(options));
     const run = new SessionRun({

@@ -41,6 +41,8 @@ export class SessionRun {
   #codec;
   #tools;
   #llm;
+  /** the conversation so far: each LLM invocation brings only the messages added since */
+  #conversation = [];
   #queue = [];
   #wake = null;
   #iterating = false;
@@ -182,11 +184,21 @@ export class SessionRun {
     const request = {
       request_id: invocation.request_id,
       iteration: invocation.iteration,
-      messages: invocation.messages.map((m) => codec.decodeMessage(m)),
+      messages: [],
       tools: invocation.tools.map((t) => codec.decodeToolSpec(t)),
     };
     let answer;
     try {
+      // Before any await: invocations extend the conversation in the order they arrive.
+      const offset = invocation.message_offset ?? 0;
+      if (offset !== this.#conversation.length) {
+        throw new Error(
+          `the sidecar's LLM invocation continues its conversation at message ${offset}, ` +
+            `but this client holds ${this.#conversation.length}`,
+        );
+      }
+      for (const m of invocation.messages) this.#conversation.push(codec.decodeMessage(m));
+      request.messages = [...this.#conversation];
       let response = await this.#llm(request);
       if (typeof response === 'string') response = { content: response };
       if (!response || typeof response !== 'object') {

@@ -200,7 +200,9 @@ class ToolRuntimeService:
                 f"the first SessionRequest must be 'start', got {kind or 'an empty message'!r}",
             )
         start = first.start
-        channel = SessionChannel(self.config.default_tool_timeout_s)
+        channel = SessionChannel(
+            self.config.default_tool_timeout_s, incremental_messages=start.incremental_messages
+        )
         try:
             client_specs = _client_specs(start.tools)
             run = self._start(

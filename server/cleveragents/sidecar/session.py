@@ -48,8 +48,10 @@ class ClientToolError(ToolError):
 class SessionChannel:
     """Pending invocations of one session and the ordered outbox of frames to its client."""
 
-    def __init__(self, default_tool_timeout_s: float) -> None:
+    def __init__(self, default_tool_timeout_s: float, incremental_messages: bool = False) -> None:
         self.outbox = Subscriber()
+        #: Whether the client keeps the conversation (each LLM invocation sends only news).
+        self.incremental_messages = incremental_messages
         self._deliver: Callable[[bytes], None] = self.outbox.push
         self.default_tool_timeout_s = default_tool_timeout_s
         self.pending_tools: dict[str, asyncio.Future[session_pb2.ToolResult]] = {}
@@ -145,17 +147,22 @@ class SessionChannel:
 
 
 class ClientLLMCaller:
-    """An ``LLMCaller`` whose answers come from the client over the session."""
+    """An ``LLMCaller`` whose answers come from the client over the session.
+
+    The conversation only grows, so each message is converted once. A client that asked for
+    ``incremental_messages`` is sent each message once too: an iteration then costs the same
+    however long the conversation is, instead of resending all of it every time.
+    """
 
     def __init__(self, channel: SessionChannel) -> None:
         self._channel = channel
         self._tools: list[types_pb2.ToolSpec] = []
         self._tools_source: Sequence[Mapping[str, Any]] | None = None
         self._messages: list[types_pb2.Message] = []
+        self._sent = 0  # messages the client holds (incremental_messages only)
 
     async def call(self, request: LLMRequest) -> LLMResponse:
         """Send the conversation to the client and wait for its answer."""
-        # The conversation only grows: convert just the new messages.
         for message in request.messages[len(self._messages) :]:
             self._messages.append(convert.message_to_pb(message))
         if request.tools is not self._tools_source:
@@ -174,13 +181,18 @@ class ClientLLMCaller:
         request_id = f"llm_{request.iteration}"
         future: asyncio.Future[session_pb2.LlmResult] = asyncio.get_running_loop().create_future()
         self._channel.pending_llm[request_id] = future
-        invocation = session_pb2.LlmInvocation(
-            request_id=request_id,
-            messages=self._messages,
-            tools=self._tools,
-            iteration=request.iteration,
-        )
-        self._channel.send(session_pb2.SessionResponse(llm_invocation=invocation))
+        response = session_pb2.SessionResponse()  # filled in place: no submessage copies
+        invocation = response.llm_invocation
+        invocation.request_id = request_id
+        invocation.iteration = request.iteration
+        invocation.tools.extend(self._tools)
+        if self._channel.incremental_messages:
+            invocation.message_offset = self._sent
+            invocation.messages.extend(self._messages[self._sent :])
+            self._sent = len(self._messages)
+        else:
+            invocation.messages.extend(self._messages)
+        self._channel.send(response)
         try:
             result = await future
         finally:

@@ -82,6 +82,7 @@ class SessionStart(_message.Message):
     CLIENT_LLM_FIELD_NUMBER: _builtins.int
     HANDLES_APPROVALS_FIELD_NUMBER: _builtins.int
     BATCH_EVENTS_FIELD_NUMBER: _builtins.int
+    INCREMENTAL_MESSAGES_FIELD_NUMBER: _builtins.int
     client_llm: _builtins.bool
     """When true, the client acts as the LLM: the server sends LlmInvocation
     messages and waits for LlmResult answers.
@@ -94,6 +95,12 @@ class SessionStart(_message.Message):
     batch_events: _builtins.bool
     """Lets the server pack consecutive events into one response (see
     SessionResponse.events); set it only if the client reads that field.
+    """
+    incremental_messages: _builtins.bool
+    """With client_llm: each LlmInvocation carries only the messages added since
+    the previous one, and the client keeps the conversation (see
+    LlmInvocation.message_offset). Without it every invocation repeats the
+    whole conversation, which grows with each iteration.
     """
     @_builtins.property
     def spec(self) -> _types_pb2.RunSpec:
@@ -113,10 +120,11 @@ class SessionStart(_message.Message):
         client_llm: _builtins.bool = ...,
         handles_approvals: _builtins.bool = ...,
         batch_events: _builtins.bool = ...,
+        incremental_messages: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_events", b"batch_events", "client_llm", b"client_llm", "handles_approvals", b"handles_approvals", "spec", b"spec", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_events", b"batch_events", "client_llm", b"client_llm", "handles_approvals", b"handles_approvals", "incremental_messages", b"incremental_messages", "spec", b"spec", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -328,13 +336,22 @@ class LlmInvocation(_message.Message):
     MESSAGES_FIELD_NUMBER: _builtins.int
     TOOLS_FIELD_NUMBER: _builtins.int
     ITERATION_FIELD_NUMBER: _builtins.int
+    MESSAGE_OFFSET_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Identifier to echo back in the matching LlmResult."""
     iteration: _builtins.int
     """1-based number of this LLM call within the run."""
+    message_offset: _builtins.int
+    """The position in the conversation of messages[0]: always 0 without
+    SessionStart.incremental_messages; with it, the number of messages sent
+    before, which the client must already hold.
+    """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Message]:
-        """The whole conversation so far, oldest first."""
+        """The whole conversation so far, oldest first; with
+        SessionStart.incremental_messages, only the messages the client has not
+        been sent yet.
+        """
 
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.ToolSpec]:
@@ -347,10 +364,11 @@ class LlmInvocation(_message.Message):
         messages: _abc.Iterable[_types_pb2.Message] | None = ...,
         tools: _abc.Iterable[_types_pb2.ToolSpec] | None = ...,
         iteration: _builtins.int = ...,
+        message_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["iteration", b"iteration", "messages", b"messages", "request_id", b"request_id", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iteration", b"iteration", "message_offset", b"message_offset", "messages", b"messages", "request_id", b"request_id", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
