@@ -39,10 +39,13 @@ import grpc
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
 from cleveragents.tool import (
     IterationStarted,
+    LLMRequest,
+    LLMResponse,
     RunCompleted,
     RunStarted,
     ToolCallCompleted,
     ToolRegistry,
+    response_from_dict,
 )
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc
 
@@ -120,6 +123,24 @@ def client_script(iterations: int) -> list[dict[str, Any]]:
     return turns
 
 
+class ThinkingLLM:
+    """A client-hosted LLM that plays a script, each answer after 0.5-1.5x ``think_s``.
+
+    A real model always takes time, so the sidecar sends a `tool_call_completed` before the
+    next LLM call begins; an instant scripted answer would instead let the next iteration's
+    work ride in the same message.
+    """
+
+    def __init__(self, iterations: int, think_s: float) -> None:
+        self._turns = [response_from_dict(t) for t in client_script(iterations)]
+        self._think_s = think_s
+
+    async def call(self, request: LLMRequest) -> LLMResponse:
+        if self._think_s:
+            await asyncio.sleep(random.uniform(self._think_s / 2, self._think_s * 1.5))
+        return self._turns[request.iteration - 1]
+
+
 @dataclass
 class Tally:
     """What one or more sessions received, against what they should have."""
@@ -188,12 +209,13 @@ async def counted_session(
     timed: bool = False,
     tool_s: float = 0.0,
     gate: Gate | None = None,
+    think_s: float = 0.0,
 ) -> Tally:
     """One Session; counts its events and, if ``timed``, each tool-return-to-event latency.
 
     The client's tool returns at once, or after 0.5-1.5x ``tool_s`` (a tool that does work).
     With a ``gate``, the first tool call waits for it, and only the iterations that start
-    after it opened are counted.
+    after it opened are counted. With ``think_s``, the client hosts the LLM (``ThinkingLLM``).
 
     The latency is split at the event's own timestamp (the sidecar's clock, the same host's):
     ``up`` from the tool's return to the sidecar logging `tool_call_completed`, ``down`` from
@@ -220,8 +242,9 @@ async def counted_session(
     completed = 0
     opened = first = last = time.time()
     try:
+        llm = ThinkingLLM(iterations, think_s) if think_s else None
         async for streamed in client.session(
-            "go", tools=registry, script=client_script(iterations),
+            "go", tools=registry, llm=llm, script=None if llm else client_script(iterations),
             max_iterations=iterations, tool_names=["noop"],
         ):  # fmt: skip
             arrived, arrived_at = time.perf_counter(), time.time()
@@ -261,11 +284,15 @@ async def session_round(
     timed: bool = False,
     tool_s: float = 0.0,
     gate: Gate | None = None,
+    think_s: float = 0.0,
 ) -> Tally:
     """``sessions`` concurrent sessions; their tallies summed."""
     total = Tally()
     for tally in await asyncio.gather(
-        *(counted_session(client, iterations, timed, tool_s, gate) for _ in range(sessions))
+        *(
+            counted_session(client, iterations, timed, tool_s, gate, think_s)
+            for _ in range(sessions)
+        )
     ):
         total.add(tally)
     return total
@@ -597,8 +624,15 @@ async def fanout(target: str) -> list[Figure]:
 # -- latency -------------------------------------------------------------------------------
 
 
-#: (sessions, iterations, mean client-tool time in seconds, whether the issue's target applies)
-LATENCY_CASES = ((1, 200, 0.0, False), (100, 10, 0.0, True), (100, 8, 0.2, True))
+#: (sessions, iterations, mean client-tool time, mean LLM time (0: the sidecar's instant
+#: script), whether the issue's target applies); times in seconds.
+LATENCY_CASES = (
+    (1, 200, 0.0, 0.0, False),
+    (100, 10, 0.0, 0.0, True),
+    (100, 8, 0.2, 0.0, True),
+    (1, 40, 0.0, 0.02, False),
+    (100, 8, 0.2, 0.02, True),
+)
 
 
 async def latency(target: str) -> list[Figure]:
@@ -611,15 +645,17 @@ async def latency(target: str) -> list[Figure]:
     """
     figures: list[Figure] = []
     async with AsyncSidecarClient(target) as client:
-        for sessions, iterations, tool_s, targeted in LATENCY_CASES:
+        for sessions, iterations, tool_s, think_s, targeted in LATENCY_CASES:
             p50s: list[float] = []
             p99s: list[float] = []
             ups: list[float] = []
             downs: list[float] = []
             lost = 0
-            await session_round(client, sessions, iterations, True, tool_s)  # warm-up
+            await session_round(client, sessions, iterations, True, tool_s, None, think_s)
             for _ in range(LATENCY_REPEATS):
-                tally = await session_round(client, sessions, iterations, True, tool_s)
+                tally = await session_round(
+                    client, sessions, iterations, True, tool_s, None, think_s
+                )
                 p50s.append(percentile(tally.latencies_us, 50) / 1e3)
                 p99s.append(percentile(tally.latencies_us, 99) / 1e3)
                 ups.append(percentile(tally.up_us, 50) / 1e3)
@@ -627,6 +663,7 @@ async def latency(target: str) -> list[Figure]:
                 lost += tally.lost
             name = "latency 1 session" if sessions == 1 else f"latency {sessions}, saturated"
             name = f"latency {sessions}, {tool_s * 1e3:.0f} ms tools" if tool_s else name
+            name += f", {think_s * 1e3:.0f} ms LLM" if think_s else ""
             p50, p99 = median(p50s), median(p99s)
             figures += [
                 Figure(name, "tool return -> event p50", p50, "ms", "<= 1" if targeted else "",
