@@ -219,7 +219,7 @@ class AsyncSidecarClient:
         async def answer_llm(invocation: session_pb2.LlmInvocation) -> None:
             assert llm is not None
             try:
-                # Tasks start in the order spawned, so invocations extend it in order.
+                # Tasks start in the order spawned: invocations extend the conversation in order.
                 response: Any = llm.call(conversation.request(invocation))
                 if inspect.isawaitable(response):
                     response = await response
