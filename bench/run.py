@@ -171,7 +171,11 @@ async def stream_rpc(client: AsyncSidecarClient, iterations: int) -> float:
     return elapsed / iterations * 1e6
 
 
-async def session_rpc(client: AsyncSidecarClient, iterations: int) -> float:
+async def session_rpc(
+    client: AsyncSidecarClient, iterations: int, client_llm: bool = False
+) -> float:
+    """A Session with a client-hosted no-op tool; with ``client_llm`` the client is the LLM too
+    (answering at once), else the sidecar plays the script."""
     registry = ToolRegistry()
 
     @registry.tool
@@ -179,35 +183,12 @@ async def session_rpc(client: AsyncSidecarClient, iterations: int) -> float:
         """Do nothing, in the client."""
         return {}
 
-    script = tool_script(iterations)
-    for turn in script:
-        for call in turn.get("tool_calls", []):
-            call["name"] = "client_noop"
+    llm = scenarios_load.ThinkingLLM(iterations, 0.0) if client_llm else None
+    script = None if client_llm else scenarios_load.client_script(iterations)
     began = time.perf_counter()
     events = 0
     async for _ in client.session(
-        "go", tools=registry, script=script, max_iterations=iterations, tool_names=[]
-    ):
-        events += 1
-    elapsed = time.perf_counter() - began
-    assert events == 4 * iterations, events
-    return elapsed / iterations * 1e6
-
-
-async def client_llm_session(client: AsyncSidecarClient, iterations: int) -> float:
-    """A Session whose LLM (answering at once) and no-op tool both live in the client."""
-    registry = ToolRegistry()
-
-    @registry.tool
-    async def client_noop() -> dict[str, Any]:
-        """Do nothing, in the client."""
-        return {}
-
-    llm = scenarios_load.ThinkingLLM(iterations, 0.0)
-    began = time.perf_counter()
-    events = 0
-    async for _ in client.session(
-        "go", tools=registry, llm=llm, max_iterations=iterations, tool_names=[]
+        "go", tools=registry, llm=llm, script=script, max_iterations=iterations, tool_names=[]
     ):
         events += 1
     elapsed = time.perf_counter() - began
@@ -235,7 +216,8 @@ async def main() -> None:
             # The conversation grows by two messages an iteration; a client-hosted LLM must
             # not pay for its length (N=200 against N=20, in turns).
             llm20, llm200 = await interleaved(
-                lambda: client_llm_session(client, 20), lambda: client_llm_session(client, 200)
+                lambda: session_rpc(client, 20, client_llm=True),
+                lambda: session_rpc(client, 200, client_llm=True),
             )
         rows.append(Row("floor: bidi ping-pong", "round trip", median_of(ping), ping))
         rows.append(Row("floor: server stream", "message", median_of(streamed), streamed))
