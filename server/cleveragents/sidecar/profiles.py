@@ -19,7 +19,13 @@ import grpc
 
 from cleveragents.sidecar.config import ProfileConfig, SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.tool import LLMCaller, ScriptedLLMCaller, ToolCallRouter, response_from_dict
+from cleveragents.tool import (
+    LLMCaller,
+    LLMResponse,
+    ScriptedLLMCaller,
+    ToolCallRouter,
+    response_from_dict,
+)
 from cleveragents.toolruntime.v1 import types_pb2
 
 if TYPE_CHECKING:
@@ -168,7 +174,8 @@ class _ClientPool:
 _CLIENTS = _ClientPool()
 
 
-def _inline_script(text: str) -> list[Mapping[str, Any]]:
+def _inline_script(text: str) -> list[LLMResponse]:
+    """The turns of ``spec.llm.script``, each checked and converted once."""
     try:
         turns = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -181,9 +188,10 @@ def _inline_script(text: str) -> list[Mapping[str, Any]]:
         raise SidecarError.invalid("llm.script must be a JSON array of LLM turns")
     if len(turns) > MAX_SCRIPT_TURNS:
         raise SidecarError.invalid(f"llm.script has more than {MAX_SCRIPT_TURNS} turns")
+    responses = []
     for index, turn in enumerate(turns):
         try:
-            response_from_dict(turn)
+            responses.append(response_from_dict(turn, turn_number=index + 1))
         except ValueError as exc:
             raise SidecarError.invalid(f"llm.script[{index}]: {exc}") from None
-    return turns
+    return responses
