@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from cleveragents.tool.jsontext import loads as json_loads
 from cleveragents.tool.messages import LLMResponse, Message, Role, ToolCall, Usage
 from cleveragents.tool.spec import ToolSpec
 
@@ -280,7 +281,12 @@ def parse_call(call_id: str, name: str, raw_arguments: Any) -> ToolCall:
         return ToolCall(call_id, name, arguments)
     if isinstance(arguments, str | bytes):
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
+            if not arguments.strip():
+                arguments = {}
+            elif isinstance(arguments, str):
+                arguments = json_loads(arguments)
+            else:
+                arguments = json.loads(arguments)
         except json.JSONDecodeError as exc:
             problem = f"arguments are not valid JSON ({exc.msg} at position {exc.pos})"
             return ToolCall(call_id, name, {}, problem)
