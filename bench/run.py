@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -59,6 +60,50 @@ class Row:
     ratio: float | None = None
     target: str = ""
     met: bool | None = None
+
+
+@dataclass
+class Cpu:
+    """CPU time (user + system, all threads) the server and this client process spent per
+    unit of a measurement, one sample per run of it; the first sample is the warm-up."""
+
+    server_us: list[float] = field(default_factory=list)
+    client_us: list[float] = field(default_factory=list)
+
+
+def own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def with_cpu(
+    fn: Callable[[], Awaitable[float]], server_pid: int, units: int, cpu: Cpu
+) -> Callable[[], Awaitable[float]]:
+    """``fn`` (which times ``units`` of work), also noting both processes' CPU per unit."""
+
+    async def measured() -> float:
+        server, client = scenarios_load.cpu_s(server_pid), own_cpu_s()
+        per_unit_us = await fn()
+        cpu.server_us.append((scenarios_load.cpu_s(server_pid) - server) / units * 1e6)
+        cpu.client_us.append((own_cpu_s() - client) / units * 1e6)
+        return per_unit_us
+
+    return measured
+
+
+def cpu_rows(floor: Cpu, scenario: Cpu, unit: str) -> list[Row]:
+    """The CPU behind a session's round trip, each side against the floor's same side."""
+    rows = []
+    for side, floor_side, floor_samples, samples in (
+        ("sidecar", "server", floor.server_us[1:], scenario.server_us[1:]),
+        ("client", "client", floor.client_us[1:], scenario.client_us[1:]),
+    ):
+        rows.append(
+            Row(f"  {side} CPU", unit, median_of(samples), samples,
+                f"floor {floor_side} {median_of(floor_samples):.0f}us",
+                pair_ratio(samples, floor_samples))
+        )  # fmt: skip
+    return rows
 
 
 def median_of(samples: list[float]) -> float:
@@ -207,8 +252,12 @@ async def main() -> None:
         async with AsyncSidecarClient(sidecar) as client:
             # Each scenario alternates with its floor, so that both see the same machine: on
             # a shared VM the speed can change several-fold within a minute.
+            # CPU per round trip on each side explains the session's ratio: both processes
+            # run Python and gRPC in turn, so their CPU adds up along every round trip.
+            floor_cpu, session_cpu = Cpu(), Cpu()
             ping, session = await interleaved(
-                lambda: floor_ping(floor, 1000), lambda: session_rpc(client, 200)
+                with_cpu(lambda: floor_ping(floor, 1000), floor_proc.pid, 1000, floor_cpu),
+                with_cpu(lambda: session_rpc(client, 200), sidecar_proc.pid, 200, session_cpu),
             )
             streamed, stream = await interleaved(
                 lambda: floor_stream(floor, 5000), lambda: stream_rpc(client, 200)
@@ -238,6 +287,7 @@ async def main() -> None:
             Row("session (client tool)", "iteration", median_of(session), session,
                 "floor: bidi ping-pong", pair_ratio(session, ping), "<= 2x")
         )  # fmt: skip
+        rows += cpu_rows(floor_cpu, session_cpu, "iteration")
         rows.append(
             Row("session, client LLM N=20", "iteration", median_of(llm20), llm20)
         )  # fmt: skip
