@@ -20,6 +20,7 @@ from cleveragents.tool import (
     Message,
     RunBudget,
     ToolActorContext,
+    ToolCallRecord,
     ToolRegistry,
 )
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2, types_pb2
@@ -182,11 +183,36 @@ def events_of(
     return [*response.events, response.event] if response.events else (response.event,)
 
 
-def streamed(event: events_pb2.RunEvent) -> StreamedEvent:
-    """A received ``RunEvent`` as a ``StreamedEvent``."""
-    return StreamedEvent(
-        event.run_id, event.sequence, convert.seconds_of(event.time), convert.event_from_pb(event)
-    )
+class EventDecoder:
+    """Turns the ``RunEvent``s of one stream into ``StreamedEvent``s.
+
+    A run's terminal event repeats in its result every record that its ``tool_call_completed``
+    events carried. Those seen on this stream are reused instead of decoded again, as an
+    in-process run shares them: a long run's last event then costs what one event costs.
+    """
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[bytes, ToolCallRecord] = {}
+
+    def __call__(self, event: events_pb2.RunEvent) -> StreamedEvent:
+        at = event.time
+        return StreamedEvent(
+            event.run_id,
+            event.sequence,
+            at.seconds + at.nanos / 1e9,
+            convert.event_from_pb(event, self._record),
+        )
+
+    def _record(self, pb: types_pb2.ToolCallRecord) -> ToolCallRecord:
+        # The sidecar encodes a record the same way wherever it appears: equal bytes, equal
+        # record.
+        key = pb.SerializeToString()
+        record = self._seen.get(key)
+        if record is None:
+            record = self._seen[key] = convert.record_from_pb(pb)
+        return record
 
 
 def run_info(response: service_pb2.GetRunResponse) -> RunInfo:

@@ -202,6 +202,7 @@ class AsyncSidecarClient:
         lock = asyncio.Lock()
         pending: set[asyncio.Task[None]] = set()
         conversation = _wire.Conversation()
+        decode = _wire.EventDecoder()
 
         async def send(message: session_pb2.SessionRequest) -> None:
             async with lock:
@@ -259,7 +260,7 @@ class AsyncSidecarClient:
                 if kind in ("tool_invocation", "llm_invocation") and response.events:
                     await asyncio.sleep(0)
                 for event in _wire.events_of(response):
-                    streamed = _wire.streamed(event)
+                    streamed = decode(event)
                     if approver is not None and isinstance(streamed.event, ApprovalRequested):
                         spawn(answer_approval(streamed.event))
                     yield streamed
@@ -271,10 +272,11 @@ class AsyncSidecarClient:
             call.cancel()
 
     async def _events(self, call: Any) -> AsyncGenerator[StreamedEvent, None]:
+        decode = _wire.EventDecoder()
         try:
             async for response in call:
                 for event in _wire.events_of(response):
-                    yield _wire.streamed(event)
+                    yield decode(event)
         except grpc.RpcError as exc:
             raise SidecarRpcError.from_rpc_error(exc) from None
         finally:

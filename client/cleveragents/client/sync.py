@@ -209,10 +209,11 @@ class SidecarClient:
     ) -> Generator[StreamedEvent, None, None]:
         loop = asyncio.new_event_loop()
         conversation = _wire.Conversation()
+        decode = _wire.EventDecoder()
         try:
             for response in call:
                 for event in _wire.events_of(response):  # they come before the invocation
-                    streamed = _wire.streamed(event)
+                    streamed = decode(event)
                     if approver is not None and isinstance(streamed.event, ApprovalRequested):
                         outgoing.put(_answer_approval(loop, approver, streamed.event))
                     yield streamed
@@ -229,10 +230,11 @@ class SidecarClient:
             loop.close()
 
     def _events(self, call: Any) -> Generator[StreamedEvent, None, None]:
+        decode = _wire.EventDecoder()
         try:
             for response in call:
                 for event in _wire.events_of(response):
-                    yield _wire.streamed(event)
+                    yield decode(event)
         except grpc.RpcError as exc:
             raise SidecarRpcError.from_rpc_error(exc) from None
         finally:

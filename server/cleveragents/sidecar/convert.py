@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
@@ -116,6 +117,8 @@ def parse_json(text: str, field: str) -> Any:
 
 def parse_json_object(text: str, field: str, *, empty: Any = None) -> dict[str, Any]:
     """Parse a field that must hold a JSON object; empty text gives ``empty`` (or ``{}``)."""
+    if text == "{}":  # no arguments, or an empty output: common enough to skip the parser
+        return {}
     if not text.strip():
         return dict(empty) if empty is not None else {}
     value = parse_json(text, field)
@@ -263,6 +266,10 @@ def record_from_pb(pb: types_pb2.ToolCallRecord) -> ToolCallRecord:
     )
 
 
+#: Decodes one record (``record_from_pb``, or one that reuses records already decoded).
+RecordDecoder = Callable[[types_pb2.ToolCallRecord], ToolCallRecord]
+
+
 def result_to_pb(result: ToolCallRunResult) -> types_pb2.ToolCallRunResult:
     """A run result as protobuf."""
     return types_pb2.ToolCallRunResult(
@@ -281,11 +288,13 @@ def stop_reason_from_pb(value: types_pb2.StopReason.ValueType) -> StopReason | N
     return _STOP_REASONS_BACK.get(value)
 
 
-def result_from_pb(pb: types_pb2.ToolCallRunResult) -> ToolCallRunResult:
-    """A run result from protobuf."""
+def result_from_pb(
+    pb: types_pb2.ToolCallRunResult, record_from: RecordDecoder = record_from_pb
+) -> ToolCallRunResult:
+    """A run result from protobuf; ``record_from`` decodes each record of its history."""
     return ToolCallRunResult(
         content=pb.content,
-        tool_call_history=tuple(record_from_pb(r) for r in pb.tool_call_history),
+        tool_call_history=tuple(record_from(r) for r in pb.tool_call_history),
         iterations=pb.iterations,
         terminated_by_limit=pb.terminated_by_limit,
         usage=usage_from_pb(pb.usage),
@@ -387,11 +396,12 @@ def event_to_pb(event: RunEvent, run_event: events_pb2.RunEvent, *, failure_code
         raise TypeError(f"cannot convert {type(event).__name__} here")
 
 
-def event_from_pb(pb: events_pb2.RunEvent) -> RunEvent:
-    """A core event from a protobuf ``RunEvent`` (``RunFailed.error`` is left empty)."""
+def event_from_pb(pb: events_pb2.RunEvent, record_from: RecordDecoder = record_from_pb) -> RunEvent:
+    """A core event from a protobuf ``RunEvent`` (``RunFailed.error`` is left empty);
+    ``record_from`` decodes the records it carries."""
     kind = pb.WhichOneof("payload")
     if kind == "tool_call_completed":
-        return ToolCallCompleted(record_from_pb(pb.tool_call_completed.record))
+        return ToolCallCompleted(record_from(pb.tool_call_completed.record))
     if kind == "tool_call_started":
         s = pb.tool_call_started
         return ToolCallStarted(
@@ -409,12 +419,12 @@ def event_from_pb(pb: events_pb2.RunEvent) -> RunEvent:
         spec = pb.run_started.spec
         return RunStarted(spec.run_id, spec.prompt, tuple(spec.tool_names), spec.max_iterations)
     if kind == "run_completed":
-        return RunCompleted(result_from_pb(pb.run_completed.result))
+        return RunCompleted(result_from_pb(pb.run_completed.result, record_from))
     if kind == "run_failed":
-        return RunFailed(pb.run_failed.message, result_from_pb(pb.run_failed.result))
+        return RunFailed(pb.run_failed.message, result_from_pb(pb.run_failed.result, record_from))
     if kind == "run_cancelled":
         c = pb.run_cancelled
-        return RunCancelled(c.reason, result_from_pb(c.result))
+        return RunCancelled(c.reason, result_from_pb(c.result, record_from))
     if kind == "approval_requested":
         a = pb.approval_requested
         return ApprovalRequested(

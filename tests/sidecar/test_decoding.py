@@ -1,0 +1,77 @@
+"""How the clients decode a stream's events: records decoded once, JSON fast paths."""
+
+from __future__ import annotations
+
+import time
+
+from cleveragents.client import AsyncSidecarClient
+from cleveragents.client._wire import EventDecoder
+from cleveragents.sidecar import convert
+from cleveragents.tool import (
+    ErrorKind,
+    RunCompleted,
+    ToolCallCompleted,
+    ToolCallRecord,
+    ToolCallRunResult,
+)
+from cleveragents.toolruntime.v1 import events_pb2
+
+from .conftest import echo_script
+
+
+def _encoded(event: ToolCallCompleted | RunCompleted, sequence: int) -> events_pb2.RunEvent:
+    pb = events_pb2.RunEvent(run_id="r1", sequence=sequence)
+    convert.set_time(pb.time)
+    convert.event_to_pb(event, pb, failure_code=0)
+    return events_pb2.RunEvent.FromString(pb.SerializeToString())
+
+
+def _record(call_id: str, output: dict[str, object]) -> ToolCallRecord:
+    return ToolCallRecord(
+        "echo", {"text": call_id}, output, 1.5, True, None, 1, call_id, None, time.time()
+    )
+
+
+async def test_the_result_shares_the_records_its_stream_already_delivered(
+    client: AsyncSidecarClient,
+) -> None:
+    events = [e async for e in client.stream_tool_loop("go", script=echo_script(3))]
+    delivered = [e.event.record for e in events if isinstance(e.event, ToolCallCompleted)]
+    terminal = events[-1].event
+
+    assert isinstance(terminal, RunCompleted)
+    assert len(delivered) == 3
+    assert all(a is b for a, b in zip(terminal.result.tool_call_history, delivered, strict=True))
+
+
+def test_a_decoder_that_joins_late_decodes_the_records_it_did_not_see() -> None:
+    seen, unseen = _record("c1", {"echo": "c1"}), _record("c2", {})
+    result = ToolCallRunResult("done", (seen, unseen), 3, False, run_id="r1")
+    decode = EventDecoder()
+
+    first = decode(_encoded(ToolCallCompleted(seen), 5)).event
+    last = decode(_encoded(RunCompleted(result), 12)).event
+
+    assert isinstance(first, ToolCallCompleted)
+    assert isinstance(last, RunCompleted)
+    assert last.result.tool_call_history[0] is first.record
+    assert last.result.tool_call_history == (seen, unseen)
+
+
+def test_records_that_differ_in_any_field_are_not_confused() -> None:
+    one = _record("c1", {"n": 1})
+    failed = ToolCallRecord(
+        "echo", one.inputs, {}, 0.0, False, "boom", 1, "c1", ErrorKind.EXCEPTION, one.started_at
+    )
+    decode = EventDecoder()
+
+    decoded = [decode(_encoded(ToolCallCompleted(r), i)).event for i, r in enumerate((one, failed))]
+
+    assert [e.record for e in decoded if isinstance(e, ToolCallCompleted)] == [one, failed]
+
+
+def test_an_empty_object_decodes_to_a_new_dict_each_time() -> None:
+    first = convert.parse_json_object("{}", "output")
+    first["changed"] = True
+
+    assert convert.parse_json_object("{}", "output") == {}
