@@ -241,6 +241,18 @@ async def test_unparseable_unary_request_is_invalid(channel: grpc.aio.Channel) -
     assert "RunToolLoopRequest" in details
 
 
+@pytest.mark.parametrize("rpc", ["StreamToolLoop", "WatchRun"])
+async def test_unparseable_streaming_request_is_invalid(
+    channel: grpc.aio.Channel, rpc: str
+) -> None:
+    path = f"/cleveragents.toolruntime.v1.ToolRuntimeService/{rpc}"
+    method = channel.unary_stream(path, request_serializer=_raw, response_deserializer=_raw)
+    code, details = await stream_code(method(GARBAGE))
+
+    assert code == INVALID
+    assert f"{rpc}Request" in details
+
+
 async def test_unparseable_first_session_message_is_invalid(channel: grpc.aio.Channel) -> None:
     session = channel.stream_stream(SESSION, request_serializer=_raw, response_deserializer=_raw)()
     await session.write(GARBAGE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -76,16 +76,6 @@ def _guarded(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[A
         if isinstance(request, Malformed):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
         return await method(request, context)
-
-    return handler
-
-
-def _guarded_stream(method: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
-    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        if isinstance(request, Malformed):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
-        async for item in method(request, context):
-            yield item
 
     return handler
 
@@ -298,7 +288,7 @@ def _handlers(service: ToolRuntimeService) -> grpc.GenericRpcHandler:
     }
     for name in _STREAMING:
         handlers[name] = grpc.unary_stream_rpc_method_handler(
-            _guarded_stream(getattr(service, name)),
+            _guarded(getattr(service, name)),
             request_deserializer=_lenient(getattr(pb, f"{name}Request")),
             response_serializer=_identity,
         )

@@ -1,15 +1,16 @@
 """``ToolRuntimeService``: every RPC of the API, on top of the run manager.
 
-Streaming RPCs send responses assembled from the run log's pre-encoded frames (see
+Streaming RPCs write responses assembled from the run log's pre-encoded frames (see
 ``streams.py``), so their handlers are registered with an identity response serialiser in
-``server.py``.
+``server.py``. They call ``context.write``, as ``Session`` does, rather than yield: two
+async-generator hops fewer per message (about 8 % of a bare streamed message's cost).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -143,7 +144,7 @@ class ToolRuntimeService:
         self,
         request: service_pb2.StreamToolLoopRequest,
         context: grpc.aio.ServicerContext[Any, Any],
-    ) -> AsyncIterator[bytes]:
+    ) -> None:
         stream = Subscriber()
         try:
             run = self._start(request.spec, context, listener=stream)
@@ -153,7 +154,7 @@ class ToolRuntimeService:
         finished = False
         try:
             while items := await stream.get_many(limit):
-                yield batch(items)
+                await context.write(batch(items))
             finished = True
         finally:
             run.unsubscribe(stream)
@@ -162,7 +163,7 @@ class ToolRuntimeService:
 
     async def WatchRun(
         self, request: service_pb2.WatchRunRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[bytes]:
+    ) -> None:
         run = await self._require(request.run_id, context)
         after = request.after_sequence
         if after > run.last_sequence and run.finished:
@@ -175,7 +176,7 @@ class ToolRuntimeService:
         limit = self.batch_limit if request.batch_events else 0
         try:
             while items := await sub.get_many(limit):
-                yield batch(items)
+                await context.write(batch(items))
         finally:
             run.unsubscribe(sub)
         if sub.dropped:
