@@ -35,6 +35,7 @@ class Log:
     def __init__(self, count: int) -> None:
         self.frames = [frame(event(i)) for i in range(1, count + 1)]
         self.released = count
+        self.released_bytes = sum(map(len, self.frames))
         self.finished = False
         self.waiters: list[asyncio.Future[None]] = []
 
@@ -45,8 +46,9 @@ class Log:
 
     def add(self, count: int) -> None:
         start = len(self.frames)
-        self.frames += [frame(event(i)) for i in range(start + 1, start + count + 1)]
+        self.frames += [frame(event(i, "x" * i)) for i in range(start + 1, start + count + 1)]
         self.released = len(self.frames)
+        self.released_bytes = sum(map(len, self.frames))
         for waiter in self.waiters:
             waiter.set_result(None)
         self.waiters.clear()
@@ -133,6 +135,30 @@ async def test_a_follower_takes_at_most_max_bytes_but_always_one_frame() -> None
     assert await follower.get_many(two) == log.frames[:2]
     assert await follower.get_many(0) == log.frames[2:3]
     assert await follower.get_many(10**6) == log.frames[3:]
+
+
+async def test_a_follower_that_joined_mid_log_sizes_its_batches_from_its_cursor() -> None:
+    log = Log(3)
+    follower = Follower(log, 2, limit=100)
+    log.add(4)  # frames of growing sizes
+    pending = sum(map(len, log.frames[2:]))
+
+    # One byte short of the whole rest: the last frame must wait for the next batch.
+    assert await follower.get_many(pending - 1) == log.frames[2:6]
+    assert await follower.get_many(10**6) == log.frames[6:]
+
+
+async def test_a_follower_past_the_live_end_sizes_its_batches_once_it_is_reached() -> None:
+    log = Log(2)
+    follower = Follower(log, 4, limit=100)
+    first = asyncio.ensure_future(follower.get_many(0))
+    log.add(3)
+    log.add(2)
+    pending = sum(map(len, log.frames[5:]))
+
+    assert await first == log.frames[4:5]
+    assert await follower.get_many(pending - 1) == log.frames[5:6]
+    assert await follower.get_many(pending) == log.frames[6:]
 
 
 async def test_a_follower_of_a_finished_log_ends_after_its_last_frame() -> None:

@@ -99,6 +99,7 @@ class Run:
         "log",
         "observers",
         "released",
+        "released_bytes",
         "result",
         "run_id",
         "spec",
@@ -126,6 +127,8 @@ class Run:
         self.state: types_pb2.RunState.ValueType = RUNNING
         self.frames: list[bytes] = []
         self.released = 0
+        #: The size of the released frames together: a watcher sizes its batch from it.
+        self.released_bytes = 0
         self.ended = False
         self.listeners: list[Listener] = []
         self.followers: list[Follower] = []
@@ -231,6 +234,7 @@ class Run:
         if sequence <= self.released:
             return
         previous, self.released = self.released, sequence
+        self.released_bytes += sum(map(len, self.frames[previous:sequence]))
         start, held = previous, self._held
         while held and held[0][0] <= sequence:
             mark, listener, item = held.popleft()
@@ -400,6 +404,7 @@ class RunManager:
         run = Run(stored.run_id, first.run_started.spec, self.store)
         run.frames = list(stored.frames)
         run.released = len(run.frames)
+        run.released_bytes = sum(map(len, run.frames))
         last = unframe(run.frames[-1])
         if last.WhichOneof("payload") in ("run_completed", "run_failed", "run_cancelled"):
             run.ended = True

@@ -188,6 +188,8 @@ class FollowedLog(Protocol):
 
     frames: list[bytes]
     released: int
+    #: The total size of ``frames[:released]``.
+    released_bytes: int
 
     @property
     def finished(self) -> bool: ...
@@ -205,7 +207,7 @@ class Follower:
     there when it subscribed do not count) is ``dropped`` by the run: its next read is empty.
     """
 
-    __slots__ = ("_log", "cursor", "dropped", "limit", "live_from")
+    __slots__ = ("_bytes_read", "_log", "cursor", "dropped", "limit", "live_from")
 
     def __init__(self, log: FollowedLog, cursor: int, limit: int) -> None:
         self._log = log
@@ -213,6 +215,8 @@ class Follower:
         self.limit = limit
         self.live_from = log.released
         self.dropped = False
+        #: The size of ``frames[:cursor]``, known once the cursor's frames exist.
+        self._bytes_read: int | None = None
 
     @property
     def lag(self) -> int:
@@ -232,12 +236,17 @@ class Follower:
         if self.dropped:
             return []
         frames, start, end = log.frames, self.cursor, log.released
-        taken = frames[start:end]
-        if len(taken) > 1 and sum(map(len, taken)) > max_bytes:  # rare: cut the batch short
+        if self._bytes_read is None:  # once: where this watcher joined
+            self._bytes_read = sum(map(len, frames[:start]))
+        # The batch's size without measuring its frames: a hundred watchers would each
+        # measure the same ones.
+        size = log.released_bytes - self._bytes_read
+        if end - start > 1 and size > max_bytes:  # rare: cut the batch short
             stop, size = start + 1, len(frames[start])
             while stop < end and size + len(frames[stop]) <= max_bytes:
                 size += len(frames[stop])
                 stop += 1
-            taken = frames[start:stop]
-        self.cursor = start + len(taken)
-        return taken
+            end = stop
+        self.cursor = end
+        self._bytes_read += size
+        return frames[start:end]
