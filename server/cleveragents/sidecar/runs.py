@@ -234,7 +234,10 @@ class Run:
         if sequence <= self.released:
             return
         previous, self.released = self.released, sequence
-        self.released_bytes += sum(map(len, self.frames[previous:sequence]))
+        if sequence == previous + 1:  # the in-memory store releases frames one by one
+            self.released_bytes += len(self.frames[previous])
+        else:
+            self.released_bytes += sum(map(len, self.frames[previous:sequence]))
         start, held = previous, self._held
         while held and held[0][0] <= sequence:
             mark, listener, item = held.popleft()
