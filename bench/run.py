@@ -60,6 +60,8 @@ class Row:
     ratio: float | None = None
     target: str = ""
     met: bool | None = None
+    #: The samples of the floor the ratio is taken against, when no row of the table has them.
+    floor_samples_us: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -71,14 +73,33 @@ class Cpu:
     client_us: list[float] = field(default_factory=list)
 
 
-def process_cpu_s(pid: int) -> float:
-    """CPU time of all of ``pid``'s threads, from the scheduler's nanosecond counters (the
-    clock-tick figures in /proc/PID/stat would be 50 us coarse per iteration of a sample)."""
-    total = 0
+@dataclass(frozen=True)
+class CpuReading:
+    """A process's CPU time at one moment, read two ways."""
+
+    threads: frozenset[str]
+    #: The live threads' time, from the scheduler's nanosecond counters.
+    fine_s: float
+    #: The process's time from /proc/PID/stat: clock ticks, but it keeps ended threads' time.
+    coarse_s: float
+
+
+def cpu_reading(pid: int) -> CpuReading:
+    threads: set[str] = set()
+    fine = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(FileNotFoundError):  # a thread that just ended
-            total += int((task / "schedstat").read_text().split()[0])
-    return total / 1e9
+            fine += int((task / "schedstat").read_text().split()[0])
+            threads.add(task.name)
+    return CpuReading(frozenset(threads), fine / 1e9, scenarios_load.cpu_s(pid))
+
+
+def cpu_between(before: CpuReading, after: CpuReading) -> float:
+    """CPU seconds spent between two readings: to the nanosecond, unless a thread ended in
+    between (its time would drop out of the sum), then to the clock tick."""
+    if before.threads <= after.threads:
+        return after.fine_s - before.fine_s
+    return after.coarse_s - before.coarse_s
 
 
 def with_cpu(
@@ -87,9 +108,9 @@ def with_cpu(
     """``fn`` (which times ``units`` of work), also noting both processes' CPU per unit."""
 
     async def measured() -> float:
-        server, client = process_cpu_s(server_pid), time.process_time()
+        server, client = cpu_reading(server_pid), time.process_time()
         per_unit_us = await fn()
-        cpu.server_us.append((process_cpu_s(server_pid) - server) / units * 1e6)
+        cpu.server_us.append(cpu_between(server, cpu_reading(server_pid)) / units * 1e6)
         cpu.client_us.append((time.process_time() - client) / units * 1e6)
         return per_unit_us
 
@@ -106,7 +127,7 @@ def cpu_rows(floor: Cpu, scenario: Cpu, unit: str) -> list[Row]:
         rows.append(
             Row(f"  {side} CPU", unit, median_of(samples), samples,
                 f"floor {floor_side} {median_of(floor_samples):.0f}us",
-                pair_ratio(samples, floor_samples))
+                pair_ratio(samples, floor_samples), floor_samples_us=floor_samples)
         )  # fmt: skip
     return rows
 
@@ -253,7 +274,7 @@ async def main() -> None:
             # Each scenario alternates with its floor, so that both see the same machine: on
             # a shared VM the speed can change several-fold within a minute.
             # CPU per round trip on each side explains the session's ratio: both processes
-            # run Python and gRPC in turn, so their CPU adds up along every round trip.
+            # run Python and gRPC along every round trip (partly at once: gRPC has threads).
             floor_cpu, session_cpu = Cpu(), Cpu()
             ping, session = await interleaved(
                 with_cpu(lambda: floor_ping(floor, 1000), floor_proc.pid, 1000, floor_cpu),
