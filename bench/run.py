@@ -194,15 +194,6 @@ async def floor_stream(target: str, count: int) -> float:
 # -- scenarios -----------------------------------------------------------------------------
 
 
-def tool_script(iterations: int) -> list[dict[str, Any]]:
-    turns: list[dict[str, Any]] = [
-        {"tool_calls": [{"id": f"c{i}", "name": "noop", "arguments": {}}]}
-        for i in range(iterations - 1)
-    ]
-    turns.append({"content": "done"})
-    return turns
-
-
 async def in_process(iterations: int) -> float:
     registry = ToolRegistry()
 
@@ -228,8 +219,9 @@ async def in_process(iterations: int) -> float:
 async def stream_rpc(client: AsyncSidecarClient, iterations: int) -> float:
     began = time.perf_counter()
     events = 0
+    script = scenarios_load.noop_script(iterations, "noop")  # the sidecar's own no-op
     async for _ in client.stream_tool_loop(
-        "go", script=tool_script(iterations), max_iterations=iterations, tool_names=["noop"]
+        "go", script=script, max_iterations=iterations, tool_names=["noop"]
     ):
         events += 1
     elapsed = time.perf_counter() - began
@@ -250,7 +242,7 @@ async def session_rpc(
         return {}
 
     llm = scenarios_load.ThinkingLLM(iterations, 0.0) if client_llm else None
-    script = None if client_llm else scenarios_load.client_script(iterations)
+    script = None if client_llm else scenarios_load.noop_script(iterations)
     began = time.perf_counter()
     events = 0
     async for _ in client.session(

@@ -115,10 +115,11 @@ def percentile(samples: list[float], p: int) -> float:
 # -- sessions with a client-hosted tool ---------------------------------------------------
 
 
-def client_script(iterations: int) -> list[dict[str, Any]]:
-    """N-1 turns that call the client's `client_noop`, then a final answer: 4*N events."""
+def noop_script(iterations: int, tool: str = "client_noop") -> list[dict[str, Any]]:
+    """N-1 turns that call ``tool`` (the client's `client_noop` by default), then a final
+    answer: 4*N events."""
     turns: list[dict[str, Any]] = [
-        {"tool_calls": [{"id": f"c{i}", "name": "client_noop", "arguments": {}}]}
+        {"tool_calls": [{"id": f"c{i}", "name": tool, "arguments": {}}]}
         for i in range(iterations - 1)
     ]
     turns.append({"content": "done"})
@@ -134,7 +135,7 @@ class ThinkingLLM:
     """
 
     def __init__(self, iterations: int, think_s: float) -> None:
-        self._turns = [response_from_dict(t) for t in client_script(iterations)]
+        self._turns = [response_from_dict(t) for t in noop_script(iterations)]
         self._think_s = think_s
 
     async def call(self, request: LLMRequest) -> LLMResponse:
@@ -246,7 +247,7 @@ async def counted_session(
     try:
         llm = ThinkingLLM(iterations, think_s) if think_s else None
         async for streamed in client.session(
-            "go", tools=registry, llm=llm, script=None if llm else client_script(iterations),
+            "go", tools=registry, llm=llm, script=None if llm else noop_script(iterations),
             max_iterations=iterations, tool_names=["noop"],
         ):  # fmt: skip
             arrived, arrived_at = time.perf_counter(), time.time()
