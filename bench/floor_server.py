@@ -1,7 +1,9 @@
 """A bare grpc.aio server with no protobuf and no logic: the floor the sidecar is measured on.
 
 `Ping` (bidi) echoes each message back; `Stream` (server streaming) sends N copies of the
-request's payload, N being the request's first four bytes. Prints its port, then serves.
+request's payload, N being the request's first four bytes. Prints its port, then serves, on
+the event loop the sidecar picks by default (uvloop when installed), so that the floor and the
+sidecar differ only in what the sidecar does.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+
+from cleveragents.sidecar.eventloop import loop_factory
 
 
 def _identity(data: bytes) -> bytes:
@@ -50,4 +54,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=loop_factory("auto")[1]) as runner:
+        runner.run(main())

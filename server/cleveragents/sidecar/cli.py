@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from cleveragents.sidecar.config import ENV_PREFIX, load_config
 from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.eventloop import EVENT_LOOPS, loop_factory
 from cleveragents.sidecar.logs import configure_logging
 from cleveragents.sidecar.server import Sidecar
 
@@ -52,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--metrics-listen", help="serve Prometheus metrics at http://HOST:PORT/metrics"
+    )
+    serve.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        help="the event loop to serve on (default: auto, which is uvloop if it is installed)",
     )
     serve.add_argument(
         "--tracing",
@@ -120,15 +126,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "watcher_queue_size": args.watcher_queue_size,
         "metrics_listen": args.metrics_listen,
         "tracing": args.tracing,
+        "event_loop": args.event_loop,
     }
     try:
         config = load_config(args.config, overrides=overrides)
         configure_logging(config.log_format, config.log_level)
+        _, new_loop = loop_factory(config.event_loop)
     except (ConfigError, ValueError) as exc:
         print(f"cleveragents-sidecar: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(_serve(Sidecar(config)))
+        with asyncio.Runner(loop_factory=new_loop) as runner:
+            runner.run(_serve(Sidecar(config)))
     except ConfigError as exc:
         print(f"cleveragents-sidecar: {exc}", file=sys.stderr)
         return 2

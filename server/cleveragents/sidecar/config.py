@@ -15,6 +15,7 @@ from typing import Any
 
 from cleveragents.providers import RESERVED_PARAMS
 from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.eventloop import EVENT_LOOPS
 from cleveragents.sidecar.governance_config import parse_automation_profiles, parse_tool_limits
 from cleveragents.tool import BUILTIN_PROFILES, AutomationProfile, ToolLimit, response_from_dict
 
@@ -107,6 +108,9 @@ class SidecarConfig:
     tls_cert_file: str = ""
     tls_key_file: str = ""
     tls_client_ca_file: str = ""
+    #: ``auto`` (uvloop if installed), ``asyncio`` or ``uvloop``; used by ``cleveragents-sidecar
+    #: serve``. An embedding program runs the sidecar on its own loop.
+    event_loop: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("max_concurrent_runs", "max_message_bytes", "max_iterations_cap"):
@@ -134,6 +138,10 @@ class SidecarConfig:
             )
         if self.approval_timeout_s <= 0:
             raise ConfigError("approval_timeout_s must be a positive number of seconds")
+        if self.event_loop not in EVENT_LOOPS:
+            raise ConfigError(
+                f"event_loop must be one of {', '.join(EVENT_LOOPS)}, not {self.event_loop!r}"
+            )
         if self.auth_token_env and self.auth_token_file:
             raise ConfigError("set auth_token_env or auth_token_file, not both")
 

@@ -19,6 +19,7 @@ from cleveragents.sidecar.access import check_listen_policy, read_token, server_
 from cleveragents.sidecar.auth import TokenAuthInterceptor
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.eventloop import running_loop_name
 from cleveragents.sidecar.profiles import close_provider_clients
 from cleveragents.sidecar.runs import RunManager, RunObserver
 from cleveragents.sidecar.service import ToolRuntimeService
@@ -206,6 +207,7 @@ class Sidecar:
             runs=restored,
             tracing=self.tracing is not None,
             metrics_port=self.metrics_port,
+            event_loop=running_loop_name(),
         )
         return self.address
 

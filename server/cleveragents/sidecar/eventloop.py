@@ -1,0 +1,48 @@
+"""The event loop the sidecar serves on: uvloop where it is installed, else asyncio's own.
+
+uvloop runs the loop's own machinery (scheduling callbacks, timers, waking up when gRPC's
+poller thread signals a completed operation) in C. The sidecar does that work several times
+per iteration, so uvloop takes roughly a tenth off its CPU per iteration; the README's
+performance section has the measurements. The sidecar behaves the same on either loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from cleveragents.sidecar.errors import ConfigError
+
+__all__ = ["EVENT_LOOPS", "LoopFactory", "loop_factory", "running_loop_name"]
+
+#: The values of the ``event_loop`` setting.
+EVENT_LOOPS = ("auto", "asyncio", "uvloop")
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def loop_factory(choice: str) -> tuple[str, LoopFactory]:
+    """The loop ``choice`` stands for (``auto``: uvloop if installed) and a factory of it.
+
+    Raises ``ConfigError`` for ``uvloop`` when uvloop cannot be imported.
+    """
+    if choice not in EVENT_LOOPS:
+        raise ConfigError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, not {choice!r}")
+    if choice == "asyncio":
+        return "asyncio", asyncio.new_event_loop
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError(
+                "event_loop is 'uvloop' but uvloop is not installed: install it "
+                "(pip install uvloop), or set event_loop to 'auto' or 'asyncio'"
+            ) from None
+        return "asyncio", asyncio.new_event_loop
+    return "uvloop", uvloop.new_event_loop
+
+
+def running_loop_name() -> str:
+    """``uvloop`` or ``asyncio``: the kind of the running loop, for the startup log line."""
+    module = type(asyncio.get_running_loop()).__module__
+    return "uvloop" if module.startswith("uvloop") else module.partition(".")[0]
