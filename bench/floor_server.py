@@ -1,20 +1,23 @@
 """A bare grpc.aio server with no protobuf and no logic: the floor the sidecar is measured on.
 
 `Ping` (bidi) echoes each message back; `Stream` (server streaming) sends N copies of the
-request's payload, N being the request's first four bytes. Prints its port, then serves, on
-the event loop the sidecar picks by default (uvloop when installed), so that the floor and the
-sidecar differ only in what the sidecar does.
+request's payload, N being the request's first four bytes. Prints its port, then serves on
+the event loop the sidecar would pick from the same environment (``event_loop``: uvloop when
+installed, unless CLEVERAGENTS_SIDECAR_EVENT_LOOP says asyncio), so that the floor and the
+sidecar differ only in what the sidecar does. It imports nothing of the sidecar's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
-from cleveragents.sidecar.eventloop import loop_factory
+#: The sidecar's setting, read as the sidecar reads it.
+EVENT_LOOP = os.environ.get("CLEVERAGENTS_SIDECAR_EVENT_LOOP", "auto")
 
 
 def _identity(data: bytes) -> bytes:
@@ -53,6 +56,18 @@ async def main() -> None:
     await server.wait_for_termination()
 
 
+def new_loop() -> asyncio.AbstractEventLoop:
+    if EVENT_LOOP != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if EVENT_LOOP == "uvloop":
+                raise
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 if __name__ == "__main__":
-    with asyncio.Runner(loop_factory=loop_factory("auto")[1]) as runner:
+    with asyncio.Runner(loop_factory=new_loop) as runner:
         runner.run(main())

@@ -356,12 +356,16 @@ def report(rows: list[Row], figures: list[Figure], seconds: float) -> None:
         name: metadata.version(name)
         for name in ("cleveragents-sidecar", "grpcio", "protobuf", "jsonschema-rs")
     }
+    with contextlib.suppress(metadata.PackageNotFoundError):
+        versions["uvloop"] = metadata.version("uvloop")
     out = {
         "time": stamp,
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "versions": versions,
         "repeats": REPEATS,
+        # The servers' loop (the sidecar's event_loop setting; the floor follows it).
+        "event_loop": os.environ.get("CLEVERAGENTS_SIDECAR_EVENT_LOOP", "auto"),
         "load": {
             "sessions": scenarios_load.SESSIONS,
             "session_iterations": scenarios_load.SESSION_ITERATIONS,

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import sys
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -19,6 +20,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -43,6 +45,31 @@ from cleveragents.tool import (
 )
 from cleveragents.tool.runner import current_call
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2_grpc, session_pb2, types_pb2
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+_new_uvloop: LoopFactory | None
+try:
+    import uvloop
+
+    _new_uvloop = uvloop.new_event_loop
+except ImportError:  # not on Windows or PyPy: the sidecar serves on asyncio's loop there
+    _new_uvloop = None
+
+#: The sidecar's command line, in the same environment as the tests.
+CLI = str(Path(sys.executable).parent / "cleveragents-sidecar")
+#: A fresh interpreter importing the sidecar: seconds on a loaded machine.
+CLI_WAIT_S = 20.0
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, LoopFactory]:
+    """Every async sidecar test runs on each loop the sidecar may serve on (``event_loop``)."""
+    factories: dict[str, LoopFactory] = {"asyncio": asyncio.new_event_loop}
+    if _new_uvloop is not None:
+        factories["uvloop"] = _new_uvloop
+    return factories
+
 
 if TYPE_CHECKING:
     from cleveragents.toolruntime.v1.service_pb2_grpc import ToolRuntimeServiceAsyncStub

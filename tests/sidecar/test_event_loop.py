@@ -11,18 +11,19 @@ from pathlib import Path
 import pytest
 
 from cleveragents.client import AsyncSidecarClient
-from cleveragents.sidecar import ConfigError, SidecarConfig
+from cleveragents.sidecar import ConfigError, SidecarConfig, cli
 from cleveragents.sidecar.config import load_config
 from cleveragents.sidecar.eventloop import loop_factory
 from cleveragents.tool import RunCompleted
 
-from .conftest import call, collect, turn
+from .conftest import CLI, CLI_WAIT_S, call, collect, turn
 
-CLI = str(Path(sys.executable).parent / "cleveragents-sidecar")
-#: A fresh interpreter importing the sidecar: seconds on a loaded machine.
-CLI_WAIT_S = 20.0
+needs_uvloop = pytest.mark.skipif(
+    loop_factory("auto")[0] != "uvloop", reason="uvloop is not installed here"
+)
 
 
+@needs_uvloop
 def test_auto_picks_uvloop_when_it_is_installed() -> None:
     name, new_loop = loop_factory("auto")
     loop = new_loop()
@@ -42,7 +43,7 @@ def test_auto_falls_back_to_asyncio_without_uvloop(monkeypatch: pytest.MonkeyPat
 def test_asking_for_uvloop_without_it_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "uvloop", None)
 
-    with pytest.raises(ConfigError, match=r"uvloop is not installed.*'auto' or 'asyncio'"):
+    with pytest.raises(ConfigError, match=r"uvloop cannot be imported.*'auto' or 'asyncio'"):
         loop_factory("uvloop")
 
 
@@ -61,6 +62,36 @@ def test_the_event_loop_comes_from_the_environment() -> None:
     assert config.event_loop == "asyncio"
 
 
+def test_the_event_loop_comes_from_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "sidecar.toml"
+    path.write_text('event_loop = "asyncio"\n', encoding="utf-8")
+
+    assert load_config(path, env={}).event_loop == "asyncio"
+
+
+def test_the_cli_exits_2_when_asked_for_uvloop_it_cannot_import(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)
+    monkeypatch.delenv("CLEVERAGENTS_SIDECAR_CONFIG", raising=False)
+
+    code = cli.main(["serve", "--listen", "127.0.0.1:0", "--event-loop", "uvloop"])
+
+    assert code == 2
+    assert "uvloop cannot be imported" in capsys.readouterr().err
+
+
+def test_the_cli_exits_2_for_an_unknown_event_loop_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CLEVERAGENTS_SIDECAR_EVENT_LOOP", "trio")
+
+    code = cli.main(["serve", "--listen", "127.0.0.1:0"])
+
+    assert code == 2
+    assert "event_loop must be one of auto, asyncio, uvloop, not 'trio'" in capsys.readouterr().err
+
+
 async def _listening_log(stderr: asyncio.StreamReader) -> dict[str, object]:
     while line := await stderr.readline():
         entry = json.loads(line)
@@ -69,7 +100,7 @@ async def _listening_log(stderr: asyncio.StreamReader) -> dict[str, object]:
     raise AssertionError("the sidecar exited before it logged that it was listening")
 
 
-@pytest.mark.parametrize("choice", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("choice", ["asyncio", pytest.param("uvloop", marks=needs_uvloop)])
 async def test_the_cli_serves_a_session_on_the_chosen_loop(choice: str) -> None:
     process = await asyncio.create_subprocess_exec(
         CLI, "serve", "--listen", "127.0.0.1:0", "--event-loop", choice,

@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import stat
-import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,6 +20,8 @@ from cleveragents.tool import RunCancelled, RunCompleted, StopReason
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2_grpc, types_pb2
 
 from .conftest import (
+    CLI,
+    CLI_WAIT_S,
     WAIT_S,
     ServerTools,
     SidecarFactory,
@@ -39,9 +40,6 @@ from .conftest import (
 SERVICE = "cleveragents.toolruntime.v1.ToolRuntimeService"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-CLI = str(Path(sys.executable).parent / "cleveragents-sidecar")
-#: A fresh interpreter importing the sidecar: seconds on a loaded machine.
-CLI_WAIT_S = 20.0
 
 
 async def check(channel: grpc.aio.Channel, service: str) -> int:

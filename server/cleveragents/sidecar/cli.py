@@ -130,8 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         config = load_config(args.config, overrides=overrides)
-        configure_logging(config.log_format, config.log_level)
         _, new_loop = loop_factory(config.event_loop)
+        configure_logging(config.log_format, config.log_level)
     except (ConfigError, ValueError) as exc:
         print(f"cleveragents-sidecar: {exc}", file=sys.stderr)
         return 2
@@ -145,15 +145,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _serve(sidecar: Sidecar) -> None:
+    # Handlers first: a supervisor may signal as soon as it reads the listening line.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     address = await sidecar.start()
     print(f"cleveragents-sidecar listening on {address}", flush=True)
     if sidecar.metrics_port is not None:
         host = sidecar.config.metrics_listen.rpartition(":")[0]
         print(f"metrics at http://{host}:{sidecar.metrics_port}/metrics", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     await sidecar.stop()
 

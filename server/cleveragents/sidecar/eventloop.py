@@ -24,7 +24,8 @@ LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 def loop_factory(choice: str) -> tuple[str, LoopFactory]:
     """The loop ``choice`` stands for (``auto``: uvloop if installed) and a factory of it.
 
-    Raises ``ConfigError`` for ``uvloop`` when uvloop cannot be imported.
+    Raises ``ConfigError`` for a choice not in ``EVENT_LOOPS``, and for ``uvloop`` when uvloop
+    cannot be imported.
     """
     if choice not in EVENT_LOOPS:
         raise ConfigError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, not {choice!r}")
@@ -35,7 +36,7 @@ def loop_factory(choice: str) -> tuple[str, LoopFactory]:
     except ImportError:
         if choice == "uvloop":
             raise ConfigError(
-                "event_loop is 'uvloop' but uvloop is not installed: install it "
+                "event_loop is 'uvloop' but uvloop cannot be imported: install it "
                 "(pip install uvloop), or set event_loop to 'auto' or 'asyncio'"
             ) from None
         return "asyncio", asyncio.new_event_loop
@@ -43,6 +44,7 @@ def loop_factory(choice: str) -> tuple[str, LoopFactory]:
 
 
 def running_loop_name() -> str:
-    """``uvloop`` or ``asyncio``: the kind of the running loop, for the startup log line."""
+    """The kind of the running loop, for the startup log line: ``uvloop``, ``asyncio``, or
+    the top-level module of any other loop an embedding program runs the sidecar on."""
     module = type(asyncio.get_running_loop()).__module__
     return "uvloop" if module.startswith("uvloop") else module.partition(".")[0]
