@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import signal
 import sys
 from collections.abc import (
     AsyncGenerator,
@@ -59,6 +60,34 @@ except ImportError:  # not on Windows or PyPy: the sidecar serves on asyncio's l
 CLI = str(Path(sys.executable).parent / "cleveragents-sidecar")
 #: A fresh interpreter importing the sidecar: seconds on a loaded machine.
 CLI_WAIT_S = 20.0
+
+
+@contextlib.asynccontextmanager
+async def cli_sidecar(*args: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """``cleveragents-sidecar serve`` on a free loopback port with ``args``, and the address it
+    printed; killed on the way out if the test left it running."""
+    process = await asyncio.create_subprocess_exec(
+        CLI, "serve", "--listen", "127.0.0.1:0", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(CLI_WAIT_S):
+            line = (await process.stdout.readline()).decode().strip()
+        prefix = "cleveragents-sidecar listening on "
+        assert line.startswith(prefix), line
+        yield process, line.removeprefix(prefix)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def terminate(process: asyncio.subprocess.Process) -> int:
+    """Send SIGTERM; the exit code once the process has stopped."""
+    process.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(CLI_WAIT_S):
+        return await process.wait()
 
 
 def pytest_asyncio_loop_factories(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from cleveragents.sidecar.config import load_config
 from cleveragents.sidecar.eventloop import loop_factory
 from cleveragents.tool import RunCompleted
 
-from .conftest import CLI, CLI_WAIT_S, call, collect, turn
+from .conftest import CLI_WAIT_S, call, cli_sidecar, collect, terminate, turn
 
 needs_uvloop = pytest.mark.skipif(
     loop_factory("auto")[0] != "uvloop", reason="uvloop is not installed here"
@@ -102,15 +101,9 @@ async def _listening_log(stderr: asyncio.StreamReader) -> dict[str, object]:
 
 @pytest.mark.parametrize("choice", ["asyncio", pytest.param("uvloop", marks=needs_uvloop)])
 async def test_the_cli_serves_a_session_on_the_chosen_loop(choice: str) -> None:
-    process = await asyncio.create_subprocess_exec(
-        CLI, "serve", "--listen", "127.0.0.1:0", "--event-loop", choice,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert process.stdout is not None
-    assert process.stderr is not None
-    try:
+    async with cli_sidecar("--event-loop", choice) as (process, address):
+        assert process.stderr is not None
         async with asyncio.timeout(CLI_WAIT_S):
-            address = (await process.stdout.readline()).decode().strip().rsplit(" ", 1)[1]
             logged = await _listening_log(process.stderr)
 
         def add(a: int, b: int) -> dict[str, int]:
@@ -120,13 +113,7 @@ async def test_the_cli_serves_a_session_on_the_chosen_loop(choice: str) -> None:
         script = [turn("adding", call("k1", "add", a=2, b=3)), turn("done")]
         async with AsyncSidecarClient(address) as client:
             events = await collect(client.session("go", tools=[add], script=script))
-        process.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(CLI_WAIT_S):
-            code = await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        code = await terminate(process)
 
     assert logged["event_loop"] == choice
     last = events[-1].event

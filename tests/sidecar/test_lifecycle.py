@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import stat
 from pathlib import Path
 from typing import Any, cast
@@ -27,12 +26,14 @@ from .conftest import (
     SidecarFactory,
     assert_well_formed,
     call,
+    cli_sidecar,
     collect,
     drain_session,
     echo_script,
     read_until_invocation,
     run_spec,
     session_start,
+    terminate,
     turn,
     until_tool_started,
 )
@@ -291,17 +292,7 @@ async def run_cli(*args: str, timeout: float = CLI_WAIT_S) -> tuple[int, str, st
 
 
 async def test_cli_serves_until_sigterm() -> None:
-    process = await asyncio.create_subprocess_exec(
-        CLI, "serve", "--listen", "127.0.0.1:0", "--log-level", "warning",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        async with asyncio.timeout(CLI_WAIT_S):
-            line = (await process.stdout.readline()).decode().strip()
-        prefix = "cleveragents-sidecar listening on "
-        assert line.startswith(prefix), line
-        address = line.removeprefix(prefix)
+    async with cli_sidecar("--log-level", "warning") as (process, address):
 
         def run() -> tuple[str, list[tuple[str, dict[str, object]]]]:
             with SidecarClient(address) as client:
@@ -309,13 +300,7 @@ async def test_cli_serves_until_sigterm() -> None:
             return result.content, [(r.tool_name, dict(r.output)) for r in result.tool_call_history]
 
         content, history = await asyncio.to_thread(run)
-        process.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(CLI_WAIT_S):
-            code = await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        code = await terminate(process)
 
     assert address.startswith("127.0.0.1:")
     assert int(address.rsplit(":", 1)[1]) > 0
