@@ -15,7 +15,7 @@ from typing import Any
 
 from cleveragents.providers import RESERVED_PARAMS
 from cleveragents.sidecar.errors import ConfigError
-from cleveragents.sidecar.eventloop import EVENT_LOOPS
+from cleveragents.sidecar.eventloop import check_event_loop
 from cleveragents.sidecar.governance_config import parse_automation_profiles, parse_tool_limits
 from cleveragents.tool import BUILTIN_PROFILES, AutomationProfile, ToolLimit, response_from_dict
 
@@ -138,10 +138,7 @@ class SidecarConfig:
             )
         if self.approval_timeout_s <= 0:
             raise ConfigError("approval_timeout_s must be a positive number of seconds")
-        if self.event_loop not in EVENT_LOOPS:
-            raise ConfigError(
-                f"event_loop must be one of {', '.join(EVENT_LOOPS)}, not {self.event_loop!r}"
-            )
+        check_event_loop(self.event_loop)
         if self.auth_token_env and self.auth_token_file:
             raise ConfigError("set auth_token_env or auth_token_file, not both")
 

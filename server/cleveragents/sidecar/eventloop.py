@@ -13,12 +13,18 @@ from collections.abc import Callable
 
 from cleveragents.sidecar.errors import ConfigError
 
-__all__ = ["EVENT_LOOPS", "LoopFactory", "loop_factory", "running_loop_name"]
+__all__ = ["EVENT_LOOPS", "LoopFactory", "check_event_loop", "loop_factory", "running_loop_name"]
 
 #: The values of the ``event_loop`` setting.
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def check_event_loop(choice: str) -> None:
+    """Raise ``ConfigError`` unless ``choice`` is one of ``EVENT_LOOPS``."""
+    if choice not in EVENT_LOOPS:
+        raise ConfigError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, not {choice!r}")
 
 
 def loop_factory(choice: str) -> tuple[str, LoopFactory]:
@@ -27,8 +33,7 @@ def loop_factory(choice: str) -> tuple[str, LoopFactory]:
     Raises ``ConfigError`` for a choice not in ``EVENT_LOOPS``, and for ``uvloop`` when uvloop
     cannot be imported.
     """
-    if choice not in EVENT_LOOPS:
-        raise ConfigError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, not {choice!r}")
+    check_event_loop(choice)
     if choice == "asyncio":
         return "asyncio", asyncio.new_event_loop
     try:
@@ -46,5 +51,4 @@ def loop_factory(choice: str) -> tuple[str, LoopFactory]:
 def running_loop_name() -> str:
     """The kind of the running loop, for the startup log line: ``uvloop``, ``asyncio``, or
     the top-level module of any other loop an embedding program runs the sidecar on."""
-    module = type(asyncio.get_running_loop()).__module__
-    return "uvloop" if module.startswith("uvloop") else module.partition(".")[0]
+    return type(asyncio.get_running_loop()).__module__.partition(".")[0]
