@@ -1,13 +1,14 @@
 """Fuzz the sidecar's request parsers: bytes -> protobuf -> every check a request meets.
 
-Run with `make fuzz` (atheris, coverage-guided). Any exception other than the ones the
-service turns into a status (DecodeError -> INVALID_ARGUMENT, SidecarError -> its code) is
-a finding.
+Run with `make fuzz` (atheris, coverage-guided). A ``SessionRequest`` goes through what the
+sidecar does with it: ``cleveragents.wire`` converts it, and a start is assembled into a run
+(``RunAssembler``), the checks of every RPC that starts one. Any exception other than the ones
+the service turns into a status (DecodeError and ValueError -> INVALID_ARGUMENT, SidecarError
+-> its code) is a finding.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
 
 import atheris
@@ -15,20 +16,21 @@ import atheris
 with atheris.instrument_imports():
     from google.protobuf.message import DecodeError
 
-    from cleveragents.sidecar import SidecarConfig, convert
+    from cleveragents.sidecar import SidecarConfig
+    from cleveragents.sidecar.assembly import RunAssembler
     from cleveragents.sidecar.errors import SidecarError
-    from cleveragents.sidecar.profiles import resolve_llm
-    from cleveragents.sidecar.service import _client_specs
-    from cleveragents.toolruntime.v1 import session_pb2, types_pb2
+    from cleveragents.sidecar.hosted import ClientHost
+    from cleveragents.sidecar.tool_sources import default_registry
+    from cleveragents.toolruntime.v1 import session_pb2
+    from cleveragents.wire import (
+        llm_answer_from_pb,
+        parse_json,
+        session_opening_from_pb,
+        tool_answer_from_pb,
+    )
 
 CONFIG = SidecarConfig()
-
-
-def check_spec(spec: types_pb2.RunSpec, client_llm: bool) -> None:
-    """What the service does with a spec before a run starts."""
-    with contextlib.suppress(ValueError):
-        convert.context_from_pb(spec.context)
-    resolve_llm(spec.llm, CONFIG, client_llm=client_llm)
+ASSEMBLER = RunAssembler(CONFIG, default_registry(CONFIG))
 
 
 def test_one_input(data: bytes) -> None:
@@ -39,13 +41,20 @@ def test_one_input(data: bytes) -> None:
     try:
         kind = request.WhichOneof("kind")
         if kind == "start":
-            _client_specs(request.start.tools)
-            check_spec(request.start.spec, request.start.client_llm)
-        elif kind == "tool_result" and request.tool_result.WhichOneof("outcome") == "output":
-            convert.parse_json_object(request.tool_result.output, "output")
+            opening = session_opening_from_pb(request.start)
+            ASSEMBLER.assemble(
+                opening.request,
+                call_deadline_s=None,
+                host=ClientHost(CONFIG.default_tool_timeout_s),
+                client_tools=opening.tools,
+                client_llm=opening.client_llm,
+            )
+        elif kind == "tool_result":
+            answer = tool_answer_from_pb(request.tool_result)
+            if answer.output.strip():
+                parse_json(answer.output, "output")
         elif kind == "llm_result":
-            for call in request.llm_result.tool_calls:
-                convert.call_from_pb(call)
+            llm_answer_from_pb(request.llm_result)
     except (SidecarError, ValueError):
         pass
 

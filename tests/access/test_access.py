@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError
 from cleveragents.sidecar import ConfigError, Sidecar, SidecarConfig
-from cleveragents.sidecar.access import check_listen_policy
+from cleveragents.sidecar.transport.access import check_listen_policy
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc, session_pb2
 
 from .conftest import Pki

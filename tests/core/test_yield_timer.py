@@ -13,7 +13,7 @@ from cleveragents.tool import (
     ToolRegistry,
     ToolRunner,
 )
-from cleveragents.tool._loop_support import YieldTimer
+from cleveragents.tool.loop.yield_timer import YieldTimer
 
 
 class FakeClock:

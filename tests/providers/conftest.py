@@ -20,7 +20,7 @@ import pytest
 
 from cleveragents.providers import RetryPolicy
 from cleveragents.sidecar import configure_logging
-from cleveragents.sidecar.profiles import close_provider_clients
+from cleveragents.sidecar.llm_profiles import close_provider_clients
 
 #: A key that must never show up in an error, a log line or an event.
 SECRET = "sk-test-9f8e7d6c5b4a-do-not-log"

@@ -10,9 +10,9 @@ import pytest
 from cleveragents.providers import AnthropicMessagesCaller, OpenAIChatCaller
 from cleveragents.sidecar import ConfigError, ProfileConfig, SidecarConfig, SidecarError
 from cleveragents.sidecar.config import load_config
-from cleveragents.sidecar.profiles import resolve_llm
+from cleveragents.sidecar.llm_profiles import resolve_llm
 from cleveragents.tool import ToolFormat
-from cleveragents.toolruntime.v1 import types_pb2
+from cleveragents.wire import LlmChoice
 
 TOML = """
 default_profile = "gpt"
@@ -41,8 +41,8 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def selection(profile: str, model: str = "") -> types_pb2.LlmSelection:
-    return types_pb2.LlmSelection(profile=profile, model=model)
+def selection(profile: str, model: str = "") -> LlmChoice:
+    return LlmChoice(profile=profile, model=model)
 
 
 def test_provider_profiles_load_from_toml(tmp_path: Path) -> None:

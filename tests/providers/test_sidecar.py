@@ -11,7 +11,7 @@ import pytest
 
 from cleveragents.client import AsyncSidecarClient, RunFailedError, SidecarRpcError
 from cleveragents.sidecar import ProfileConfig, Sidecar, SidecarConfig
-from cleveragents.sidecar.tools import builtin_registry
+from cleveragents.sidecar.builtin_tools import builtin_registry
 from cleveragents.tool import LLMResponded, RunFailed, StopReason, Usage
 
 from .conftest import (

@@ -43,8 +43,8 @@ from cleveragents.tool import (
     ToolError,
     ToolRegistry,
     ToolSpec,
+    current_call,
 )
-from cleveragents.tool.runner import current_call
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2_grpc, session_pb2, types_pb2
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]

@@ -96,7 +96,7 @@ async def test_a_batching_watcher_past_the_live_end_skips_to_its_sequence(
     # The watch must follow the live run, not replay it once finished; the server has no event
     # to wait on for that, so look at its state until the watcher is there.
     async with asyncio.timeout(WAIT_S):
-        while not run.followers:  # noqa: ASYNC110
+        while not run.log.cursors:  # noqa: ASYNC110
             await asyncio.sleep(0.001)
     server_tools.release.set()
     total = live + len(await collect(starter))

@@ -223,7 +223,7 @@ async def test_abandoned_stream_of_a_detached_run_stops_queueing(
     await server_tools.wait_hang_ended()  # the server has handled both streams going away
     run = sidecar.manager.get("d3")
     assert run is not None
-    listeners = list(run.listeners)
+    listeners = list(run.log.sinks)
     server_tools.release.set()
     await watch_to_end(client, "d3")
 

@@ -16,8 +16,9 @@ import grpc
 import grpc_testing
 import pytest
 
+from cleveragents import wire as convert
 from cleveragents.client import RunFailedError, SidecarClient, SidecarRpcError, StreamedEvent
-from cleveragents.sidecar import Sidecar, convert
+from cleveragents.sidecar import Sidecar
 from cleveragents.tool import (
     ErrorKind,
     IterationStarted,

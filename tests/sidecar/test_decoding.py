@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
+from cleveragents import wire as convert
 from cleveragents.client import AsyncSidecarClient
-from cleveragents.client._wire import EventDecoder
-from cleveragents.sidecar import convert
+from cleveragents.client._requests import EventDecoder
 from cleveragents.tool import (
     ErrorKind,
     RunCompleted,

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import pytest
 
-from cleveragents.client import AsyncSidecarClient, SidecarRpcError, _wire
-from cleveragents.sidecar import convert
+from cleveragents import wire as convert
+from cleveragents.client import AsyncSidecarClient, SidecarRpcError
 from cleveragents.tool import (
     ErrorKind,
     LLMResponse,
@@ -716,7 +716,7 @@ async def test_llm_invocations_repeat_the_conversation_without_the_flag(stub: St
 
 
 def test_the_client_conversation_refuses_an_invocation_that_skips_messages() -> None:
-    conversation = _wire.Conversation()
+    conversation = convert.Conversation()
     first = session_pb2.LlmInvocation(iteration=1, messages=[types_pb2.Message(content="hi")])
     request = conversation.request(first)
     assert [m.content for m in request.messages] == ["hi"]

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import asyncio
 
-from cleveragents.sidecar.streams import (
-    Follower,
+from cleveragents.sidecar.runs.readers import FrameQueue, LogCursor
+from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2
+from cleveragents.wire.frames import (
     Message,
-    Subscriber,
     batch,
     frame,
     session_messages,
     single,
     unframe,
 )
-from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2
 
 
 def event(sequence: int, text: str = "") -> events_pb2.RunEvent:
@@ -95,7 +94,7 @@ def test_session_messages_put_events_before_the_invocation_that_follows() -> Non
 
 
 async def test_a_subscriber_hands_out_what_waits_up_to_max_bytes() -> None:
-    queue = Subscriber()
+    queue = FrameQueue()
     frames = [frame(event(i)) for i in range(1, 5)]
     for item in frames:
         queue.push(item)
@@ -109,7 +108,7 @@ async def test_a_subscriber_hands_out_what_waits_up_to_max_bytes() -> None:
 
 
 async def test_a_subscriber_gives_one_frame_even_above_max_bytes() -> None:
-    queue = Subscriber()
+    queue = FrameQueue()
     queue.push(frame(event(1, "y" * 500)))
 
     assert len(await queue.get_many(0)) == 1
@@ -117,7 +116,7 @@ async def test_a_subscriber_gives_one_frame_even_above_max_bytes() -> None:
 
 async def test_a_follower_reads_the_log_in_place_and_waits_for_more() -> None:
     log = Log(3)
-    follower = Follower(log, 1, limit=100)
+    follower = LogCursor(log, 1, limit=100)
 
     assert await follower.get_many(10**6) == log.frames[1:3]
     pending = asyncio.ensure_future(follower.get_many(10**6))
@@ -129,7 +128,7 @@ async def test_a_follower_reads_the_log_in_place_and_waits_for_more() -> None:
 
 async def test_a_follower_takes_at_most_max_bytes_but_always_one_frame() -> None:
     log = Log(5)
-    follower = Follower(log, 0, limit=100)
+    follower = LogCursor(log, 0, limit=100)
     two = len(log.frames[0]) + len(log.frames[1])
 
     assert await follower.get_many(two) == log.frames[:2]
@@ -139,7 +138,7 @@ async def test_a_follower_takes_at_most_max_bytes_but_always_one_frame() -> None
 
 async def test_a_follower_that_joined_mid_log_sizes_its_batches_from_its_cursor() -> None:
     log = Log(3)
-    follower = Follower(log, 2, limit=100)
+    follower = LogCursor(log, 2, limit=100)
     log.add(4)  # frames of growing sizes
     pending = sum(map(len, log.frames[2:]))
 
@@ -150,7 +149,7 @@ async def test_a_follower_that_joined_mid_log_sizes_its_batches_from_its_cursor(
 
 async def test_a_follower_past_the_live_end_sizes_its_batches_once_it_is_reached() -> None:
     log = Log(2)
-    follower = Follower(log, 4, limit=100)
+    follower = LogCursor(log, 4, limit=100)
     first = asyncio.ensure_future(follower.get_many(0))
     log.add(3)
     log.add(2)
@@ -164,7 +163,7 @@ async def test_a_follower_past_the_live_end_sizes_its_batches_once_it_is_reached
 async def test_a_follower_of_a_finished_log_ends_after_its_last_frame() -> None:
     log = Log(2)
     log.finished = True
-    follower = Follower(log, 0, limit=100)
+    follower = LogCursor(log, 0, limit=100)
 
     assert await follower.get_many(10**6) == log.frames
     assert await follower.get_many(10**6) == []
@@ -172,7 +171,7 @@ async def test_a_follower_of_a_finished_log_ends_after_its_last_frame() -> None:
 
 def test_a_follower_counts_only_live_frames_as_lag() -> None:
     log = Log(50)  # already there when it subscribes: a replay, not lag
-    follower = Follower(log, 0, limit=10)
+    follower = LogCursor(log, 0, limit=10)
     log.add(12)
 
     assert follower.lag == 12
@@ -182,7 +181,7 @@ def test_a_follower_counts_only_live_frames_as_lag() -> None:
 
 async def test_a_dropped_follower_reads_nothing_more() -> None:
     log = Log(4)
-    follower = Follower(log, 0, limit=1)
+    follower = LogCursor(log, 0, limit=1)
     follower.dropped = True
 
     assert await follower.get_many(10**6) == []

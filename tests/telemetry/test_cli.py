@@ -12,7 +12,8 @@ import pytest
 
 from cleveragents.client import AsyncSidecarClient, SidecarClient
 from cleveragents.sidecar import Sidecar
-from cleveragents.sidecar.cli import show_runs, watch
+from cleveragents.sidecar.cli.tables import show_runs
+from cleveragents.sidecar.cli.watch import watch
 from cleveragents.tool import ToolCallStarted
 
 from .conftest import WAIT_S, Tools, call, turn

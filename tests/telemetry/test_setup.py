@@ -15,7 +15,7 @@ import pytest
 from cleveragents.client import AsyncSidecarClient
 from cleveragents.sidecar import Sidecar, SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
-from cleveragents.sidecar.telemetry import sdk_tracer_provider
+from cleveragents.sidecar.observability.tracing import sdk_tracer_provider
 
 from .conftest import PARENT_SPAN_ID, TRACE_ID, TRACEPARENT, WAIT_S, scrape, turn
 

@@ -1,5 +1,7 @@
 """Python clients of the sidecar: blocking (``SidecarClient``) and asyncio
-(``AsyncSidecarClient``). They return the core's dataclasses, never protobuf."""
+(``AsyncSidecarClient``). They return the core's dataclasses, never protobuf, and import
+nothing of the sidecar: only the core's values, ``cleveragents.wire`` and the generated code.
+The public surface is ``__all__`` (a test pins it)."""
 
 from cleveragents.client.aio import AsyncSidecarClient
 from cleveragents.client.errors import RunFailedError, SidecarRpcError

@@ -3,27 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Unpack
 
 import grpc
 
-from cleveragents.client import _wire
-from cleveragents.client._wire import RunOptions, Tools
-from cleveragents.client.errors import SidecarRpcError
-from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
-from cleveragents.sidecar import convert
-from cleveragents.tool import (
-    ApprovalDecision,
-    ApprovalRequested,
-    LLMCaller,
-    LLMResponse,
-    ToolCallRunResult,
-    ToolRunner,
-    ToolSpec,
+from cleveragents.client._requests import (
+    EventDecoder,
+    RunOptions,
+    Tools,
+    auth_metadata,
+    run_spec,
 )
+from cleveragents.client._session import Job, SessionApprover, SessionLogic
+from cleveragents.client.errors import rpc_errors
+from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
+from cleveragents.tool import LLMCaller, ToolCallRunResult, ToolSpec
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc, session_pb2
+from cleveragents.wire import (
+    events_of,
+    result_from_pb,
+    run_info_from_pb,
+    run_state_from_pb,
+    spec_from_pb,
+    summary_from_pb,
+)
 
 __all__ = ["AsyncSidecarClient"]
 
@@ -62,7 +66,7 @@ class AsyncSidecarClient:
             )
         self._channel = channel
         self._stub = service_pb2_grpc.ToolRuntimeServiceStub(self._channel)
-        self._metadata = tuple(metadata) + _wire.auth_metadata(token)
+        self._metadata = tuple(metadata) + auth_metadata(token)
 
     async def close(self) -> None:
         """Close the channel (if this client opened it)."""
@@ -84,16 +88,12 @@ class AsyncSidecarClient:
         **options: Unpack[RunOptions],
     ) -> ToolCallRunResult:
         """Run the loop with the sidecar's tools and LLM profile; return the result."""
-        spec = _wire.run_spec(prompt, detach=detach, **options)
-        try:
+        request = service_pb2.RunToolLoopRequest(spec=run_spec(prompt, detach=detach, **options))
+        with rpc_errors():
             response = await self._stub.RunToolLoop(
-                service_pb2.RunToolLoopRequest(spec=spec),
-                metadata=self._metadata,
-                timeout=timeout,
+                request, metadata=self._metadata, timeout=timeout
             )
-        except grpc.RpcError as exc:
-            raise _wire.rpc_error(exc) from None
-        return convert.result_from_pb(response.result)
+        return result_from_pb(response.result)
 
     async def stream_tool_loop(
         self,
@@ -104,7 +104,7 @@ class AsyncSidecarClient:
         **options: Unpack[RunOptions],
     ) -> AsyncGenerator[StreamedEvent, None]:
         """Start a run and yield its events as they happen, ending with the terminal one."""
-        spec = _wire.run_spec(prompt, detach=detach, **options)
+        spec = run_spec(prompt, detach=detach, **options)
         call = self._stub.StreamToolLoop(
             service_pb2.StreamToolLoopRequest(spec=spec, batch_events=True),
             metadata=self._metadata,
@@ -128,33 +128,27 @@ class AsyncSidecarClient:
 
     async def get_run(self, run_id: str) -> RunInfo:
         """A run's state, last sequence and (once ended) result."""
-        try:
+        with rpc_errors():
             response = await self._stub.GetRun(
                 service_pb2.GetRunRequest(run_id=run_id), metadata=self._metadata
             )
-        except grpc.RpcError as exc:
-            raise SidecarRpcError.from_rpc_error(exc) from None
-        return _wire.run_info(response)
+        return run_info_from_pb(response)
 
     async def cancel_run(self, run_id: str, *, reason: str = "") -> str:
         """Cancel a run; returns its state afterwards (``cancelled`` unless it had ended)."""
-        try:
+        with rpc_errors():
             response = await self._stub.CancelRun(
                 service_pb2.CancelRunRequest(run_id=run_id, reason=reason), metadata=self._metadata
             )
-        except grpc.RpcError as exc:
-            raise SidecarRpcError.from_rpc_error(exc) from None
-        return _wire.state_name(response.state)
+        return run_state_from_pb(response.state)
 
     async def list_tools(self) -> list[ToolSpec]:
         """The sidecar's own tools."""
-        try:
+        with rpc_errors():
             response = await self._stub.ListTools(
                 service_pb2.ListToolsRequest(), metadata=self._metadata
             )
-        except grpc.RpcError as exc:
-            raise SidecarRpcError.from_rpc_error(exc) from None
-        return [convert.spec_from_pb(t) for t in response.tools]
+        return [spec_from_pb(t) for t in response.tools]
 
     async def decide_approval(
         self, run_id: str, call_id: str, *, approved: bool, reason: str = ""
@@ -163,20 +157,16 @@ class AsyncSidecarClient:
         request = service_pb2.DecideApprovalRequest(
             run_id=run_id, call_id=call_id, approved=approved, reason=reason
         )
-        try:
+        with rpc_errors():
             await self._stub.DecideApproval(request, metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise SidecarRpcError.from_rpc_error(exc) from None
 
     async def list_runs(self, *, limit: int = 100) -> list[RunSummary]:
         """Live runs and the finished runs the sidecar keeps, newest first."""
-        try:
+        with rpc_errors():
             response = await self._stub.ListRuns(
                 service_pb2.ListRunsRequest(limit=limit), metadata=self._metadata
             )
-        except grpc.RpcError as exc:
-            raise SidecarRpcError.from_rpc_error(exc) from None
-        return [_wire.summary(s) for s in response.runs]
+        return [summary_from_pb(s) for s in response.runs]
 
     async def session(
         self,
@@ -184,7 +174,7 @@ class AsyncSidecarClient:
         *,
         tools: Tools = (),
         llm: LLMCaller | None = None,
-        approver: _wire.SessionApprover | None = None,
+        approver: SessionApprover | None = None,
         timeout: float | None = None,
         **options: Unpack[RunOptions],
     ) -> AsyncGenerator[StreamedEvent, None]:
@@ -193,91 +183,62 @@ class AsyncSidecarClient:
         ``tools`` is a ``ToolRegistry`` or plain functions; the sidecar calls them back over
         the stream, concurrently when the model asks for several at once. ``approver``
         decides the run's approval requests (``True``/``False`` or an ``ApprovalDecision``,
-        directly or awaited). Yields every event. Leaving the iteration early cancels the run.
+        directly or awaited). Yields every event. Leaving the iteration early cancels the run,
+        and the work still running for it.
         """
-        registry = _wire.as_registry(tools)
-        runner = ToolRunner(registry)
-        spec = _wire.run_spec(prompt, **options)
+        logic = SessionLogic(prompt, tools=tools, llm=llm, approver=approver, options=dict(options))
         call = self._stub.Session(metadata=self._metadata, timeout=timeout)
         lock = asyncio.Lock()
         pending: set[asyncio.Task[None]] = set()
-        conversation = _wire.Conversation()
-        decode = _wire.EventDecoder()
 
         async def send(message: session_pb2.SessionRequest) -> None:
             async with lock:
                 await call.write(message)
 
-        async def answer_tool(invocation: session_pb2.ToolInvocation) -> None:
-            try:
-                inputs = convert.parse_json_object(invocation.inputs, "inputs")
-                output = await runner.invoke(invocation.tool_name, inputs)
-            except Exception as exc:
-                await send(_wire.tool_answer(invocation.call_id, None, _wire.describe(exc)))
-            else:
-                await send(_wire.tool_answer(invocation.call_id, output, None))
+        async def work(job: Job) -> None:
+            await send(await logic.answer(job))
 
-        async def answer_llm(invocation: session_pb2.LlmInvocation) -> None:
-            assert llm is not None
-            try:
-                # Tasks start in the order spawned: invocations extend the conversation in order.
-                response: Any = llm.call(conversation.request(invocation))
-                if inspect.isawaitable(response):
-                    response = await response
-                if not isinstance(response, LLMResponse):
-                    raise TypeError(f"the LLM caller returned {type(response).__name__}")
-            except Exception as exc:
-                await send(_wire.llm_answer(invocation.request_id, None, _wire.describe(exc)))
-            else:
-                await send(_wire.llm_answer(invocation.request_id, response, None))
+        def settled(task: asyncio.Task[None]) -> None:
+            pending.discard(task)
+            if not task.cancelled():
+                task.exception()  # a late answer to a call that has ended: nothing to do
 
-        async def answer_approval(event: ApprovalRequested) -> None:
-            assert approver is not None
-            try:
-                answer = approver(_wire.approval_request(event))
-                if inspect.isawaitable(answer):
-                    answer = await answer
-            except Exception as exc:
-                answer = ApprovalDecision(False, f"the approver failed: {_wire.describe(exc)}")
-            await send(_wire.approval_answer(event.call_id, answer))
-
-        def spawn(coro: Any) -> None:
-            task = asyncio.create_task(coro)
+        def spawn(job: Job) -> None:
+            task = asyncio.create_task(work(job))
             pending.add(task)
-            task.add_done_callback(pending.discard)
+            task.add_done_callback(settled)
 
         try:
-            await send(_wire.session_start(spec, registry, llm is not None, approver is not None))
-            async for response in call:
-                # The events batched with an invocation come before it, but the sidecar waits
-                # on the invocation alone: its task gets one turn (to run a quick tool and
-                # send the answer) before the events are converted and handed out.
-                kind = response.WhichOneof("kind")
-                if kind == "tool_invocation":
-                    spawn(answer_tool(response.tool_invocation))
-                elif kind == "llm_invocation" and llm is not None:
-                    spawn(answer_llm(response.llm_invocation))
-                if kind in ("tool_invocation", "llm_invocation") and response.events:
-                    await asyncio.sleep(0)
-                for event in _wire.events_of(response):
-                    streamed = decode(event)
-                    if approver is not None and isinstance(streamed.event, ApprovalRequested):
-                        spawn(answer_approval(streamed.event))
-                    yield streamed
-        except grpc.RpcError as exc:
-            raise SidecarRpcError.from_rpc_error(exc) from None
+            with rpc_errors():
+                await send(logic.start)
+                async for response in call:
+                    # The events batched with an invocation come before it, but the sidecar
+                    # waits on the invocation alone: its task gets one turn (to run a quick
+                    # tool and send the answer) before the events are converted and handed
+                    # out. Tasks start in the order spawned: LLM invocations extend the
+                    # conversation in order.
+                    job = logic.invocation(response)
+                    if job is not None:
+                        spawn(job)
+                        if response.events:
+                            await asyncio.sleep(0)
+                    for streamed, approval in logic.events(response):
+                        if approval is not None:
+                            spawn(approval)
+                        yield streamed
         finally:
+            call.cancel()
             for task in pending:
                 task.cancel()
-            call.cancel()
+            # Every task is awaited: none outlives the session.
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def _events(self, call: Any) -> AsyncGenerator[StreamedEvent, None]:
-        decode = _wire.EventDecoder()
+        decode = EventDecoder()
         try:
-            async for response in call:
-                for event in _wire.events_of(response):
-                    yield decode(event)
-        except grpc.RpcError as exc:
-            raise SidecarRpcError.from_rpc_error(exc) from None
+            with rpc_errors():
+                async for response in call:
+                    for event in events_of(response):
+                        yield decode(event)
         finally:
             call.cancel()

@@ -1,12 +1,17 @@
-"""Errors raised by the client."""
+"""Errors raised by the client, and the one place that turns gRPC errors into them."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
 
 import grpc
 
 from cleveragents.tool import ToolCallRunResult, ToolRuntimeError
+from cleveragents.wire import result_from_trailers
 
-__all__ = ["RunFailedError", "SidecarRpcError"]
+__all__ = ["RunFailedError", "SidecarRpcError", "rpc_error", "rpc_errors"]
 
 
 class SidecarRpcError(ToolRuntimeError):
@@ -31,3 +36,25 @@ class RunFailedError(SidecarRpcError):
     def __init__(self, code: grpc.StatusCode, details: str, result: ToolCallRunResult) -> None:
         super().__init__(code, details)
         self.result = result
+
+
+def rpc_error(error: grpc.RpcError) -> SidecarRpcError:
+    """A ``RunFailedError`` when the status carries a run's partial result, else the status."""
+    wrapped = SidecarRpcError.from_rpc_error(error)
+    trailers: Any = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    result = result_from_trailers(trailers)
+    if result is not None:
+        return RunFailedError(wrapped.code, wrapped.details, result)
+    return wrapped
+
+
+@contextlib.contextmanager
+def rpc_errors() -> Iterator[None]:
+    """Raise a gRPC error inside the block as a ``SidecarRpcError`` (or ``RunFailedError``).
+
+    Works around blocking calls and ``await``s alike.
+    """
+    try:
+        yield
+    except grpc.RpcError as exc:
+        raise rpc_error(exc) from None

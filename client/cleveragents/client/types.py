@@ -1,10 +1,11 @@
-"""Values the client returns besides the core's: streamed events and run summaries."""
+"""Values the client returns besides the core's: streamed events and what runs report."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cleveragents.tool import RunEvent, StopReason, ToolCallRunResult
+from cleveragents.tool import RunEvent
+from cleveragents.wire import RunInfo, RunSummary
 
 __all__ = ["RunInfo", "RunSummary", "StreamedEvent"]
 
@@ -17,29 +18,3 @@ class StreamedEvent:
     sequence: int
     time: float
     event: RunEvent
-
-
-@dataclass(frozen=True, slots=True)
-class RunInfo:
-    """What ``get_run`` reports: ``state`` is ``running``, ``completed``, ``failed`` or
-    ``cancelled``; ``result`` is set once the run has ended."""
-
-    run_id: str
-    state: str
-    last_sequence: int
-    result: ToolCallRunResult | None
-
-
-@dataclass(frozen=True, slots=True)
-class RunSummary:
-    """One run as ``list_runs`` reports it; times are Unix seconds."""
-
-    run_id: str
-    state: str
-    stop_reason: StopReason | None
-    last_sequence: int
-    started_at: float
-    finished_at: float | None
-    iterations: int
-    tool_calls: int
-    prompt: str

@@ -1,4 +1,9 @@
-"""The in-process tool-calling runtime: registry, runner, router, LLM protocol and the loop."""
+"""The in-process tool-calling runtime: registry, runner, router, LLM protocol and the loop.
+
+The public surface is ``__all__`` (a test pins it). The sub-packages are private: ``execution``
+holds the registry and the runner that executes one call, ``loop`` the runtime, one
+response's batch of calls and the run's bookkeeping.
+"""
 
 from cleveragents.tool.budget import RunBudget
 from cleveragents.tool.context import ToolActorContext
@@ -24,8 +29,17 @@ from cleveragents.tool.events import (
     ToolCallCompleted,
     ToolCallStarted,
 )
-from cleveragents.tool.limits import ToolLimit, ToolLimits
-from cleveragents.tool.llm import LLMCaller, ScriptedLLMCaller, response_from_dict
+from cleveragents.tool.execution.limits import ToolLimit, ToolLimits
+from cleveragents.tool.execution.registry import ToolHandler, ToolRegistry, UnknownToolError
+from cleveragents.tool.execution.runner import CallScope, ToolRunner, current_call
+from cleveragents.tool.llm import (
+    LLMCaller,
+    RecordedRequest,
+    Responder,
+    ScriptedLLMCaller,
+    response_from_dict,
+)
+from cleveragents.tool.loop.runtime import DEFAULT_MAX_ITERATIONS, ToolCallingRuntime
 from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, Role, ToolCall, Usage
 from cleveragents.tool.policy import (
     BUILTIN_PROFILES,
@@ -36,10 +50,7 @@ from cleveragents.tool.policy import (
     Decision,
 )
 from cleveragents.tool.records import ErrorKind, StopReason, ToolCallRecord, ToolCallRunResult
-from cleveragents.tool.registry import ToolHandler, ToolRegistry, UnknownToolError
 from cleveragents.tool.router import ToolCallRouter, ToolFormat
-from cleveragents.tool.runner import ToolRunner
-from cleveragents.tool.runtime import DEFAULT_MAX_ITERATIONS, ToolCallingRuntime
 from cleveragents.tool.spec import ToolSpec
 
 __all__ = [
@@ -51,6 +62,7 @@ __all__ = [
     "ApprovalRequested",
     "Approver",
     "AutomationProfile",
+    "CallScope",
     "Decision",
     "ErrorKind",
     "EventSink",
@@ -61,6 +73,8 @@ __all__ = [
     "LLMResponded",
     "LLMResponse",
     "Message",
+    "RecordedRequest",
+    "Responder",
     "Role",
     "RunBudget",
     "RunCancelled",
@@ -92,5 +106,6 @@ __all__ = [
     "ToolSpec",
     "UnknownToolError",
     "Usage",
+    "current_call",
     "response_from_dict",
 ]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from cleveragents.tool.errors import ScriptExhaustedError
-from cleveragents.tool.messages import LLMRequest, LLMResponse, ToolCall, Usage
+from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, ToolCall, Usage
 
-__all__ = ["LLMCaller", "ScriptedLLMCaller", "response_from_dict"]
+__all__ = ["LLMCaller", "RecordedRequest", "Responder", "ScriptedLLMCaller", "response_from_dict"]
 
 
 @runtime_checkable
@@ -22,27 +23,73 @@ class LLMCaller(Protocol):
     def call(self, request: LLMRequest) -> LLMResponse | Awaitable[LLMResponse]: ...
 
 
-class ScriptedLLMCaller:
-    """Returns the given responses in order, for demos, tests and dry runs.
+#: Answers one request: a function a ``ScriptedLLMCaller`` can play instead of a list.
+Responder = Callable[[LLMRequest], "LLMResponse | Mapping[str, Any]"]
 
-    Raises :class:`ScriptExhaustedError` when asked for more responses than it holds.
-    ``calls`` counts the requests it has answered.
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """A snapshot of one request a recording ``ScriptedLLMCaller`` answered.
+
+    The runtime's ``LLMRequest.messages`` is the live conversation; this is a copy of it as it
+    was at the call.
     """
 
-    __slots__ = ("_responses", "calls")
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    iteration: int
 
-    def __init__(self, responses: Iterable[LLMResponse | Mapping[str, Any]]) -> None:
-        self._responses = [
-            r if isinstance(r, LLMResponse) else response_from_dict(r, turn_number=i + 1)
-            for i, r in enumerate(responses)
-        ]
+
+class ScriptedLLMCaller:
+    """Plays the model from a script, for demos, tests and dry runs.
+
+    ``responses`` are returned in order (``LLMResponse``s or dicts shaped like them), or
+    ``responses`` is a function that answers each request. A list raises
+    :class:`ScriptExhaustedError` when asked for more responses than it holds. ``calls``
+    counts the requests answered. With ``record=True`` the caller also keeps a
+    :class:`RecordedRequest` of each request in ``requests`` (off by default: copying the
+    conversation costs time that grows with its length).
+    """
+
+    __slots__ = ("_record", "_responder", "_responses", "calls", "requests")
+
+    def __init__(
+        self,
+        responses: Iterable[LLMResponse | Mapping[str, Any]] | Responder,
+        *,
+        record: bool = False,
+    ) -> None:
+        self._responder: Responder | None = None
+        self._responses: list[LLMResponse] = []
+        if callable(responses):
+            self._responder = responses
+        else:
+            self._responses = [
+                r if isinstance(r, LLMResponse) else response_from_dict(r, turn_number=i + 1)
+                for i, r in enumerate(responses)
+            ]
+        self._record = record
         self.calls = 0
+        self.requests: list[RecordedRequest] = []
 
     def __len__(self) -> int:
+        """How many responses the script holds (0 for a responder function)."""
         return len(self._responses)
 
     async def call(self, request: LLMRequest) -> LLMResponse:
         """The next scripted response."""
+        if self._record:
+            self.requests.append(
+                RecordedRequest(
+                    list(request.messages), [dict(t) for t in request.tools], request.iteration
+                )
+            )
+        if self._responder is not None:
+            self.calls += 1
+            answer = self._responder(request)
+            if isinstance(answer, LLMResponse):
+                return answer
+            return response_from_dict(answer, turn_number=self.calls)
         if self.calls >= len(self._responses):
             raise ScriptExhaustedError(
                 f"the script has {len(self._responses)} response(s) and iteration "

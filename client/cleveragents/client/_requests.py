@@ -1,0 +1,152 @@
+"""What both Python clients send and how they read what comes back, over ``cleveragents.wire``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypedDict
+
+from cleveragents.client.types import StreamedEvent
+from cleveragents.tool import (
+    LLMResponse,
+    RunBudget,
+    ToolActorContext,
+    ToolCallRecord,
+    ToolRegistry,
+)
+from cleveragents.toolruntime.v1 import events_pb2, types_pb2
+from cleveragents.wire import (
+    LlmChoice,
+    RunRequest,
+    event_from_pb,
+    record_from_pb,
+    run_spec_to_pb,
+)
+
+__all__ = ["EventDecoder", "RunOptions", "Script", "Tools", "as_registry", "auth_metadata"]
+
+Script = Sequence[LLMResponse | Mapping[str, Any]]
+Tools = ToolRegistry | Iterable[Callable[..., Any]]
+
+
+class RunOptions(TypedDict, total=False):
+    """What a run may say besides its prompt, for every client method that starts one.
+
+    ``context``: the run's ``ToolActorContext``; ``max_iterations`` (0: the sidecar's
+    default); ``profile`` and ``model``: the LLM profile and a model override; ``script``: LLM
+    turns for a scripted dry run; ``tool_names``: a subset of the sidecar's tools; ``run_id``:
+    your own id; ``budget`` and ``max_wall_clock_s``: limits beyond the iteration count.
+    """
+
+    context: ToolActorContext | None
+    max_iterations: int
+    profile: str
+    model: str
+    script: Script | None
+    tool_names: Sequence[str]
+    run_id: str
+    budget: RunBudget | None
+    max_wall_clock_s: float | None
+
+
+def run_request(
+    prompt: str,
+    *,
+    context: ToolActorContext | None = None,
+    max_iterations: int = 0,
+    profile: str = "",
+    model: str = "",
+    script: Script | None = None,
+    tool_names: Sequence[str] = (),
+    run_id: str = "",
+    detach: bool = False,
+    budget: RunBudget | None = None,
+    max_wall_clock_s: float | None = None,
+) -> RunRequest:
+    """The request these arguments describe."""
+    return RunRequest(
+        prompt=prompt,
+        context=context,
+        max_iterations=max_iterations,
+        llm=LlmChoice(
+            profile, model, json.dumps([_turn(t) for t in script]) if script is not None else ""
+        ),
+        tool_names=tuple(tool_names),
+        run_id=run_id,
+        detach=detach,
+        budget=budget,
+        max_wall_clock_s=max_wall_clock_s,
+    )
+
+
+def run_spec(prompt: str, **options: Any) -> types_pb2.RunSpec:
+    """The ``RunSpec`` for a prompt and ``run_request``'s options."""
+    return run_spec_to_pb(run_request(prompt, **options))
+
+
+def _turn(turn: LLMResponse | Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(turn, LLMResponse):
+        return turn
+    out: dict[str, Any] = {"content": turn.content}
+    if turn.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in turn.tool_calls
+        ]
+    if turn.usage is not None:
+        out["usage"] = {
+            "input_tokens": turn.usage.input_tokens,
+            "output_tokens": turn.usage.output_tokens,
+        }
+    return out
+
+
+def as_registry(tools: Tools) -> ToolRegistry:
+    """A registry from a registry, or from plain functions (registered with ``@tool``)."""
+    if isinstance(tools, ToolRegistry):
+        return tools
+    registry = ToolRegistry()
+    for fn in tools:
+        registry.tool(fn)
+    return registry
+
+
+class EventDecoder:
+    """Turns the ``RunEvent``s of one stream into ``StreamedEvent``s.
+
+    A run's terminal event repeats in its result every record that its ``tool_call_completed``
+    events carried. Those seen on this stream are reused instead of decoded again, as an
+    in-process run shares them: a long run's last event then costs what one event costs.
+    """
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[bytes, ToolCallRecord] = {}
+
+    def __call__(self, event: events_pb2.RunEvent) -> StreamedEvent:
+        at = event.time
+        return StreamedEvent(
+            event.run_id,
+            event.sequence,
+            at.seconds + at.nanos / 1e9,
+            event_from_pb(event, self._record),
+        )
+
+    def _record(self, pb: types_pb2.ToolCallRecord) -> ToolCallRecord:
+        # The sidecar encodes a record the same way wherever it appears: equal bytes, equal
+        # record.
+        key = pb.SerializeToString()
+        record = self._seen.get(key)
+        if record is None:
+            record = self._seen[key] = record_from_pb(pb)
+        return record
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` for an exception."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The metadata that carries the sidecar's shared token, if any."""
+    return (("authorization", f"Bearer {token}"),) if token else ()

@@ -1,0 +1,159 @@
+"""A session as the client sees it, without I/O: one logic for both Python clients.
+
+``SessionLogic`` says what to send first, what each response carries (events to hand out,
+work to do) and what each piece of work answers. The asyncio client does the work in tasks,
+concurrently; the blocking client does it in its own thread, one piece at a time.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from cleveragents.client._requests import EventDecoder, Tools, as_registry, describe, run_request
+from cleveragents.client.types import StreamedEvent
+from cleveragents.tool import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalRequested,
+    LLMCaller,
+    LLMResponse,
+    ToolRunner,
+)
+from cleveragents.toolruntime.v1 import session_pb2
+from cleveragents.wire import (
+    Conversation,
+    SessionOpening,
+    approval_request,
+    events_of,
+    llm_result_request,
+    parse_json_object,
+    session_start_to_pb,
+    tool_result_request,
+)
+
+__all__ = ["ApprovalJob", "Job", "LlmJob", "SessionApprover", "SessionLogic", "ToolJob"]
+
+#: Decides an approval request in a session: ``True``/``False``, or an ``ApprovalDecision``
+#: (for a reason), returned directly or awaited.
+SessionApprover = Callable[[ApprovalRequest], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolJob:
+    """Run one of the client's tools for the sidecar."""
+
+    invocation: session_pb2.ToolInvocation
+
+
+@dataclass(frozen=True, slots=True)
+class LlmJob:
+    """Ask the client's LLM for the sidecar."""
+
+    invocation: session_pb2.LlmInvocation
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalJob:
+    """Decide a tool call that waits for approval."""
+
+    event: ApprovalRequested
+
+
+Job = ToolJob | LlmJob | ApprovalJob
+
+
+class SessionLogic:
+    """One session's client side: its tools, its LLM and approver, its conversation."""
+
+    def __init__(
+        self,
+        prompt: str,
+        *,
+        tools: Tools,
+        llm: LLMCaller | None,
+        approver: SessionApprover | None,
+        options: dict[str, Any],
+    ) -> None:
+        registry = as_registry(tools)
+        self.runner = ToolRunner(registry)
+        self.llm = llm
+        self.approver = approver
+        self.conversation = Conversation()
+        self.decode = EventDecoder()
+        self.start = session_start_to_pb(
+            SessionOpening(
+                run_request(prompt, **options),
+                tuple(registry.specs()),
+                client_llm=llm is not None,
+                handles_approvals=approver is not None,
+                batch_events=True,
+                incremental_messages=llm is not None,
+            )
+        )
+
+    def invocation(self, response: session_pb2.SessionResponse) -> Job | None:
+        """The work a response's invocation asks for, if it carries one."""
+        kind = response.WhichOneof("kind")
+        if kind == "tool_invocation":
+            return ToolJob(response.tool_invocation)
+        if kind == "llm_invocation" and self.llm is not None:
+            return LlmJob(response.llm_invocation)
+        return None
+
+    def events(
+        self, response: session_pb2.SessionResponse
+    ) -> Iterator[tuple[StreamedEvent, Job | None]]:
+        """Each event a response carries (they come before its invocation), with the
+        approval it asks this client for, if any."""
+        for event in events_of(response):
+            streamed = self.decode(event)
+            job = None
+            if self.approver is not None and isinstance(streamed.event, ApprovalRequested):
+                job = ApprovalJob(streamed.event)
+            yield streamed, job
+
+    async def answer(self, job: Job) -> session_pb2.SessionRequest:
+        """Do ``job`` and return the message that answers it; failures become answers too."""
+        if isinstance(job, ToolJob):
+            return await self._run_tool(job.invocation)
+        if isinstance(job, LlmJob):
+            return await self._ask_llm(job.invocation)
+        return await self._decide(job.event)
+
+    async def _run_tool(self, invocation: session_pb2.ToolInvocation) -> session_pb2.SessionRequest:
+        try:
+            inputs = parse_json_object(invocation.inputs, "inputs")
+            output = await self.runner.invoke(invocation.tool_name, inputs)
+        except Exception as exc:
+            return tool_result_request(invocation.call_id, None, describe(exc))
+        return tool_result_request(invocation.call_id, output, None)
+
+    async def _ask_llm(self, invocation: session_pb2.LlmInvocation) -> session_pb2.SessionRequest:
+        assert self.llm is not None
+        try:
+            response: Any = self.llm.call(self.conversation.request(invocation))
+            if inspect.isawaitable(response):
+                response = await response
+            if not isinstance(response, LLMResponse):
+                raise TypeError(f"the LLM caller returned {type(response).__name__}")
+        except Exception as exc:
+            return llm_result_request(invocation.request_id, None, describe(exc))
+        return llm_result_request(invocation.request_id, response, None)
+
+    async def _decide(self, event: ApprovalRequested) -> session_pb2.SessionRequest:
+        assert self.approver is not None
+        request = ApprovalRequest(
+            event.call_id, event.tool_name, event.inputs, event.iteration, event.reason
+        )
+        try:
+            answer = self.approver(request)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception as exc:
+            answer = ApprovalDecision(False, f"the approver failed: {describe(exc)}")
+        if isinstance(answer, ApprovalDecision):
+            return approval_request(event.call_id, answer.approved, answer.reason)
+        return approval_request(event.call_id, answer is True, "")

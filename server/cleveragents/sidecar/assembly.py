@@ -1,0 +1,160 @@
+"""Assembly: from a client's ``RunRequest`` to a run ready to start, in one place.
+
+Every check a request must pass before it becomes a run happens here, in this order: the
+prompt, the iteration limit against the sidecar's cap, the tools it names, its LLM profile,
+the tools its client hosts, its automation profile. The result holds the runtime (registry,
+runner, LLM caller, governance), the context it runs in, its deadline, its approvals broker,
+and the request as accepted, defaults filled in, which ``run_started`` reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cleveragents.sidecar.approvals import ApprovalBroker
+from cleveragents.sidecar.config import ProfileConfig, SidecarConfig
+from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.hosted import ClientHost, ClientLLMCaller
+from cleveragents.sidecar.llm_profiles import resolve_llm
+from cleveragents.tool import (
+    DEFAULT_MAX_ITERATIONS,
+    AutomationProfile,
+    LLMCaller,
+    ToolActorContext,
+    ToolCallingRuntime,
+    ToolLimits,
+    ToolRegistry,
+    ToolRunner,
+    ToolSpec,
+    UnknownToolError,
+)
+from cleveragents.wire import RunRequest
+
+__all__ = ["AssembledRun", "RunAssembler"]
+
+
+@dataclass(frozen=True, slots=True)
+class AssembledRun:
+    """A run ready to start.
+
+    ``request`` is the request as accepted: its iteration limit, LLM profile and automation
+    profile resolved. ``timeout_s`` is the earlier of the call's deadline and the run's
+    wall-clock budget (``None``: neither).
+    """
+
+    request: RunRequest
+    runtime: ToolCallingRuntime
+    context: ToolActorContext
+    timeout_s: float | None
+    approvals: ApprovalBroker
+    profile: ProfileConfig
+    automation: AutomationProfile
+
+
+class RunAssembler:
+    """Turns requests into runs with the sidecar's configuration and server-side tools."""
+
+    def __init__(self, config: SidecarConfig, registry: ToolRegistry) -> None:
+        self.config = config
+        self.registry = registry
+        self.limits = ToolLimits(config.tool_limits) if config.tool_limits else None
+
+    def assemble(
+        self,
+        request: RunRequest,
+        *,
+        call_deadline_s: float | None,
+        host: ClientHost | None = None,
+        client_tools: Sequence[ToolSpec] = (),
+        client_llm: bool = False,
+    ) -> AssembledRun:
+        """The run ``request`` asks for; ``SidecarError`` says why it cannot be.
+
+        ``call_deadline_s`` is the time left before the starting call's deadline. A session's
+        ``host`` serves ``client_tools`` and, with ``client_llm``, the LLM.
+        """
+        config = self.config
+        if not request.prompt.strip():
+            raise SidecarError.invalid("spec.prompt must not be empty")
+        if request.max_iterations < 0:
+            raise SidecarError.invalid("spec.max_iterations must be 0 (the default) or more")
+        cap = config.max_iterations_cap
+        if request.max_iterations > cap:
+            raise SidecarError.invalid(
+                f"spec.max_iterations {request.max_iterations} exceeds this sidecar's cap of {cap}"
+            )
+        max_iterations = request.max_iterations or min(DEFAULT_MAX_ITERATIONS, cap)
+        registry = self._registry_for(request.tool_names, client_tools)
+        profile, llm, router = resolve_llm(request.llm, config, client_llm=client_llm)
+        if host is not None:
+            try:
+                host.register_tools(registry, client_tools)
+            except ValueError as exc:
+                raise SidecarError.invalid(f"start.tools: {exc}") from None
+            if llm is None:
+                llm = ClientLLMCaller(host)
+        caller = _require_llm(llm)
+        given = request.context if request.context is not None else ToolActorContext()
+        automation = self._automation_profile(given.automation_profile)
+        approvals = ApprovalBroker()
+        runner = ToolRunner(
+            registry, default_timeout_s=config.default_tool_timeout_s, limits=self.limits
+        )
+        runtime = ToolCallingRuntime(
+            registry,
+            runner,
+            caller,
+            max_iterations,
+            router,
+            profile=automation,
+            approver=approvals,
+            approval_timeout_s=config.approval_timeout_s,
+            approve_on_timeout=config.approve_on_timeout,
+            budget=request.budget,
+        )
+        # The run appends to its context's history: it gets a copy, the request keeps its own.
+        context = dataclasses.replace(
+            given,
+            automation_profile=automation.name,
+            tool_call_history=list(given.tool_call_history),
+        )
+        accepted = dataclasses.replace(
+            request,
+            max_iterations=max_iterations,
+            llm=dataclasses.replace(request.llm, profile=profile.name),
+            context=dataclasses.replace(given, automation_profile=automation.name),
+        )
+        timeout_s = call_deadline_s
+        if request.max_wall_clock_s is not None:
+            wall_clock_s = request.max_wall_clock_s
+            timeout_s = wall_clock_s if timeout_s is None else min(timeout_s, wall_clock_s)
+        return AssembledRun(accepted, runtime, context, timeout_s, approvals, profile, automation)
+
+    def _automation_profile(self, name: str) -> AutomationProfile:
+        profiles = self.config.all_automation_profiles()
+        chosen = name or self.config.default_automation_profile
+        if chosen not in profiles:
+            known = ", ".join(sorted(profiles))
+            raise SidecarError.not_found(
+                f"unknown automation profile {chosen!r} in context.automation_profile; "
+                f"configured: {known}"
+            )
+        return profiles[chosen]
+
+    def _registry_for(
+        self, tool_names: Sequence[str], client_specs: Sequence[ToolSpec]
+    ) -> ToolRegistry:
+        client_names = {s.name for s in client_specs}
+        server_names = [n for n in (tool_names or self.registry.names()) if n not in client_names]
+        try:
+            return self.registry.subset(server_names)
+        except UnknownToolError as exc:
+            raise SidecarError.not_found(f"spec.tool_names: {exc}") from None
+
+
+def _require_llm(llm: LLMCaller | None) -> LLMCaller:
+    if llm is None:  # pragma: no cover - resolve_llm only returns None for client LLMs
+        raise SidecarError.invalid("this RPC cannot use a client-hosted LLM")
+    return llm

@@ -1,0 +1,105 @@
+"""``cleveragents-sidecar``: run the sidecar, watch its runs, list them.
+
+``serve`` runs the sidecar (``serve.py``). ``watch RUN_ID`` follows one run live in the
+terminal (``watch.py``). ``runs`` lists the recent runs (``ListRuns``), or shows the runs it is
+given by id (``GetRun``; ``tables.py``). Only the commands that talk to a sidecar import the
+client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from cleveragents.sidecar.cli.serve import add_serve_arguments, serve
+from cleveragents.sidecar.cli.tables import show_runs
+from cleveragents.sidecar.cli.watch import watch
+from cleveragents.sidecar.config.settings import ENV_PREFIX
+
+if TYPE_CHECKING:
+    from cleveragents.client import SidecarClient
+
+__all__ = ["DEFAULT_TARGET", "main"]
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+TOKEN_ENV = ENV_PREFIX + "TOKEN"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cleveragents-sidecar",
+        description="A gRPC sidecar that runs an LLM tool-calling loop.",
+        epilog=f"Every setting can also come from {ENV_PREFIX}<SETTING> environment variables.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_serve_arguments(
+        commands.add_parser("serve", help="serve the ToolRuntimeService until SIGTERM/SIGINT")
+    )
+
+    watch_command = commands.add_parser(
+        "watch",
+        help="follow a run live: its tool calls as they end, then its records and result",
+        description="Follow a run live. Exit status: 0 when it completed, 1 when it failed or "
+        "was cancelled, 2 when the sidecar could not be asked.",
+    )
+    watch_command.add_argument("run_id", metavar="RUN_ID", help="the run to follow")
+    watch_command.add_argument(
+        "--after", type=int, default=0, metavar="N", help="start after event N (default: 0)"
+    )
+    _client_arguments(watch_command)
+
+    runs = commands.add_parser("runs", help="show runs: their state, iterations and tool calls")
+    runs.add_argument(
+        "run_ids", nargs="*", metavar="RUN_ID", help="the runs to show (default: recent runs)"
+    )
+    runs.add_argument("--limit", type=int, default=20, help="recent runs to list (default: 20)")
+    _client_arguments(runs)
+    return parser
+
+
+def _client_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target",
+        default=DEFAULT_TARGET,
+        metavar="HOST:PORT",
+        help=f"the sidecar's address, or unix:/path (default: {DEFAULT_TARGET})",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV),
+        help=f"the sidecar's auth token (default: ${TOKEN_ENV})",
+    )
+    parser.add_argument(
+        "--tls-ca-file", metavar="PEM", help="connect over TLS, trusting this CA certificate"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = _parser().parse_args(argv)
+    if args.command in ("watch", "runs"):
+        try:
+            client = _connect(args)
+        except OSError as exc:
+            print(f"cleveragents-sidecar: {exc}", file=sys.stderr)
+            return 2
+        with client:
+            if args.command == "watch":
+                return watch(client, args.run_id, args.after, sys.stdout)
+            return show_runs(client, args.run_ids, args.limit, sys.stdout)
+    return serve(args)
+
+
+def _connect(args: argparse.Namespace) -> SidecarClient:
+    import grpc
+
+    from cleveragents.client import SidecarClient
+
+    credentials = None
+    if args.tls_ca_file:
+        with open(args.tls_ca_file, "rb") as fh:
+            credentials = grpc.ssl_channel_credentials(root_certificates=fh.read())
+    return SidecarClient(args.target, token=args.token or None, credentials=credentials)

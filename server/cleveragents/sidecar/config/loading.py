@@ -1,0 +1,176 @@
+"""Building the settings: defaults, then a TOML file, then environment variables, then flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cleveragents.sidecar.config.governance import parse_automation_profiles, parse_tool_limits
+from cleveragents.sidecar.config.scripts import parse_script
+from cleveragents.sidecar.config.settings import (
+    ENV_PREFIX,
+    PROFILE_KINDS,
+    PROVIDER_KINDS,
+    ProfileConfig,
+    SidecarConfig,
+)
+from cleveragents.sidecar.errors import ConfigError
+
+__all__ = ["load_config"]
+
+_PROFILE_KEYS = {
+    "scripted": {"kind", "model", "script_file", "script"},
+    "client": {"kind", "model"},
+    "openai": {"kind", "model", "base_url", "api_key_env", "timeout", "max_retries", "params"},
+}
+_PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"]
+_SCALARS = {
+    f.name: f
+    for f in dataclasses.fields(SidecarConfig)
+    if f.name not in ("profiles", "tool_modules", "automation_profiles", "tool_limits")
+}
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> SidecarConfig:
+    """Build the configuration; later sources win. ``ConfigError`` names a bad setting."""
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    base = Path.cwd()
+    if path is None and env.get(ENV_PREFIX + "CONFIG"):
+        path = env[ENV_PREFIX + "CONFIG"]
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                raw = tomllib.load(fh)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        base = Path(path).resolve().parent
+    for name, spec in _SCALARS.items():
+        value = env.get(ENV_PREFIX + name.upper())
+        if value is not None:
+            raw[name] = _from_env(name, value, spec.type)
+    if (modules := env.get(ENV_PREFIX + "TOOL_MODULES")) is not None:
+        raw["tool_modules"] = [m.strip() for m in modules.split(",") if m.strip()]
+    raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return _build(raw, base)
+
+
+def _from_env(name: str, value: str, annotation: Any) -> Any:
+    kind = str(annotation)
+    try:
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            return float(value)
+        if kind == "bool":
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+    except ValueError:
+        raise ConfigError(f"{ENV_PREFIX}{name.upper()}={value!r} is not a valid {kind}") from None
+    return value
+
+
+def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "profiles":
+            kwargs["profiles"] = _profiles(value, base)
+        elif key == "automation_profiles":
+            kwargs[key] = parse_automation_profiles(value)
+        elif key == "tool_limits":
+            kwargs[key] = parse_tool_limits(value)
+        elif key == "tool_modules":
+            if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
+                raise ConfigError("tool_modules must be a list of 'module:attribute' strings")
+            kwargs["tool_modules"] = tuple(value)
+        elif key in _SCALARS:
+            kwargs[key] = _typed(key, value, str(_SCALARS[key].type))
+        else:
+            raise ConfigError(f"unknown setting {key!r}")
+    return SidecarConfig(**kwargs)
+
+
+def _typed(key: str, value: Any, kind: str) -> Any:
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, int | float) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+    }.get(kind, True)
+    if not ok:
+        raise ConfigError(f"setting {key!r} must be a {kind}, got {value!r}")
+    return float(value) if kind == "float" else value
+
+
+def _profiles(value: Any, base: Path) -> dict[str, ProfileConfig]:
+    if not isinstance(value, dict):
+        raise ConfigError("profiles must be a table of [profiles.NAME] tables")
+    return {name: _profile(name, table, base) for name, table in value.items()}
+
+
+def _profile(name: str, table: Any, base: Path) -> ProfileConfig:
+    if not isinstance(table, dict):
+        raise ConfigError(f"profiles.{name} must be a table")
+    kind = table.get("kind")
+    if kind not in PROFILE_KINDS:
+        raise ConfigError(
+            f"profiles.{name}.kind must be one of {', '.join(PROFILE_KINDS)}, got {kind!r}"
+        )
+    unknown = set(table) - _PROFILE_KEYS[kind]
+    if unknown:
+        raise ConfigError(f"profiles.{name}: unknown key(s) {', '.join(sorted(unknown))}")
+    if kind in PROVIDER_KINDS:
+        return _provider_profile(name, kind, table)
+    script = None
+    if "script_file" in table:
+        script_path = base / str(table["script_file"])
+        try:
+            script = _script(script_path.read_text(encoding="utf-8"), str(script_path))
+        except OSError as exc:
+            raise ConfigError(
+                f"profiles.{name}: cannot read {script_path}: {exc.strerror}"
+            ) from None
+    elif "script" in table:
+        script = _script(json.dumps(table["script"]), f"profiles.{name}.script")
+    return ProfileConfig(name, kind, str(table.get("model", "")), script)
+
+
+def _provider_profile(name: str, kind: str, table: dict[str, Any]) -> ProfileConfig:
+    def typed(key: str, type_name: str, default: Any) -> Any:
+        return _typed(f"profiles.{name}.{key}", table.get(key, default), type_name)
+
+    params = table.get("params", {})
+    if not isinstance(params, dict):
+        raise ConfigError(f"profiles.{name}.params must be a table of generation parameters")
+    return ProfileConfig(
+        name,
+        kind,
+        model=typed("model", "str", ""),
+        base_url=typed("base_url", "str", ""),
+        api_key_env=typed("api_key_env", "str", None) if "api_key_env" in table else None,
+        timeout_s=typed("timeout", "float", 60.0),
+        max_retries=typed("max_retries", "int", 2),
+        params=params,
+    )
+
+
+def _script(text: str, where: str) -> tuple[Any, ...]:
+    try:
+        return parse_script(text, where)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None

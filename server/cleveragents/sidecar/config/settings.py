@@ -1,0 +1,147 @@
+"""The sidecar's settings as frozen values, each checked when it is built."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cleveragents.providers import RESERVED_PARAMS
+from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.eventloop import check_event_loop
+from cleveragents.tool import BUILTIN_PROFILES, AutomationProfile, LLMResponse, ToolLimit
+
+__all__ = ["ENV_PREFIX", "PROFILE_KINDS", "PROVIDER_KINDS", "ProfileConfig", "SidecarConfig"]
+
+ENV_PREFIX = "CLEVERAGENTS_SIDECAR_"
+PROVIDER_KINDS = ("openai", "anthropic")
+PROFILE_KINDS = ("scripted", "client", *PROVIDER_KINDS)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileConfig:
+    """One LLM provider profile.
+
+    ``script`` holds a scripted profile's turns (JSON objects). Provider profiles (``openai``,
+    ``anthropic``) use the rest: ``base_url`` (empty: the vendor's), ``api_key_env``, the name
+    of the environment variable holding the key (``None``: ``OPENAI_API_KEY`` or
+    ``ANTHROPIC_API_KEY``; empty: send no key), the per-request ``timeout_s``, ``max_retries``
+    and ``params``, generation parameters copied into every request.
+    """
+
+    name: str
+    kind: str
+    model: str = ""
+    script: tuple[LLMResponse, ...] | None = None
+    base_url: str = ""
+    api_key_env: str | None = None
+    timeout_s: float = 60.0
+    max_retries: int = 2
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        where = f"profiles.{self.name}"
+        if self.kind not in PROFILE_KINDS:
+            kinds = ", ".join(PROFILE_KINDS)
+            raise ConfigError(f"{where}.kind must be one of {kinds}, got {self.kind!r}")
+        if self.base_url and not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"{where}.base_url must be an http:// or https:// URL")
+        if self.api_key_env and not _ENV_NAME.fullmatch(self.api_key_env):
+            raise ConfigError(f"{where}.api_key_env must name an environment variable")
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise ConfigError(f"{where}.timeout must be a positive number of seconds")
+        if not 0 <= self.max_retries <= 10:
+            raise ConfigError(f"{where}.max_retries must be between 0 and 10")
+        if reserved := sorted(RESERVED_PARAMS & set(self.params)):
+            raise ConfigError(f"{where}.params may not set {', '.join(reserved)}")
+        try:
+            json.dumps(self.params, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}.params must hold JSON values: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarConfig:
+    """Every setting of the sidecar, with production defaults."""
+
+    listen: str = "127.0.0.1:50051"
+    log_format: str = "json"
+    log_level: str = "info"
+    max_concurrent_runs: int = 1000
+    max_message_bytes: int = 16 * 1024 * 1024
+    max_iterations_cap: int = 1000
+    default_tool_timeout_s: float = 60.0
+    finished_run_ttl_s: float = 900.0
+    max_finished_runs: int = 1000
+    watcher_queue_size: int = 16384
+    shutdown_grace_s: float = 10.0
+    builtin_tools: bool = True
+    file_tools: bool = True
+    tool_modules: tuple[str, ...] = ()
+    default_profile: str = "scripted"
+    profiles: Mapping[str, ProfileConfig] = field(default_factory=dict)
+    event_store: str = ""
+    default_automation_profile: str = "supervised"
+    approval_timeout_s: float = 300.0
+    approve_on_timeout: bool = False
+    automation_profiles: Mapping[str, AutomationProfile] = field(default_factory=dict)
+    tool_limits: Mapping[str, ToolLimit] = field(default_factory=dict)
+    metrics_listen: str = ""
+    tracing: bool = False
+    auth_token_env: str = ""
+    auth_token_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
+    #: ``auto`` (uvloop if installed), ``asyncio`` or ``uvloop``; used by ``cleveragents-sidecar
+    #: serve``. An embedding program runs the sidecar on its own loop.
+    event_loop: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("max_concurrent_runs", "max_message_bytes", "max_iterations_cap"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        for name in ("default_tool_timeout_s", "shutdown_grace_s", "finished_run_ttl_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be a positive number of seconds")
+        if self.watcher_queue_size < 1 or self.max_finished_runs < 0:
+            raise ConfigError("watcher_queue_size must be >= 1 and max_finished_runs >= 0")
+        if self.log_format not in ("json", "console"):
+            raise ConfigError(f"log_format must be 'json' or 'console', not {self.log_format!r}")
+        if self.default_profile not in self.all_profiles():
+            raise ConfigError(f"default_profile {self.default_profile!r} is not a known profile")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ConfigError("tls_cert_file and tls_key_file go together: set both or neither")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ConfigError(
+                "tls_client_ca_file (mutual TLS) needs tls_cert_file and tls_key_file"
+            )
+        if self.default_automation_profile not in self.all_automation_profiles():
+            raise ConfigError(
+                f"default_automation_profile {self.default_automation_profile!r} is not a known "
+                "automation profile"
+            )
+        if self.approval_timeout_s <= 0:
+            raise ConfigError("approval_timeout_s must be a positive number of seconds")
+        check_event_loop(self.event_loop)
+        if self.auth_token_env and self.auth_token_file:
+            raise ConfigError("set auth_token_env or auth_token_file, not both")
+
+    def all_automation_profiles(self) -> dict[str, AutomationProfile]:
+        """The built-in automation profiles plus the configured ones (which may replace them)."""
+        profiles = dict(BUILTIN_PROFILES)
+        profiles.update(self.automation_profiles)
+        return profiles
+
+    def all_profiles(self) -> dict[str, ProfileConfig]:
+        """Configured profiles plus the embedded ``scripted`` and ``client`` ones."""
+        profiles = {
+            "scripted": ProfileConfig("scripted", "scripted"),
+            "client": ProfileConfig("client", "client"),
+        }
+        profiles.update(self.profiles)
+        return profiles

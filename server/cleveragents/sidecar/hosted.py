@@ -1,0 +1,174 @@
+"""Tools and an LLM hosted by a ``Session``'s client, as the run sees them.
+
+The sidecar sends an invocation with an id and waits; the client owes exactly one answer per
+id. Answers to ids that timed out are ignored (the client could not know); answers to ids
+never sent, or sent twice, are protocol violations that end the session. The transport reads
+the answers off the stream and hands them here as plain values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import grpc
+
+from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.runs.readers import FrameQueue, FrameSink
+from cleveragents.tool import (
+    LLMRequest,
+    LLMResponse,
+    ToolError,
+    ToolRegistry,
+    ToolRuntimeError,
+    ToolSpec,
+    current_call,
+)
+from cleveragents.wire import (
+    LlmAnswer,
+    LlmInvocationEncoder,
+    Message,
+    ToolAnswer,
+    parse_json,
+    tool_invocation,
+)
+
+__all__ = ["ClientHost", "ClientLLMCaller", "ClientToolError"]
+
+_EXPIRED_MEMORY = 4096
+
+
+class OrderedLog(Protocol):
+    """A run's log, which hands a sink an item only after the events logged before it."""
+
+    def push_in_order(self, sink: FrameSink, item: bytes) -> None: ...
+
+
+class ClientToolError(ToolError):
+    """The client answered a tool invocation with an error; the record carries its text."""
+
+
+class ClientHost:
+    """What one session's client hosts: its pending invocations, and the ordered outbox of
+    frames and invocations to send it."""
+
+    def __init__(self, default_tool_timeout_s: float, incremental_messages: bool = False) -> None:
+        self.outbox = FrameQueue()
+        #: Whether the client keeps the conversation (each LLM invocation sends only news).
+        self.incremental_messages = incremental_messages
+        self._deliver: Callable[[bytes], None] = self.outbox.push
+        self.default_tool_timeout_s = default_tool_timeout_s
+        self.pending_tools: dict[str, asyncio.Future[ToolAnswer]] = {}
+        self.pending_llm: dict[str, asyncio.Future[LlmAnswer]] = {}
+        self._expired: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self.violation: SidecarError | None = None
+
+    @property
+    def has_pending(self) -> bool:
+        """Whether the run waits on the client."""
+        return bool(self.pending_tools or self.pending_llm)
+
+    def register_tools(self, registry: ToolRegistry, specs: Sequence[ToolSpec]) -> None:
+        """Add a proxy to ``registry`` for each client-hosted tool."""
+        for spec in specs:
+            registry.register(spec, self._proxy(spec))
+
+    def resolve_tool(self, answer: ToolAnswer) -> None:
+        """Deliver a tool result; raises ``FAILED_PRECONDITION`` for an id not awaited."""
+        future = self.pending_tools.pop(answer.call_id, None)
+        if future is None:
+            if answer.call_id in self._expired:
+                del self._expired[answer.call_id]
+                return
+            raise SidecarError.out_of_order(
+                f"tool_result for call_id {answer.call_id!r}, which is not awaiting a result "
+                "(unknown, or already answered)"
+            )
+        if not future.done():
+            future.set_result(answer)
+
+    def resolve_llm(self, answer: LlmAnswer) -> None:
+        """Deliver an LLM result; raises ``FAILED_PRECONDITION`` for an id not awaited."""
+        future = self.pending_llm.pop(answer.request_id, None)
+        if future is None:
+            raise SidecarError.out_of_order(
+                f"llm_result for request_id {answer.request_id!r}, which is not awaiting a "
+                "result (unknown, or already answered)"
+            )
+        if not future.done():
+            future.set_result(answer)
+
+    def attach(self, log: OrderedLog) -> None:
+        """Deliver messages through the run's ``log``, after the events logged before them."""
+        self._deliver = functools.partial(log.push_in_order, self.outbox)
+
+    def send(self, response: bytes) -> None:
+        """Queue a serialised ``SessionResponse`` for the client, after every event logged
+        before it."""
+        self._deliver(Message(response))
+
+    def _forget(self, call_id: str) -> None:
+        self._expired[call_id] = None
+        while len(self._expired) > _EXPIRED_MEMORY:
+            self._expired.popitem(last=False)
+
+    def _proxy(self, spec: ToolSpec) -> Any:
+        async def invoke(inputs: Mapping[str, Any]) -> Any:
+            scope = current_call()
+            if scope is None:  # pragma: no cover - only the runner calls handlers
+                raise ToolRuntimeError("client tools run only inside the tool loop")
+            call_id = scope.call.id
+            if call_id in self.pending_tools:
+                raise ToolRuntimeError(
+                    f"call id {call_id!r} is already awaiting the client; the model reused an id"
+                )
+            timeout_s = scope.timeout_s or self.default_tool_timeout_s
+            future: asyncio.Future[ToolAnswer] = asyncio.get_running_loop().create_future()
+            self.pending_tools[call_id] = future
+            self.send(
+                tool_invocation(
+                    call_id, spec.name, inputs, scope.iteration, time.time() + timeout_s
+                )
+            )
+            try:
+                answer = await future
+            finally:
+                if self.pending_tools.get(call_id) is future:
+                    del self.pending_tools[call_id]
+                    self._forget(call_id)
+            if answer.error is not None:
+                raise ClientToolError(answer.error)
+            if not answer.output.strip():
+                return {}
+            # Any JSON value: the runner wraps a non-object x as {"result": x}.
+            return parse_json(answer.output, f"output of {spec.name!r}")
+
+        return invoke
+
+
+class ClientLLMCaller:
+    """An ``LLMCaller`` whose answers come from the client over the session."""
+
+    def __init__(self, host: ClientHost) -> None:
+        self._host = host
+        self._encoder = LlmInvocationEncoder(incremental=host.incremental_messages)
+
+    async def call(self, request: LLMRequest) -> LLMResponse:
+        """Send the conversation to the client and wait for its answer."""
+        request_id = f"llm_{request.iteration}"
+        future: asyncio.Future[LlmAnswer] = asyncio.get_running_loop().create_future()
+        self._host.pending_llm[request_id] = future
+        self._host.send(self._encoder.encode(request_id, request))
+        try:
+            answer = await future
+        finally:
+            self._host.pending_llm.pop(request_id, None)
+        if answer.response is None:
+            raise SidecarError(
+                grpc.StatusCode.UNAVAILABLE, f"the client's LLM failed: {answer.error}"
+            )
+        return answer.response

@@ -1,0 +1,152 @@
+"""Resolve a run's ``LlmChoice`` to a configured profile, an ``LLMCaller`` and a router.
+
+Provider profiles (``openai``, ``anthropic``) read their API key from the environment each
+time a run uses them, so a rotated key takes effect without a restart, and share one
+``httpx2.AsyncClient`` per profile (and event loop) across runs, so that runs reuse pooled
+connections. ``httpx2`` is imported only when such a profile is first used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import weakref
+from typing import TYPE_CHECKING
+
+import grpc
+
+from cleveragents.sidecar.config import ProfileConfig, SidecarConfig
+from cleveragents.sidecar.config.scripts import DEFAULT_SCRIPT, parse_script
+from cleveragents.sidecar.errors import SidecarError
+from cleveragents.tool import LLMCaller, ScriptedLLMCaller, ToolCallRouter
+from cleveragents.wire import LlmChoice
+
+if TYPE_CHECKING:
+    import httpx2
+
+    from cleveragents.providers._caller import HTTPCaller
+
+__all__ = ["DEFAULT_API_KEY_ENV", "close_provider_clients", "resolve_llm"]
+
+#: Where a provider profile without ``api_key_env`` finds its key.
+DEFAULT_API_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+def resolve_llm(
+    selection: LlmChoice, config: SidecarConfig, *, client_llm: bool
+) -> tuple[ProfileConfig, LLMCaller | None, ToolCallRouter | None]:
+    """The profile a run uses, its caller (``None`` when the client hosts the LLM) and the
+    router that puts tool schemas in the caller's format (``None``: the neutral format).
+
+    Raises ``SidecarError``: ``NOT_FOUND`` for an unknown profile, ``INVALID_ARGUMENT`` for a
+    bad inline script, a missing model or a profile that does not fit the RPC,
+    ``FAILED_PRECONDITION`` when a provider profile's API key variable is not set.
+    """
+    profiles = config.all_profiles()
+    name = selection.profile or ("client" if client_llm else config.default_profile)
+    profile = profiles.get(name)
+    if profile is None:
+        known = ", ".join(sorted(profiles))
+        raise SidecarError.not_found(f"unknown LLM profile {name!r}; configured: {known}")
+    if client_llm:
+        if profile.kind != "client":
+            raise SidecarError.invalid(
+                f"client_llm is set but profile {name!r} is of kind {profile.kind!r}; "
+                "leave llm.profile empty or name a profile of kind 'client'"
+            )
+        return profile, None, None
+    if profile.kind == "client":
+        raise SidecarError.invalid(
+            f"profile {name!r} is client-hosted: start a Session with client_llm=true"
+        )
+    if profile.kind in DEFAULT_API_KEY_ENV:
+        if selection.script:
+            raise SidecarError.invalid(
+                f"llm.script is honoured only by scripted profiles; {name!r} is {profile.kind!r}"
+            )
+        caller = _provider_caller(profile, selection.model)
+        return profile, caller, caller.router
+    if selection.script:
+        try:
+            turns = parse_script(selection.script, "llm.script")
+        except ValueError as exc:
+            raise SidecarError.invalid(str(exc)) from None
+        return profile, ScriptedLLMCaller(turns), None
+    script = profile.script if profile.script is not None else DEFAULT_SCRIPT
+    return profile, ScriptedLLMCaller(script), None
+
+
+async def close_provider_clients() -> None:
+    """Close the provider profiles' HTTP clients of the running event loop (at shutdown)."""
+    await _CLIENTS.aclose()
+
+
+def _provider_caller(profile: ProfileConfig, model_override: str) -> HTTPCaller:
+    from cleveragents.providers import AnthropicMessagesCaller, OpenAIChatCaller
+
+    model = model_override or profile.model
+    if not model:
+        raise SidecarError.invalid(
+            f"profile {profile.name!r} names no model: set its 'model' or llm.model"
+        )
+    env = profile.api_key_env
+    if env is None:
+        env = DEFAULT_API_KEY_ENV[profile.kind]
+    api_key = os.environ.get(env, "") if env else ""
+    if env and not api_key:
+        raise SidecarError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"profile {profile.name!r} reads its API key from ${env}, which is not set "
+            "in the sidecar's environment",
+        )
+    cls = OpenAIChatCaller if profile.kind == "openai" else AnthropicMessagesCaller
+    try:
+        return cls(
+            model,
+            base_url=profile.base_url or None,
+            api_key=api_key,
+            timeout_s=profile.timeout_s,
+            max_retries=profile.max_retries,
+            params=profile.params,
+            client=_CLIENTS.get(profile),
+        )
+    except ValueError as exc:  # the messages never quote the key
+        raise SidecarError(
+            grpc.StatusCode.FAILED_PRECONDITION, f"profile {profile.name!r} (${env}): {exc}"
+        ) from None
+
+
+class _ClientPool:
+    """One ``httpx2.AsyncClient`` per (event loop, profile), created on first use.
+
+    Keyed by loop because an async client's connections belong to the loop that opened them.
+    """
+
+    def __init__(self) -> None:
+        self._by_loop: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[tuple[str, str], httpx2.AsyncClient]
+        ] = weakref.WeakKeyDictionary()
+
+    def get(self, profile: ProfileConfig) -> httpx2.AsyncClient | None:
+        """The profile's client for the running loop (``None`` outside one: the caller then
+        makes its own)."""
+        try:
+            clients = self._by_loop.setdefault(asyncio.get_running_loop(), {})
+        except (RuntimeError, TypeError):  # no running loop, or one without weak references
+            return None
+        key = (profile.name, profile.base_url)
+        client = clients.get(key)
+        if client is None or client.is_closed:
+            from cleveragents.providers._http import new_client
+
+            client = clients[key] = new_client()
+        return client
+
+    async def aclose(self) -> None:
+        """Close and forget the clients of the running loop."""
+        clients = self._by_loop.pop(asyncio.get_running_loop(), {})
+        for client in clients.values():
+            await client.aclose()
+
+
+_CLIENTS = _ClientPool()

@@ -1,0 +1,32 @@
+"""Runs: each one's life and numbered log, the readers that follow logs, the manager that
+admits and keeps runs, recovery from a store, and the stores.
+
+- ``run``: a run's lifecycle; ``Run.emit`` is where its events become frames.
+- ``log``: the log of one run, handing frames to sinks and cursors once stored.
+- ``readers``: the queue of the stream that started a run, and a watcher's cursor.
+- ``manager``: admission, cancellation, drain at shutdown, retention.
+- ``recovery``: the runs a store kept, taken back at start-up.
+- ``store`` and ``sqlite_store``: where logs live.
+"""
+
+from cleveragents.sidecar.runs.log import LogStats, RunLog
+from cleveragents.sidecar.runs.manager import RunManager
+from cleveragents.sidecar.runs.readers import FrameQueue, FrameSink, LogCursor
+from cleveragents.sidecar.runs.run import Run, RunObserver
+from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
+from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
+
+__all__ = [
+    "EventStore",
+    "FrameQueue",
+    "FrameSink",
+    "LogCursor",
+    "LogStats",
+    "MemoryEventStore",
+    "Run",
+    "RunLog",
+    "RunManager",
+    "RunObserver",
+    "SqliteEventStore",
+    "StoredRun",
+]

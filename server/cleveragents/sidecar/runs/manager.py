@@ -1,0 +1,256 @@
+"""``RunManager``: admits runs, finds them by id, cancels them, drains at shutdown and forgets
+finished ones in time (by count and age)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import grpc
+import structlog
+
+from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.runs.log import LogStats, RunLog
+from cleveragents.sidecar.runs.readers import FrameSink, LogCursor
+from cleveragents.sidecar.runs.recovery import restore
+from cleveragents.sidecar.runs.run import Run, RunObserver
+from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore
+from cleveragents.tool import (
+    LLMCallError,
+    RunCancelled,
+    RunFailed,
+    RunStarted,
+    StopReason,
+    ToolCallingRuntime,
+    ToolCallRunResult,
+)
+
+if TYPE_CHECKING:
+    from cleveragents.sidecar.assembly import AssembledRun
+
+__all__ = ["RunManager"]
+
+log = structlog.get_logger("cleveragents.sidecar.runs")
+
+_MAX_RUN_ID = 128
+#: How long start-up waits for the store to hold the end of each run a crash interrupted.
+_SETTLE_TIMEOUT_S = 10.0
+
+
+class RunManager:
+    """The sidecar's runs: live ones by id, and finished ones kept for ``GetRun``/``WatchRun``."""
+
+    def __init__(
+        self,
+        *,
+        max_concurrent_runs: int,
+        max_finished_runs: int,
+        finished_run_ttl_s: float,
+        watcher_queue_size: int,
+        store: EventStore | None = None,
+        observers: Sequence[RunObserver] = (),
+    ) -> None:
+        self.store: EventStore = store if store is not None else MemoryEventStore()
+        self.observers = list(observers)
+        self.stats = LogStats()
+        self.max_concurrent_runs = max_concurrent_runs
+        self.max_finished_runs = max_finished_runs
+        self.finished_run_ttl_s = finished_run_ttl_s
+        self.watcher_queue_size = watcher_queue_size
+        self.accepting = True
+        self._live: dict[str, Run] = {}
+        self._finished: collections.OrderedDict[str, Run] = collections.OrderedDict()
+
+    # -- the store -----------------------------------------------------------------------------
+
+    def open(self) -> int:
+        """Open the store and take back the runs it holds (see ``recovery``); returns how many."""
+        restored = [restore(stored, self.store, self.stats) for stored in self.store.open()]
+        restored.sort(key=lambda run: run.finished_at or 0.0)
+        for run in restored:
+            self._finished[run.run_id] = run
+        self._expire()
+        return len(restored)
+
+    async def settle(self, timeout_s: float = _SETTLE_TIMEOUT_S) -> None:
+        """Wait until the store holds the ``run_failed`` that ``open`` gave each crashed run.
+
+        Until then such a run would still look live to ``GetRun`` and ``WatchRun``. A store
+        that cannot write does not keep the sidecar from serving: after ``timeout_s`` it
+        starts anyway, and says so.
+        """
+        pending = [run.wait() for run in self._finished.values() if not run.finished]
+        if not pending:
+            return
+        try:
+            await asyncio.wait_for(asyncio.gather(*pending), timeout_s)
+        except TimeoutError:
+            log.warning(
+                "restored runs not stored yet; serving anyway",
+                runs=sum(not run.finished for run in self._finished.values()),
+                waited_s=timeout_s,
+            )
+
+    async def close(self) -> None:
+        """Let the store write what it holds, then close it."""
+        await self.store.close()
+
+    # -- finding runs --------------------------------------------------------------------------
+
+    @property
+    def live_count(self) -> int:
+        """How many runs are in flight."""
+        return len(self._live)
+
+    def live_runs(self) -> list[Run]:
+        """The runs in flight."""
+        return list(self._live.values())
+
+    def retained_runs(self) -> list[Run]:
+        """Finished runs still kept, oldest first."""
+        self._expire()
+        return list(self._finished.values())
+
+    def get(self, run_id: str) -> Run | None:
+        """A live or retained run."""
+        self._expire()
+        return self._live.get(run_id) or self._finished.get(run_id)
+
+    def require(self, run_id: str) -> Run:
+        """A live or retained run, or ``NOT_FOUND``."""
+        run = self.get(run_id)
+        if run is None:
+            raise SidecarError.not_found(f"no run with id {run_id!r} (unknown, or expired)")
+        return run
+
+    # -- a run's life ----------------------------------------------------------------------------
+
+    def start(
+        self,
+        assembled: AssembledRun,
+        *,
+        sink: FrameSink | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Run:
+        """Admit an assembled run (its id picked if it has none) and start its loop.
+
+        ``sink`` is attached before the first event, so the stream that started the run sees
+        every event.
+        """
+        if not self.accepting:
+            raise SidecarError(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
+        run_id = assembled.request.run_id or uuid.uuid4().hex
+        if len(run_id) > _MAX_RUN_ID:
+            raise SidecarError.invalid(f"run_id is longer than {_MAX_RUN_ID} characters")
+        if run_id in self._live:
+            raise SidecarError(grpc.StatusCode.ALREADY_EXISTS, f"run {run_id!r} is still running")
+        if len(self._live) >= self.max_concurrent_runs:
+            raise SidecarError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the sidecar already runs {len(self._live)} runs, its limit; retry later",
+            )
+        if self._finished.pop(run_id, None) is not None:
+            self.store.forget(run_id)
+        request = dataclasses.replace(assembled.request, run_id=run_id)
+        run = Run(request, RunLog(run_id, self.store, self.stats), self.observers)
+        run.approvals = assembled.approvals
+        for observer in self.observers:
+            observer.run_started(run, metadata or {})
+        if sink is not None:
+            run.log.sinks.append(sink)
+        self._live[run_id] = run
+        run.task = asyncio.create_task(self._drive(run, assembled), name=f"run-{run_id}")
+        run.logger.info("run started", tools=list(assembled.runtime.registry.names()))
+        return run
+
+    def cancel(self, run: Run, reason: str) -> None:
+        """Cancel a live run; it ends with ``run_cancelled`` carrying ``reason``."""
+        if run.ended or run.task is None:
+            return
+        if run.begun:
+            run.task.cancel(reason)
+        else:
+            # Not one step yet: cancelling now would keep its body (and run_started) from
+            # ever running. Its first step is already scheduled, so cancel right after it.
+            asyncio.get_running_loop().call_soon(self.cancel, run, reason)
+
+    def follow(self, run: Run, after_sequence: int) -> LogCursor:
+        """A watcher's cursor on ``run``, dropped when it falls too far behind."""
+        return run.log.follow(after_sequence, self.watcher_queue_size)
+
+    async def drain(self, grace_s: float) -> None:
+        """Stop accepting runs, let live ones finish within ``grace_s``, then cancel the rest."""
+        self.accepting = False
+        tasks = [run.task for run in self._live.values() if run.task is not None]
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=grace_s)
+        for run in list(self._live.values()):
+            self.cancel(run, "the sidecar is shutting down")
+        if pending:
+            await asyncio.wait(pending)
+
+    async def _drive(self, run: Run, assembled: AssembledRun) -> None:
+        run.begun = True
+        runtime = assembled.runtime
+        try:
+            await runtime.arun_tool_loop(
+                run.request.prompt,
+                assembled.context,
+                run_id=run.run_id,
+                timeout_s=assembled.timeout_s,
+                on_event=run.emit,
+            )
+        except asyncio.CancelledError as exc:
+            if not run.ended:  # cancelled before the loop began
+                _ensure_started(run, runtime)
+                reason = str(exc.args[0]) if exc.args and exc.args[0] else "cancelled"
+                run.emit(RunCancelled(reason, _empty_result(run.run_id, StopReason.CANCELLED)))
+        except LLMCallError:
+            pass  # the loop has logged run_failed
+        except Exception as exc:
+            run.logger.exception("run crashed")
+            if not run.ended:
+                _ensure_started(run, runtime)
+                result = _empty_result(run.run_id, StopReason.ERROR)
+                run.emit(RunFailed(f"internal error: {exc}", result, None))
+        finally:
+            self._retire(run)
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def _retire(self, run: Run) -> None:
+        self._live.pop(run.run_id, None)
+        if self.max_finished_runs > 0:
+            self._finished[run.run_id] = run
+        self._expire()
+
+    def _expire(self) -> None:
+        while len(self._finished) > self.max_finished_runs:
+            self._forget(self._finished.popitem(last=False)[1])
+        horizon = time.time() - self.finished_run_ttl_s
+        while self._finished:
+            oldest = next(iter(self._finished.values()))
+            if oldest.finished_at is None or oldest.finished_at > horizon:
+                break
+            self._forget(self._finished.popitem(last=False)[1])
+
+    def _forget(self, run: Run) -> None:
+        self.store.forget(run.run_id)
+
+
+def _ensure_started(run: Run, runtime: ToolCallingRuntime) -> None:
+    """Log ``run_started`` for a run whose loop never got to: every log begins with it."""
+    if run.log.frames:
+        return
+    names = tuple(spec.name for spec in runtime.offered_specs())
+    run.emit(RunStarted(run.run_id, run.request.prompt, names, runtime.max_iterations))
+
+
+def _empty_result(run_id: str, stop_reason: StopReason) -> ToolCallRunResult:
+    return ToolCallRunResult("", (), 0, False, stop_reason=stop_reason, run_id=run_id)

@@ -1,0 +1,146 @@
+"""How a run's frames reach streams: a sink told of each frame, a queue, and a cursor.
+
+gRPC's cost is per message, so a stream writes whatever queued during its previous write as
+one message (see ``cleveragents.wire.frames``); nothing waits for a batch to fill. Two readers:
+
+- ``FrameQueue`` queues the frames of the stream that started a run (and a session's
+  invocations between them); it is bounded by the run, which it cannot outlive.
+- ``LogCursor`` is a watcher's position in the run's own log: no copy, no queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Protocol
+
+__all__ = ["FollowedLog", "FrameQueue", "FrameSink", "LogCursor"]
+
+
+class FrameSink(Protocol):
+    """Receives each frame of a run as it is released, and ``close`` after the last one."""
+
+    def push(self, item: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class FrameQueue:
+    """An unbounded queue of frames for the stream that started a run (bounded by the run).
+
+    A session's outbox is one too: its invocations queue between the events, in order.
+    """
+
+    __slots__ = ("_items", "_waiter", "closed")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[bytes] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self.closed = False
+
+    def push(self, item: bytes) -> None:
+        """Queue ``item`` (ignored once closed) and wake the reader."""
+        if self.closed:
+            return
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def close(self) -> None:
+        """No more items: the reader drains what is queued, then gets an empty batch."""
+        self.closed = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get_many(self, max_bytes: int) -> list[bytes]:
+        """The frames waiting now, oldest first, up to ``max_bytes`` in all (but at least one).
+
+        Empty once closed and drained.
+        """
+        items = self._items
+        while not items:
+            if self.closed:
+                return []
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        taken = [items.popleft()]
+        size = len(taken[0])
+        while items and size + len(items[0]) <= max_bytes:
+            item = items.popleft()
+            size += len(item)
+            taken.append(item)
+        return taken
+
+
+class FollowedLog(Protocol):
+    """A run's log as a ``LogCursor`` reads it: the frames, how many are released, the end."""
+
+    frames: list[bytes]
+    released: int
+    #: The total size of ``frames[:released]``.
+    released_bytes: int
+
+    @property
+    def finished(self) -> bool: ...
+
+    def wait_for_release(self) -> asyncio.Future[None]:
+        """A new future, set when more frames are released or the log finishes."""
+        ...
+
+
+class LogCursor:
+    """A watcher's position in a run's log: it reads the run's own frames, with no queue.
+
+    No watcher keeps a copy of the log, and a release costs nothing per watcher that is busy
+    writing. A watcher more than ``limit`` live frames behind (frames that were already
+    there when it subscribed do not count) is ``dropped`` by the run: its next read is empty.
+    """
+
+    __slots__ = ("_bytes_read", "_log", "cursor", "dropped", "limit", "live_from")
+
+    def __init__(self, log: FollowedLog, cursor: int, limit: int) -> None:
+        self._log = log
+        self.cursor = cursor
+        self.limit = limit
+        self.live_from = log.released
+        self.dropped = False
+        #: The size of ``frames[:cursor]``, known once the cursor's frames exist.
+        self._bytes_read: int | None = None
+
+    @property
+    def lag(self) -> int:
+        """Live frames released but not yet read."""
+        return self._log.released - max(self.cursor, self.live_from)
+
+    async def get_many(self, max_bytes: int) -> list[bytes]:
+        """The released frames not yet read, oldest first, up to ``max_bytes`` (at least one).
+
+        Empty once the log has finished and every frame was read, or once dropped.
+        """
+        log = self._log
+        while self.cursor >= log.released and not self.dropped:
+            if log.finished:
+                return []
+            await log.wait_for_release()
+        if self.dropped:
+            return []
+        frames, start, end = log.frames, self.cursor, log.released
+        if self._bytes_read is None:  # once: where this watcher joined
+            self._bytes_read = sum(map(len, frames[:start]))
+        # The batch's size without measuring its frames: a hundred watchers would each
+        # measure the same ones.
+        size = log.released_bytes - self._bytes_read
+        if end - start > 1 and size > max_bytes:  # rare: cut the batch short
+            stop, size = start + 1, len(frames[start])
+            while stop < end and size + len(frames[stop]) <= max_bytes:
+                size += len(frames[stop])
+                stop += 1
+            end = stop
+        self.cursor = end
+        self._bytes_read += size
+        return frames[start:end]

@@ -1,0 +1,78 @@
+"""Taking back the runs a store kept: finished ones as they were, live ones ended for good.
+
+A run that was live when the previous process died ends now, with ``run_failed``
+(``UNAVAILABLE``) saying so and the partial result its log shows.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.runs.log import LogStats, RunLog
+from cleveragents.sidecar.runs.run import Run, Terminal
+from cleveragents.sidecar.runs.store import EventStore, StoredRun
+from cleveragents.tool import (
+    LLMResponded,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    StopReason,
+    ToolCallCompleted,
+    ToolCallRecord,
+    ToolCallRunResult,
+    Usage,
+)
+from cleveragents.wire import LoggedEvent, RunState, decode_frame, request_of_started
+
+__all__ = ["CRASHED_MESSAGE", "restore"]
+
+CRASHED_MESSAGE = "the sidecar stopped while this run was live; its log was recovered at restart"
+_STATUS_BY_CODE = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def restore(stored: StoredRun, store: EventStore, stats: LogStats) -> Run:
+    """The run ``stored`` holds, finished: as its log ends, or failed if it never ended."""
+    first = decode_frame(stored.frames[0])
+    run_log = RunLog(stored.run_id, store, stats)
+    run_log.restore(list(stored.frames))
+    run = Run(request_of_started(stored.frames[0]), run_log, started_at=first.time)
+    last = decode_frame(stored.frames[-1])
+    event = last.event
+    if isinstance(event, RunCompleted):
+        run.finish_restored(Terminal(RunState.COMPLETED, event.result, None, last.time))
+    elif isinstance(event, RunFailed):
+        run.finish_restored(Terminal(RunState.FAILED, event.result, _failure(last), last.time))
+    elif isinstance(event, RunCancelled):
+        run.finish_restored(Terminal(RunState.CANCELLED, event.result, None, last.time))
+    else:
+        error = SidecarError(grpc.StatusCode.UNAVAILABLE, CRASHED_MESSAGE)
+        run.emit(RunFailed(CRASHED_MESSAGE, partial_result(run.run_id, stored.frames), error))
+        run.logger.warning("run was live at a crash", events=len(stored.frames))
+    return run
+
+
+def partial_result(run_id: str, frames: list[bytes]) -> ToolCallRunResult:
+    """What a log shows of a run that never ended: its records, iterations, usage and text."""
+    records: list[ToolCallRecord] = []
+    texts: list[str] = []
+    iterations = 0
+    usage = Usage()
+    for item in frames:
+        event = decode_frame(item).event
+        if isinstance(event, ToolCallCompleted):
+            records.append(event.record)
+        elif isinstance(event, LLMResponded):
+            iterations = event.iteration
+            if event.usage is not None:
+                usage = usage + event.usage
+            if event.content:
+                texts.append(event.content)
+    return ToolCallRunResult(
+        "\n".join(texts), tuple(records), iterations, False, usage, StopReason.ERROR, run_id
+    )
+
+
+def _failure(logged: LoggedEvent) -> tuple[grpc.StatusCode, str]:
+    assert isinstance(logged.event, RunFailed)
+    return _STATUS_BY_CODE.get(logged.failure_code, grpc.StatusCode.UNKNOWN), logged.event.message

@@ -1,0 +1,199 @@
+"""``Run``: one run's life, from its accepted request to its one terminal event.
+
+``Run.emit`` is the one place where events become frames: the runtime's events (its own
+``RunStarted`` first) are encoded once, numbered and appended to the run's log. A run ``ends``
+when its terminal event is logged, and ``finishes`` (state, result and failure set, waiters
+woken) once the store holds that event, like every frame before it reaches a reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+import structlog
+
+from cleveragents.sidecar.approvals import ApprovalBroker
+from cleveragents.sidecar.runs.log import RunLog
+from cleveragents.sidecar.status import status_of
+from cleveragents.tool import (
+    LLMResponded,
+    RunCancelled,
+    RunCompleted,
+    RunEvent,
+    RunFailed,
+    StopReason,
+    ToolCallCompleted,
+    ToolCallRunResult,
+)
+from cleveragents.wire import EventEncoder, RunRequest, RunState
+
+__all__ = ["Run", "RunObserver", "Terminal"]
+
+log = structlog.get_logger("cleveragents.sidecar.runs")
+
+_TERMINAL_EVENTS = (RunCompleted, RunFailed, RunCancelled)
+_STATUS_BY_CODE = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class RunObserver(Protocol):
+    """Sees every run start and every core event of every run (tracing, metrics)."""
+
+    def run_started(self, run: Run, metadata: Mapping[str, str]) -> None:
+        """A run was accepted; ``metadata`` is the starting call's gRPC metadata."""
+        ...
+
+    def run_event(self, run: Run, event: RunEvent) -> None:
+        """A run produced ``event`` (its ``RunStarted`` and terminal event included)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Terminal:
+    """How a run ended: its state, its result, its failure (status and message) and when."""
+
+    state: RunState
+    result: ToolCallRunResult
+    failure: tuple[grpc.StatusCode, str] | None
+    finished_at: float
+
+
+class Run:
+    """One run: its accepted request, its log, its state and result.
+
+    ``started_at`` is when the sidecar accepted it. ``begun`` turns true once its task runs
+    (and the runtime has logged ``run_started``). Once finished, ``stop_reason``,
+    ``iterations`` and ``tool_calls`` are the result's; the result itself is kept only once,
+    encoded in the log's last frame.
+    """
+
+    __slots__ = (
+        "_done",
+        "_encode",
+        "_terminal",
+        "approvals",
+        "begun",
+        "detach",
+        "ended",
+        "failure",
+        "finished_at",
+        "iterations",
+        "log",
+        "logger",
+        "observers",
+        "request",
+        "run_id",
+        "started_at",
+        "state",
+        "stop_reason",
+        "task",
+        "tool_calls",
+    )
+
+    def __init__(
+        self,
+        request: RunRequest,
+        run_log: RunLog,
+        observers: Sequence[RunObserver] = (),
+        *,
+        started_at: float | None = None,
+    ) -> None:
+        self.run_id = run_log.run_id
+        self.request = request
+        self.log = run_log
+        self.observers = tuple(observers)
+        self.detach = request.detach
+        self.started_at = time.time() if started_at is None else started_at
+        self.state = RunState.RUNNING
+        self.begun = False
+        self.ended = False
+        self.stop_reason: StopReason | None = None
+        self.failure: tuple[grpc.StatusCode, str] | None = None
+        self.finished_at: float | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.approvals: ApprovalBroker | None = None
+        self.iterations = 0
+        self.tool_calls = 0
+        self._terminal: Terminal | None = None
+        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._encode = EventEncoder(self.run_id, request).encode
+        self.logger = log.bind(run_id=self.run_id)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run's terminal event is stored (and so visible to clients)."""
+        return self.state is not RunState.RUNNING
+
+    @property
+    def last_sequence(self) -> int:
+        """The sequence number of the newest event clients can see (0 before any)."""
+        return self.log.released
+
+    async def wait(self) -> None:
+        """Wait until the run has ended and its terminal event is stored."""
+        await asyncio.shield(self._done)
+
+    def emit(self, event: RunEvent) -> None:
+        """Log a core event (the runtime's ``on_event`` sink); nothing after the terminal one."""
+        if self.ended:
+            return
+        code = status_of(event.error).value[0] if isinstance(event, RunFailed) else 0
+        item = self._encode(self.log.next_sequence, event, code)
+        if isinstance(event, ToolCallCompleted):
+            self.tool_calls += 1
+        elif isinstance(event, LLMResponded):
+            self.iterations = event.iteration
+        for observer in self.observers:
+            try:
+                observer.run_event(self, event)
+            except Exception:  # telemetry must never break a run
+                self.logger.exception("run observer failed", observer=type(observer).__name__)
+        if isinstance(event, _TERMINAL_EVENTS):
+            failure = None
+            if isinstance(event, RunCompleted):
+                state = RunState.COMPLETED
+            elif isinstance(event, RunFailed):
+                state = RunState.FAILED
+                failure = (_STATUS_BY_CODE.get(code, grpc.StatusCode.UNKNOWN), event.message)
+            else:
+                state = RunState.CANCELLED
+            self.end(item, Terminal(state, event.result, failure, time.time()))
+        else:
+            self.log.append(item)
+
+    def end(self, item: bytes, terminal: Terminal) -> None:
+        """Log the terminal frame ``item``; the run finishes as ``terminal`` once it is stored."""
+        self.ended = True
+        self._terminal = terminal
+        self.log.end(item, self._finish)
+
+    def finish_restored(self, terminal: Terminal) -> None:
+        """End a run restored from the store whose log already holds its terminal event."""
+        self.ended = True
+        self._terminal = terminal
+        self.log.close()
+        self._finish()
+
+    def _finish(self) -> None:
+        terminal, self._terminal = self._terminal, None
+        assert terminal is not None
+        result = terminal.result
+        self.state, self.failure, self.finished_at = (
+            terminal.state, terminal.failure, terminal.finished_at,
+        )  # fmt: skip
+        self.stop_reason = result.stop_reason
+        self.iterations = result.iterations
+        self.tool_calls = len(result.tool_call_history)
+        if not self._done.done():
+            self._done.set_result(None)
+        self.logger.info(
+            "run finished",
+            state=f"RUN_STATE_{self.state.name}",
+            stop_reason=f"STOP_REASON_{result.stop_reason.name}",
+            iterations=self.iterations,
+            tool_calls=self.tool_calls,
+        )

@@ -1,0 +1,69 @@
+"""Where run logs live: the ``EventStore`` protocol, and the in-memory store (the default).
+
+The store decides when an event counts as *acknowledged*: the run's log hands it each frame
+and only streams it to clients (or reports it through ``GetRun``) once the store calls back.
+The in-memory store calls back at once; ``SqliteEventStore`` (``sqlite_store.py``) after each
+commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["EventStore", "LogOwner", "MemoryEventStore", "StoredRun"]
+
+
+class LogOwner(Protocol):
+    """The run log a frame belongs to; told on the event loop once its frames are stored."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    def release(self, sequence: int) -> None:
+        """Every frame up to ``sequence`` is stored."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    """A run's log as found in the store at start-up."""
+
+    run_id: str
+    frames: list[bytes]
+
+
+class EventStore(Protocol):
+    """Keeps each run's frames; tells the run's log when they are safe to hand out."""
+
+    def open(self) -> list[StoredRun]:
+        """Start storing; return the runs already stored."""
+        ...
+
+    def append(self, owner: LogOwner, sequence: int, frame: bytes) -> None:
+        """Store one frame; ``owner.release`` follows once it is safe."""
+        ...
+
+    def forget(self, run_id: str) -> None:
+        """Drop a run the manager no longer keeps."""
+        ...
+
+    async def close(self) -> None:
+        """Store what is pending and stop."""
+        ...
+
+
+class MemoryEventStore:
+    """Keeps nothing beyond the manager's own memory; every frame is released at once."""
+
+    def open(self) -> list[StoredRun]:
+        return []
+
+    def append(self, owner: LogOwner, sequence: int, frame: bytes) -> None:
+        owner.release(sequence)
+
+    def forget(self, run_id: str) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,208 @@
+"""The grpc.aio server: the service, health checking, reflection and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import TYPE_CHECKING
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from cleveragents.sidecar.config import SidecarConfig
+from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.eventloop import running_loop_name
+from cleveragents.sidecar.llm_profiles import close_provider_clients
+from cleveragents.sidecar.runs import RunManager, RunObserver, SqliteEventStore
+from cleveragents.sidecar.tool_sources import default_registry
+from cleveragents.sidecar.transport.access import (
+    check_listen_policy,
+    read_token,
+    server_credentials,
+)
+from cleveragents.sidecar.transport.auth import TokenAuthInterceptor
+from cleveragents.sidecar.transport.handlers import SERVICE_NAME, generic_handler
+from cleveragents.sidecar.transport.service import ToolRuntimeService
+from cleveragents.tool import ToolRegistry
+
+if TYPE_CHECKING:  # imported at run time only when tracing or metrics are on
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+    from opentelemetry.trace import TracerProvider
+
+    from cleveragents.sidecar.observability.metrics import MetricsObserver, MetricsServer
+    from cleveragents.sidecar.observability.tracing import TracingObserver
+
+__all__ = ["Sidecar"]
+
+log = structlog.get_logger("cleveragents.sidecar.server")
+
+#: How long a new call may wait for the server to pick it up (the client's deadline still
+#: applies).
+_ACCEPT_WAIT_S = 300
+
+
+class Sidecar:
+    """A configured sidecar: ``await start()`` binds and serves, ``await stop()`` drains.
+
+    ``registry`` holds the server-side tools; by default the built-in ones plus those of the
+    configured ``tool_modules``.
+
+    With ``config.tracing``, runs are traced (``observability.tracing``) into
+    ``tracer_provider``, else the global provider if the application set one, else an SDK
+    provider configured by the standard ``OTEL_*`` variables, which the sidecar then owns and
+    shuts down (flushing its spans) in :meth:`stop`. With ``config.metrics_listen``, Prometheus
+    metrics (``observability.metrics``) are served there; ``metrics_port`` is the port bound.
+    Neither OpenTelemetry nor prometheus_client is imported when they are off.
+    """
+
+    def __init__(
+        self,
+        config: SidecarConfig,
+        registry: ToolRegistry | None = None,
+        *,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self.config = config
+        self.registry = registry if registry is not None else default_registry(config)
+        self.tracing: TracingObserver | None = None
+        self.metrics: MetricsObserver | None = None
+        self.metrics_port: int | None = None
+        self._metrics_server: MetricsServer | None = None
+        self._owned_tracer_provider: SdkTracerProvider | None = None
+        observers: list[RunObserver] = []
+        if config.tracing:
+            from cleveragents.sidecar.observability import tracing as telemetry
+
+            if tracer_provider is None and not telemetry.global_provider_configured():
+                tracer_provider = self._owned_tracer_provider = telemetry.sdk_tracer_provider()
+            self.tracing = telemetry.TracingObserver(tracer_provider, config.all_profiles())
+            observers.append(self.tracing)
+        if config.metrics_listen:
+            from cleveragents.sidecar.observability import metrics
+
+            metrics.parse_listen(config.metrics_listen)  # a bad address fails here, not later
+            self.metrics = metrics.MetricsObserver()
+            observers.append(self.metrics)
+        self.manager = RunManager(
+            max_concurrent_runs=config.max_concurrent_runs,
+            max_finished_runs=config.max_finished_runs,
+            finished_run_ttl_s=config.finished_run_ttl_s,
+            watcher_queue_size=config.watcher_queue_size,
+            store=SqliteEventStore(config.event_store) if config.event_store else None,
+            observers=observers,
+        )
+        if self.metrics is not None:
+            self.metrics.track(self.manager)
+        self.service = ToolRuntimeService(config, self.registry, self.manager)
+        self.health = health.aio.HealthServicer()
+        self.address = ""
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> str:
+        """Bind the configured address and start serving; returns the address bound."""
+        size = self.config.max_message_bytes
+        token = read_token(self.config)
+        restored = self.manager.open()
+        await self.manager.settle()
+        credentials = server_credentials(self.config)
+        listen = self.config.listen
+        check_listen_policy(
+            listen, authenticated=token is not None, encrypted=credentials is not None
+        )
+        server = grpc.aio.server(
+            interceptors=[TokenAuthInterceptor(token)] if token is not None else None,
+            options=[
+                ("grpc.max_receive_message_length", size),
+                ("grpc.max_send_message_length", size),
+                ("grpc.so_reuseport", 0),
+                # gRPC cancels a call the server has not picked up within 30 s by default. A
+                # busy event loop picks up one new call per turn, so a burst of sessions on a
+                # loaded sidecar could lose its last calls before they started; they wait now.
+                ("grpc.server_max_unrequested_time_in_server", _ACCEPT_WAIT_S),
+            ],
+        )
+        server.add_generic_rpc_handlers((generic_handler(self.service),))
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        unix = listen.startswith("unix:")
+        # The socket file must never be reachable by others, not even for an instant.
+        previous_umask = os.umask(0o177) if unix else None
+        try:
+            if credentials is not None:
+                port = server.add_secure_port(listen, credentials)
+            else:
+                port = server.add_insecure_port(listen)
+            await server.start()
+        except RuntimeError as exc:
+            raise ConfigError(f"cannot listen on {listen!r}: {exc}") from None
+        finally:
+            if previous_umask is not None:
+                os.umask(previous_umask)
+        self._server = server
+        if unix:
+            path = listen.removeprefix("unix:").removeprefix("//")
+            os.chmod(path, 0o600)
+            self.address = listen
+        else:
+            host = listen.rsplit(":", 1)[0]
+            self.address = f"{host}:{port}"
+        if self.metrics is not None:
+            from cleveragents.sidecar.observability.metrics import MetricsServer
+
+            metrics_server = MetricsServer(self.metrics.registry, self.config.metrics_listen)
+            try:
+                self.metrics_port = await metrics_server.start()
+            except ConfigError:
+                await server.stop(None)
+                raise
+            self._metrics_server = metrics_server
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "sidecar listening",
+            address=self.address,
+            tools=self.registry.names(),
+            runs=restored,
+            tracing=self.tracing is not None,
+            metrics_port=self.metrics_port,
+            event_loop=running_loop_name(),
+        )
+        return self.address
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop accepting runs, let live ones finish within the grace period, cancel the rest.
+
+        Every run ends with its terminal event; streams get a moment to deliver it.
+        """
+        grace = self.config.shutdown_grace_s if grace_s is None else grace_s
+        await self.health.enter_graceful_shutdown()
+        log.info("sidecar stopping", live_runs=self.manager.live_count, grace_s=grace)
+        await self.manager.drain(grace)
+        if self._server is not None:
+            await self._server.stop(min(grace, 2.0))
+        await self.manager.close()
+        await close_provider_clients()
+        if self._metrics_server is not None:
+            await self._metrics_server.stop()
+            self._metrics_server = None
+        if self._owned_tracer_provider is not None:
+            # Flushes the spans still batched; blocking (an export), so off the event loop.
+            await asyncio.to_thread(self._owned_tracer_provider.shutdown)
+            self._owned_tracer_provider = None
+        log.info("sidecar stopped")
+
+    async def wait_for_termination(self) -> None:
+        """Wait until the server has stopped."""
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    async def __aenter__(self) -> Sidecar:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()

@@ -1,0 +1,147 @@
+"""The ``Session`` RPC: a run whose tools (and optionally LLM) its client hosts.
+
+The first message starts the run. Then two things happen at once, in one task group: the
+handler writes the run's frames and invocations as they come, and a reader task hands the
+client's answers, approvals and cancellation to the run. When the run's frames are all sent,
+the reader is cancelled and awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.hosted import ClientHost
+from cleveragents.sidecar.runs import Run
+from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context, abort
+from cleveragents.toolruntime.v1 import session_pb2
+from cleveragents.wire import (
+    llm_answer_from_pb,
+    session_messages,
+    session_opening_from_pb,
+    tool_answer_from_pb,
+)
+
+if TYPE_CHECKING:
+    from cleveragents.sidecar.transport.service import ToolRuntimeService
+
+__all__ = ["serve"]
+
+
+async def serve(service: ToolRuntimeService, context: Context) -> None:
+    """Serve one ``Session`` stream for ``service``."""
+    first = await context.read()
+    if first is grpc.aio.EOF:
+        return
+    if not isinstance(first, session_pb2.SessionRequest):  # did not parse
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(first.message))
+    kind = first.WhichOneof("kind")
+    if kind != "start":
+        await context.abort(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"the first SessionRequest must be 'start', got {kind or 'an empty message'!r}",
+        )
+    try:
+        try:
+            opening = session_opening_from_pb(first.start)
+        except ValueError as exc:
+            raise SidecarError.invalid(str(exc)) from None
+        host = ClientHost(
+            service.config.default_tool_timeout_s,
+            incremental_messages=opening.incremental_messages,
+        )
+        run = service.start_run(
+            opening.request,
+            context,
+            sink=host.outbox,
+            host=host,
+            client_tools=opening.tools,
+            client_llm=opening.client_llm,
+        )
+    except SidecarError as exc:
+        await abort(context, exc)
+    hosts = bool(opening.tools) or opening.client_llm
+    host.attach(run.log)
+    limit = service.batch_limit if opening.batch_events else 0
+    reader = _Reader(service, context, host, run, hosts, DEADLINE_SLACK_S)
+    finished = False
+    try:
+        async with asyncio.TaskGroup() as group:
+            reading = group.create_task(reader.read())
+            try:
+                while items := await host.outbox.get_many(limit):
+                    for message in session_messages(items):
+                        await context.write(message)
+                finished = True
+            finally:
+                reading.cancel()
+    except BaseExceptionGroup as failure:  # the writer's own error, not a group's
+        raise failure.exceptions[0] from None
+    finally:
+        if not finished:
+            service.abandoned(run, context, "the client went away", force=hosts)
+    if host.violation is not None:
+        await abort(context, host.violation)
+
+
+class _Reader:
+    """Reads the client's messages for the run until EOF or a protocol violation."""
+
+    def __init__(
+        self,
+        service: ToolRuntimeService,
+        context: Context,
+        host: ClientHost,
+        run: Run,
+        hosts: bool,
+        slack_s: float,
+    ) -> None:
+        self.service = service
+        self.context = context
+        self.host = host
+        self.run = run
+        self.hosts = hosts
+        self.slack_s = slack_s
+
+    async def read(self) -> None:
+        """Hand each message to the run; a violation cancels it and ends the reading."""
+        run, host, manager = self.run, self.host, self.service.manager
+        while True:
+            message = await self.context.read()
+            if message is grpc.aio.EOF:
+                remaining = self.context.time_remaining()
+                at_deadline = remaining is not None and remaining <= self.slack_s
+                if self.hosts and not run.ended and not at_deadline:
+                    manager.cancel(run, "the client closed its side of the session")
+                return
+            try:
+                self._handle(message)
+            except SidecarError as exc:
+                run.logger.warning("session protocol error", error=exc.message)
+                host.violation = exc
+                manager.cancel(run, f"session protocol error: {exc.message}")
+                return
+
+    def _handle(self, message: Any) -> None:
+        run, host = self.run, self.host
+        if not isinstance(message, session_pb2.SessionRequest):  # did not parse
+            raise SidecarError.invalid(str(message.message))
+        kind = message.WhichOneof("kind")
+        if kind == "tool_result":
+            host.resolve_tool(tool_answer_from_pb(message.tool_result))
+        elif kind == "llm_result":
+            host.resolve_llm(llm_answer_from_pb(message.llm_result))
+        elif kind == "cancel":
+            self.service.manager.cancel(run, message.cancel.reason or "cancelled by the client")
+        elif kind == "approval_decision":
+            decision = message.approval_decision
+            if run.approvals is None:  # pragma: no cover - every run has a broker
+                raise SidecarError.out_of_order("this run has no approvals")
+            run.approvals.decide(decision.call_id, decision.approved, decision.reason, "session")
+        elif kind == "start":
+            raise SidecarError.out_of_order("the session has already started")
+        else:
+            raise SidecarError.invalid("empty SessionRequest: set one of its fields")

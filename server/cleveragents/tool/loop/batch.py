@@ -1,0 +1,139 @@
+"""``ToolBatch``: the tool calls of one LLM response, run and recorded as a unit.
+
+The calls run concurrently in an ``asyncio.TaskGroup`` (one after another when the runtime or
+the budget says so). Whatever interrupts them, each call ends with exactly one record:
+``close`` gives the calls an interruption left open a ``cancelled`` record. The records come
+back in the order the model asked for them, whatever order the calls finished in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cleveragents.tool.context import ToolActorContext
+from cleveragents.tool.events import EventSink, ToolCallCompleted, ToolCallStarted
+from cleveragents.tool.execution.runner import Gate, ToolRunner
+from cleveragents.tool.jsontext import Encoder
+from cleveragents.tool.messages import Message, Role, ToolCall
+from cleveragents.tool.records import ToolCallRecord
+from cleveragents.tool.spec import ToolSpec
+
+__all__ = ["ToolBatch", "feedback"]
+
+#: Stands in for a concurrency cap when a response's calls have none.
+_UNLIMITED = contextlib.nullcontext()
+_encode = Encoder()
+
+
+async def _over_budget(
+    call: ToolCall, inputs: Mapping[str, Any], spec: ToolSpec, iteration: int
+) -> str:
+    return "not run: the run's tool-call budget is used up"
+
+
+class ToolBatch:
+    """The calls of one response: those from index ``allowed`` on are over the run's budget
+    and are closed as denied without running."""
+
+    __slots__ = (
+        "_context",
+        "_emit",
+        "_gate",
+        "_runner",
+        "allowed",
+        "calls",
+        "executed",
+        "iteration",
+        "records",
+        "started",
+    )
+
+    def __init__(
+        self,
+        calls: Sequence[ToolCall],
+        iteration: int,
+        *,
+        runner: ToolRunner,
+        context: ToolActorContext,
+        emit: EventSink,
+        gate: Gate | None,
+        allowed: int,
+    ) -> None:
+        self.calls = calls
+        self.iteration = iteration
+        self.allowed = allowed
+        #: Calls that ran (or were refused by the gate) within the budget.
+        self.executed = 0
+        self.records: list[ToolCallRecord | None] = [None] * len(calls)
+        #: Each started call's inputs and start time.
+        self.started: list[tuple[Mapping[str, Any], float] | None] = [None] * len(calls)
+        self._runner = runner
+        self._context = context
+        self._emit = emit
+        self._gate = gate
+
+    async def run(self, *, parallel: bool, max_concurrent: int | None) -> None:
+        """Run every call; concurrently when ``parallel`` (at most ``max_concurrent`` at once)."""
+        count = len(self.calls)
+        if count == 1 or not parallel or max_concurrent == 1:
+            for index in range(count):
+                await self._run_call(index, None)
+            return
+        limit = asyncio.Semaphore(max_concurrent) if max_concurrent is not None else None
+        try:
+            async with asyncio.TaskGroup() as group:
+                for index in range(count):
+                    group.create_task(self._run_call(index, limit))
+        except BaseExceptionGroup as failure:
+            # A bug, ours or a plug-in's (the runner records every tool failure): raise it as
+            # the loop would have met it, the other calls already cancelled and awaited.
+            raise failure.exceptions[0] from None
+
+    def close(self, reason: str) -> None:
+        """Give every call without a record a ``cancelled`` one (started first if need be)."""
+        for index, call in enumerate(self.calls):
+            if self.records[index] is not None:
+                continue
+            begun = self.started[index]
+            if begun is None:
+                inputs = ToolRunner.thread_context(call.arguments, self._context)
+                begun = self.started[index] = (inputs, time.time())
+                self._emit(ToolCallStarted(call.id, call.name, inputs, self.iteration))
+            record = ToolRunner.cancelled_record(call, begun[0], self.iteration, begun[1], reason)
+            self.records[index] = record
+            self._emit(ToolCallCompleted(record))
+
+    def in_order(self) -> list[ToolCallRecord]:
+        """The records so far, in the order the model asked for the calls."""
+        return [r for r in self.records if r is not None]
+
+    async def _run_call(self, index: int, limit: asyncio.Semaphore | None) -> None:
+        over_budget = index >= self.allowed
+
+        def started(call: ToolCall, inputs: Mapping[str, Any]) -> None:
+            self.started[index] = (inputs, time.time())
+            self._emit(ToolCallStarted(call.id, call.name, inputs, self.iteration))
+
+        async with limit if limit is not None else _UNLIMITED:
+            record = await self._runner.run(
+                self.calls[index], iteration=self.iteration, context=self._context,
+                on_started=started, gate=_over_budget if over_budget else self._gate,
+            )  # fmt: skip
+        if not over_budget:
+            self.executed += 1
+        self.records[index] = record
+        self._emit(ToolCallCompleted(record))
+
+
+def feedback(record: ToolCallRecord) -> Message:
+    """The ``tool`` message that gives the model a call's result: its output as JSON, or
+    ``{"error": ...}`` with ``is_error`` set."""
+    if record.success:
+        return Message(Role.TOOL, _encode(record.output), tool_call_id=record.call_id)
+    return Message(
+        Role.TOOL, _encode({"error": record.error}), tool_call_id=record.call_id, is_error=True
+    )

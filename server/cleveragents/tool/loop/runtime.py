@@ -1,0 +1,390 @@
+"""``ToolCallingRuntime``: the loop that alternates LLM calls and tool calls.
+
+The loop is async at heart (:meth:`arun_tool_loop`); :meth:`run_tool_loop` blocks and
+:meth:`stream_tool_loop` yields events. Tool execution lives in ``execution/runner.py``, one
+response's calls in ``batch.py`` and the per-run bookkeeping in ``run_state.py``. Each
+iteration costs the same however long the history: nothing here walks the conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from cleveragents.tool.budget import RunBudget
+from cleveragents.tool.context import ToolActorContext
+from cleveragents.tool.errors import LLMCallError
+from cleveragents.tool.events import (
+    EventSink,
+    IterationStarted,
+    LLMResponded,
+    RunCancelled,
+    RunCompleted,
+    RunEvent,
+    RunFailed,
+    RunStarted,
+)
+from cleveragents.tool.execution.registry import ToolRegistry
+from cleveragents.tool.execution.runner import ToolRunner
+from cleveragents.tool.llm import LLMCaller
+from cleveragents.tool.loop.batch import ToolBatch, feedback
+from cleveragents.tool.loop.blocking import run_blocking
+from cleveragents.tool.loop.event_channel import EventChannel
+from cleveragents.tool.loop.gate import CallGate
+from cleveragents.tool.loop.run_state import RunState
+from cleveragents.tool.loop.yield_timer import YieldTimer
+from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, Role, ToolCall
+from cleveragents.tool.policy import Approver, AutomationProfile
+from cleveragents.tool.records import StopReason, ToolCallRunResult
+from cleveragents.tool.router import ToolCallRouter, route_call
+from cleveragents.tool.spec import ToolSpec
+
+__all__ = ["DEFAULT_MAX_ITERATIONS", "ToolCallingRuntime"]
+
+DEFAULT_MAX_ITERATIONS = 25
+#: A run that never suspends on its own still yields the event loop this often.
+_YIELD_EVERY_S = 0.002
+_TERMINAL = (RunCompleted, RunFailed, RunCancelled)
+
+
+def _ignore(event: RunEvent) -> None:
+    return None
+
+
+def check_prompt(prompt: str) -> None:
+    """Refuse a prompt that is not a string, or holds no text."""
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+    if not prompt.strip():
+        raise ValueError("prompt must not be empty")
+
+
+class ToolCallingRuntime:
+    """Runs the tool-calling loop: LLM, tools, results back to the LLM, until a final answer.
+
+    ``parallel_tool_calls`` runs the calls of one LLM response concurrently (their records
+    keep the order the model asked for them); ``system_prompt`` opens every conversation.
+    ``profile`` (an :class:`AutomationProfile`) decides which tools run freely, which need
+    ``approver``'s approval (waiting at most ``approval_timeout_s``) and which are not even
+    offered; ``budget`` adds limits beyond ``max_iterations``.
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        runner: ToolRunner,
+        llm_caller: LLMCaller,
+        max_iterations: int = DEFAULT_MAX_ITERATIONS,
+        router: ToolCallRouter | None = None,
+        *,
+        parallel_tool_calls: bool = True,
+        system_prompt: str | None = None,
+        profile: AutomationProfile | None = None,
+        approver: Approver | None = None,
+        approval_timeout_s: float = 300.0,
+        approve_on_timeout: bool = False,
+        budget: RunBudget | None = None,
+    ) -> None:
+        if not isinstance(registry, ToolRegistry):
+            raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
+        if not isinstance(runner, ToolRunner):
+            raise TypeError(f"runner must be a ToolRunner, got {type(runner).__name__}")
+        if runner.registry is not registry:
+            raise ValueError(
+                "runner.registry is not the registry given to the runtime: the model would be "
+                "offered one set of tools and the runner would execute another; build the "
+                "runner with ToolRunner(registry)"
+            )
+        if not callable(getattr(llm_caller, "call", None)):
+            raise TypeError("llm_caller must have a call(request) method (see LLMCaller)")
+        if router is not None and not isinstance(router, ToolCallRouter):
+            raise TypeError(f"router must be a ToolCallRouter, got {type(router).__name__}")
+        if isinstance(max_iterations, bool) or not isinstance(max_iterations, int):
+            raise TypeError("max_iterations must be an int")
+        if max_iterations < 1:
+            raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
+        self.registry = registry
+        self.runner = runner
+        self.llm_caller = llm_caller
+        self.max_iterations = max_iterations
+        self.router = router
+        self.parallel_tool_calls = parallel_tool_calls
+        self.system_prompt = system_prompt
+        self.profile = profile
+        self.approver = approver
+        self.approval_timeout_s = approval_timeout_s
+        self.approve_on_timeout = approve_on_timeout
+        self.budget = budget if budget is not None else RunBudget()
+        self._llm_is_async = inspect.iscoroutinefunction(llm_caller.call)
+
+    def offered_specs(self) -> list[ToolSpec]:
+        """The tools the model is offered: the registry's, less those the automation profile
+        forbids. ``RunStarted.tool_names`` names exactly these."""
+        specs = self.registry.specs()
+        if self.profile is None:
+            return specs
+        return CallGate(self.profile, None, _ignore, timeout_s=1.0).offered(specs)
+
+    # -- public entry points ---------------------------------------------------------------
+
+    def run_tool_loop(
+        self,
+        prompt: str,
+        context: ToolActorContext | None = None,
+        *,
+        run_id: str = "",
+        timeout_s: float | None = None,
+    ) -> ToolCallRunResult:
+        """Run the loop to its end and return the result, blocking the calling thread.
+
+        Works from any thread. Called where an event loop is already running, it runs the
+        loop on a fresh event loop in a worker thread and blocks until it finishes.
+        """
+        check_prompt(prompt)
+        coro = self.arun_tool_loop(prompt, context, run_id=run_id, timeout_s=timeout_s)
+        return run_blocking(coro)
+
+    async def arun_tool_loop(
+        self,
+        prompt: str,
+        context: ToolActorContext | None = None,
+        *,
+        run_id: str = "",
+        timeout_s: float | None = None,
+        on_event: EventSink | None = None,
+    ) -> ToolCallRunResult:
+        """Run the loop and return the result; ``on_event`` receives every event in order.
+
+        ``timeout_s`` is the run's wall-clock budget: when it passes, calls in flight are
+        closed as cancelled and the partial result comes back with ``stop_reason=deadline``.
+        Raises :class:`LLMCallError` when the LLM caller raises; cancelling the awaiting task
+        closes calls in flight, emits ``RunCancelled`` and re-raises ``CancelledError``.
+        """
+        check_prompt(prompt)
+        return await self._execute(prompt, context, run_id, timeout_s, on_event or _ignore)
+
+    def stream_tool_loop(
+        self,
+        prompt: str,
+        context: ToolActorContext | None = None,
+        *,
+        run_id: str = "",
+        timeout_s: float | None = None,
+    ) -> AsyncIterator[RunEvent]:
+        """Yield the run's events as they happen, ending with its terminal event.
+
+        A failed run ends with ``RunFailed`` (nothing is raised); closing the iterator early
+        cancels the run.
+        """
+        check_prompt(prompt)
+        return self._stream(prompt, context, run_id, timeout_s)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def _stream(
+        self,
+        prompt: str,
+        context: ToolActorContext | None,
+        run_id: str,
+        timeout_s: float | None,
+    ) -> AsyncIterator[RunEvent]:
+        channel = EventChannel()
+        task = asyncio.create_task(self._execute(prompt, context, run_id, timeout_s, channel.put))
+        try:
+            while True:
+                event = await channel.get()
+                yield event
+                if isinstance(event, _TERMINAL):
+                    break
+        finally:
+            if not task.done():
+                task.cancel()
+            # The run's own outcome is already in its terminal event.
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _execute(
+        self,
+        prompt: str,
+        context: ToolActorContext | None,
+        run_id: str,
+        timeout_s: float | None,
+        emit: EventSink,
+    ) -> ToolCallRunResult:
+        state = RunState(run_id, context if context is not None else ToolActorContext())
+        if self.profile is not None:
+            state.gate = CallGate(
+                self.profile,
+                self.approver,
+                emit,
+                timeout_s=self.approval_timeout_s,
+                on_timeout=self.approve_on_timeout,
+            )
+        specs = self.offered_specs()
+        tools = (
+            self.router.tool_schemas(specs)
+            if self.router is not None
+            else [
+                {"name": s.name, "description": s.description, "input_schema": s.input_schema}
+                for s in specs
+            ]
+        )
+        if self.system_prompt:
+            state.messages.append(Message(Role.SYSTEM, self.system_prompt))
+        state.messages.append(Message(Role.USER, prompt))
+        emit(RunStarted(run_id, prompt, tuple(s.name for s in specs), self.max_iterations))
+        try:
+            if timeout_s is None:
+                result = await self._loop(state, tools, emit)
+            else:
+                async with asyncio.timeout(timeout_s) as scope:
+                    result = await self._loop(state, tools, emit)
+        except TimeoutError:
+            if timeout_s is None or not scope.expired():
+                raise
+            reason = f"the run's deadline of {timeout_s:g}s passed"
+            self._close_batch(state, reason)
+            result = state.result(StopReason.DEADLINE)
+            emit(RunCancelled(reason, result))
+            return result
+        except asyncio.CancelledError as exc:
+            stop = StopReason.CANCELLED
+            reason = str(exc.args[0]) if exc.args and exc.args[0] else "cancelled"
+            if timeout_s is not None and scope.expired():
+                # Cancelled from outside at the moment the deadline passed: the deadline wins.
+                stop, reason = StopReason.DEADLINE, f"the run's deadline of {timeout_s:g}s passed"
+            self._close_batch(state, reason)
+            emit(RunCancelled(reason, state.result(stop)))
+            raise
+        except LLMCallError as exc:
+            emit(RunFailed(str(exc), exc.result, exc.__cause__ or exc))
+            raise
+        except Exception as exc:
+            # A bug, ours or a plug-in's: still end the run with its terminal event.
+            message = f"internal error: {type(exc).__name__}: {exc}"
+            emit(RunFailed(message, state.result(StopReason.ERROR), exc))
+            raise
+        emit(RunCompleted(result))
+        return result
+
+    async def _loop(
+        self, state: RunState, tools: Sequence[Mapping[str, Any]], emit: EventSink
+    ) -> ToolCallRunResult:
+        route = self.router.route if self.router is not None else route_call
+        budget = self.budget
+        loop = asyncio.get_running_loop()
+        yield_timer = YieldTimer(loop, _YIELD_EVERY_S)
+        stop = StopReason.MAX_ITERATIONS
+        for iteration in range(1, self.max_iterations + 1):
+            emit(IterationStarted(iteration))
+            response = await self._call_llm(state, tools, iteration)
+            state.iterations = iteration
+            state.add_response(response)
+            emit(LLMResponded(iteration, response.content, response.tool_calls, response.usage))
+            if not response.tool_calls:
+                return state.result(StopReason.FINAL_ANSWER, content=response.content)
+            calls = [route(call) for call in response.tool_calls]
+            state.messages.append(Message(Role.ASSISTANT, response.content, calls))
+            allowed = len(calls)
+            if budget.max_total_tokens is not None and (
+                state.usage.total_tokens >= budget.max_total_tokens
+            ):
+                stop, allowed = StopReason.TOKEN_BUDGET, 0
+            elif budget.max_tool_calls is not None:
+                remaining = budget.max_tool_calls - state.tool_calls
+                if remaining < len(calls):
+                    stop, allowed = StopReason.TOOL_CALL_BUDGET, max(remaining, 0)
+            await self._run_batch(state, calls, iteration, emit, allowed)
+            if allowed < len(calls):
+                break
+            # Let other tasks run even when neither the LLM nor the tools ever suspend: a
+            # scripted run must not hold the event loop (and its watchers) for its whole life.
+            if yield_timer.due():
+                await asyncio.sleep(0)
+                yield_timer.arm()
+        if budget.summarize_on_stop:
+            return await self._summarize(state, stop, emit)
+        return state.result(stop)
+
+    async def _summarize(
+        self, state: RunState, stop: StopReason, emit: EventSink
+    ) -> ToolCallRunResult:
+        """One last LLM call, without tools, so the model can sum up what it has."""
+        iteration = state.iterations + 1
+        state.messages.append(
+            Message(
+                Role.USER,
+                f"The run has stopped ({stop.value.replace('_', ' ')}); no more tools can be "
+                "called. Summarise what you found and what is left to do.",
+            )
+        )
+        emit(IterationStarted(iteration))
+        response = await self._call_llm(state, (), iteration)
+        state.iterations = iteration
+        state.add_response(response)
+        emit(LLMResponded(iteration, response.content, (), response.usage))
+        return state.result(stop, content=response.content)
+
+    async def _call_llm(
+        self, state: RunState, tools: Sequence[Mapping[str, Any]], iteration: int
+    ) -> LLMResponse:
+        request = LLMRequest(state.messages, tools, iteration)
+        try:
+            if self._llm_is_async:
+                response: Any = await self.llm_caller.call(request)  # type: ignore[misc]
+            else:
+                response = await asyncio.to_thread(self.llm_caller.call, request)
+                if inspect.isawaitable(response):
+                    response = await response
+        except Exception as exc:
+            raise LLMCallError(
+                f"the LLM call of iteration {iteration} failed: {type(exc).__name__}: {exc}",
+                iteration=iteration,
+                result=state.result(StopReason.ERROR),
+            ) from exc
+        problem = None
+        if not isinstance(response, LLMResponse):
+            problem = f"returned {type(response).__name__}, not an LLMResponse"
+        elif not all(isinstance(call, ToolCall) for call in response.tool_calls):
+            problem = "returned tool_calls entries that are not ToolCall objects"
+        if problem is not None:
+            raise LLMCallError(
+                f"the LLM caller of iteration {iteration} {problem}",
+                iteration=iteration,
+                result=state.result(StopReason.ERROR),
+            )
+        return response  # type: ignore[no-any-return]
+
+    async def _run_batch(
+        self,
+        state: RunState,
+        calls: Sequence[ToolCall],
+        iteration: int,
+        emit: EventSink,
+        allowed: int,
+    ) -> None:
+        """Run one response's calls; those from index ``allowed`` on are over budget."""
+        batch = state.batch = ToolBatch(
+            calls, iteration, runner=self.runner, context=state.context, emit=emit,
+            gate=state.gate, allowed=allowed,
+        )  # fmt: skip
+        await batch.run(
+            parallel=self.parallel_tool_calls, max_concurrent=self.budget.max_concurrent_tool_calls
+        )
+        self._finish_batch(state, batch)
+
+    def _finish_batch(self, state: RunState, batch: ToolBatch) -> None:
+        """Record the batch in request order and feed every result back to the model."""
+        records = batch.in_order()
+        state.add_records(records)
+        state.messages.extend(feedback(record) for record in records)
+        state.tool_calls += batch.executed
+        state.batch = None
+
+    def _close_batch(self, state: RunState, reason: str) -> None:
+        """Close every call of an interrupted batch with a ``cancelled`` record."""
+        batch = state.batch
+        if batch is not None:
+            batch.close(reason)
+            self._finish_batch(state, batch)

@@ -1,0 +1,228 @@
+"""Run events as protobuf ``RunEvent``s and back, and a run's events encoded once as frames.
+
+The dispatch is a ``match`` over every event type ending in ``assert_never``, so that mypy
+names an event type this module forgets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import assert_never
+
+from cleveragents.tool import (
+    ApprovalDecided,
+    ApprovalRequested,
+    IterationStarted,
+    LLMResponded,
+    RunCancelled,
+    RunCompleted,
+    RunEvent,
+    RunFailed,
+    RunStarted,
+    ToolCallCompleted,
+    ToolCallStarted,
+)
+from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2, types_pb2
+from cleveragents.wire.frames import frame, unframe
+from cleveragents.wire.jsonfields import dumps, parse_json_object
+from cleveragents.wire.requests import RunRequest, run_request_from_pb, started_spec
+from cleveragents.wire.timestamps import seconds_of, set_time
+from cleveragents.wire.values import (
+    RecordDecoder,
+    call_from_pb,
+    call_to_pb,
+    fill_record,
+    record_from_pb,
+    result_from_pb,
+    result_to_pb,
+    usage_from_pb,
+)
+
+__all__ = [
+    "TERMINAL_PAYLOADS",
+    "EventEncoder",
+    "LoggedEvent",
+    "decode_frame",
+    "event_from_pb",
+    "event_to_pb",
+    "events_of",
+    "request_of_started",
+    "result_message",
+]
+
+#: The payloads that end a run.
+TERMINAL_PAYLOADS = ("run_completed", "run_failed", "run_cancelled")
+
+
+class EventEncoder:
+    """Encodes the events of one run as frames, each stamped with its sequence and the time.
+
+    ``accepted`` is the request as the sidecar accepted it: ``run_started`` carries it.
+    """
+
+    __slots__ = ("_accepted", "_run_id")
+
+    def __init__(self, run_id: str, accepted: RunRequest) -> None:
+        self._run_id = run_id
+        self._accepted = accepted
+
+    def encode(self, sequence: int, event: RunEvent, failure_code: int = 0) -> bytes:
+        """The frame of ``event``; ``failure_code`` is the status code a ``RunFailed`` carries."""
+        pb = events_pb2.RunEvent(run_id=self._run_id, sequence=sequence)
+        set_time(pb.time)
+        event_to_pb(event, pb, failure_code=failure_code, accepted=self._accepted)
+        return frame(pb)
+
+
+def event_to_pb(
+    event: RunEvent,
+    run_event: events_pb2.RunEvent,
+    *,
+    failure_code: int,
+    accepted: RunRequest | None = None,
+) -> None:
+    """Fill ``run_event``'s payload from a core event.
+
+    A ``RunStarted`` carries the ``accepted`` request (with only the event's own fields when
+    there is none).
+    """
+    match event:
+        case ToolCallCompleted():
+            fill_record(run_event.tool_call_completed.record, event.record)
+        case ToolCallStarted():
+            payload = run_event.tool_call_started
+            payload.call_id = event.call_id
+            payload.tool_name = event.tool_name
+            payload.inputs = dumps(event.inputs)
+            payload.iteration = event.iteration
+        case IterationStarted():
+            run_event.iteration_started.iteration = event.iteration
+        case LLMResponded():
+            responded = run_event.llm_responded
+            responded.iteration = event.iteration
+            responded.content = event.content
+            responded.tool_calls.extend(call_to_pb(c) for c in event.tool_calls)
+            if event.usage is not None:
+                responded.usage.input_tokens = event.usage.input_tokens
+                responded.usage.output_tokens = event.usage.output_tokens
+        case ApprovalRequested():
+            asked = run_event.approval_requested
+            asked.call_id, asked.tool_name = event.call_id, event.tool_name
+            asked.inputs, asked.iteration = dumps(event.inputs), event.iteration
+            asked.reason = event.reason
+        case ApprovalDecided():
+            decided = run_event.approval_decided
+            decided.call_id, decided.approved = event.call_id, event.approved
+            decided.reason, decided.decided_by = event.reason, event.by
+            decided.iteration = event.iteration
+        case RunStarted():
+            request = accepted if accepted is not None else RunRequest(event.prompt)
+            started_spec(run_event.run_started.spec, request, event)
+        case RunCompleted():
+            run_event.run_completed.result.CopyFrom(result_to_pb(event.result))
+        case RunFailed():
+            failed = run_event.run_failed
+            failed.code = failure_code
+            failed.message = event.message
+            failed.result.CopyFrom(result_to_pb(event.result))
+        case RunCancelled():
+            run_event.run_cancelled.reason = event.reason
+            run_event.run_cancelled.result.CopyFrom(result_to_pb(event.result))
+        case _:  # pragma: no cover - mypy checks that every event type is handled
+            assert_never(event)
+
+
+def event_from_pb(pb: events_pb2.RunEvent, record_from: RecordDecoder = record_from_pb) -> RunEvent:
+    """A core event from a protobuf ``RunEvent`` (``RunFailed.error`` is left empty);
+    ``record_from`` decodes the records it carries. ``ValueError`` when it has no payload."""
+    kind = pb.WhichOneof("payload")
+    if kind == "tool_call_completed":
+        return ToolCallCompleted(record_from(pb.tool_call_completed.record))
+    if kind == "tool_call_started":
+        s = pb.tool_call_started
+        return ToolCallStarted(
+            s.call_id, s.tool_name, parse_json_object(s.inputs, "inputs"), s.iteration
+        )
+    if kind == "iteration_started":
+        return IterationStarted(pb.iteration_started.iteration)
+    if kind == "llm_responded":
+        r = pb.llm_responded
+        usage = usage_from_pb(r.usage) if r.HasField("usage") else None
+        return LLMResponded(
+            r.iteration, r.content, tuple(call_from_pb(c) for c in r.tool_calls), usage
+        )
+    if kind == "run_started":
+        spec = pb.run_started.spec
+        return RunStarted(spec.run_id, spec.prompt, tuple(spec.tool_names), spec.max_iterations)
+    if kind == "run_completed":
+        return RunCompleted(result_from_pb(pb.run_completed.result, record_from))
+    if kind == "run_failed":
+        return RunFailed(pb.run_failed.message, result_from_pb(pb.run_failed.result, record_from))
+    if kind == "run_cancelled":
+        c = pb.run_cancelled
+        return RunCancelled(c.reason, result_from_pb(c.result, record_from))
+    if kind == "approval_requested":
+        a = pb.approval_requested
+        return ApprovalRequested(
+            a.call_id, a.tool_name, parse_json_object(a.inputs, "inputs"), a.iteration, a.reason
+        )
+    if kind == "approval_decided":
+        d = pb.approval_decided
+        return ApprovalDecided(d.call_id, d.approved, d.reason, d.decided_by, d.iteration)
+    raise ValueError(f"RunEvent {pb.sequence} has no payload")
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedEvent:
+    """A frame of a run's log, decoded: where it sits, when it happened and what it says.
+
+    ``failure_code`` is the status code of a ``run_failed`` event (0 for any other).
+    """
+
+    run_id: str
+    sequence: int
+    time: float
+    event: RunEvent
+    failure_code: int = 0
+
+
+def decode_frame(item: bytes) -> LoggedEvent:
+    """The event a frame holds; ``ValueError`` (or protobuf's ``DecodeError``) if it is bad."""
+    pb = unframe(item)
+    code = pb.run_failed.code if pb.WhichOneof("payload") == "run_failed" else 0
+    return LoggedEvent(pb.run_id, pb.sequence, seconds_of(pb.time), event_from_pb(pb), code)
+
+
+def request_of_started(item: bytes) -> RunRequest:
+    """The accepted request that a ``run_started`` frame carries."""
+    return run_request_from_pb(unframe(item).run_started.spec)
+
+
+def result_message(item: bytes) -> types_pb2.ToolCallRunResult | None:
+    """The result a terminal frame carries, still encoded as protobuf (``None`` if the frame
+    does not end a run): the sidecar answers ``GetRun`` with it without converting it again."""
+    pb = unframe(item)
+    kind = pb.WhichOneof("payload")
+    if kind == "run_completed":
+        return pb.run_completed.result
+    if kind == "run_failed":
+        return pb.run_failed.result
+    if kind == "run_cancelled":
+        return pb.run_cancelled.result
+    return None
+
+
+def events_of(
+    response: service_pb2.StreamToolLoopResponse
+    | service_pb2.WatchRunResponse
+    | session_pb2.SessionResponse,
+) -> Sequence[events_pb2.RunEvent]:
+    """The events one streamed response carries, oldest first.
+
+    The sidecar sets ``events`` or ``event``, never both; were both set, ``event`` would come
+    last (as the Node.js client reads it too).
+    """
+    if not response.HasField("event"):
+        return response.events
+    return [*response.events, response.event] if response.events else (response.event,)

@@ -1,0 +1,31 @@
+"""The binary trailer in which a failed ``RunToolLoop`` returns the run's partial result."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from cleveragents.tool import ToolCallRunResult
+from cleveragents.toolruntime.v1 import types_pb2
+from cleveragents.wire.values import result_from_pb
+
+__all__ = ["MAX_TRAILER_BYTES", "RESULT_TRAILER", "result_from_trailers", "result_trailer"]
+
+#: Trailing metadata key under which the sidecar returns a failed run's partial result.
+RESULT_TRAILER = "cleveragents-result-bin"
+#: gRPC refuses metadata above 8 KiB by default; the result trailer stays well below it.
+MAX_TRAILER_BYTES = 6 * 1024
+
+
+def result_trailer(result: types_pb2.ToolCallRunResult) -> tuple[tuple[str, bytes], ...]:
+    """The trailing metadata carrying ``result``, or nothing when it would not fit."""
+    partial = result.SerializeToString()
+    return ((RESULT_TRAILER, partial),) if len(partial) <= MAX_TRAILER_BYTES else ()
+
+
+def result_from_trailers(trailers: Iterable[tuple[str, Any]] | None) -> ToolCallRunResult | None:
+    """The partial result in a call's trailing metadata, if the sidecar sent one."""
+    for key, value in tuple(trailers or ()):
+        if key == RESULT_TRAILER and isinstance(value, bytes):
+            return result_from_pb(types_pb2.ToolCallRunResult.FromString(value))
+    return None
