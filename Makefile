@@ -26,6 +26,7 @@ lint: install
 	$(BIN)/ruff check server client tests bench examples fuzz
 	$(BIN)/ruff format --check server client tests bench examples fuzz
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	cd protos && ../$(BIN)/buf lint
 
 test: lint node-test

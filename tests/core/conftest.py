@@ -7,8 +7,7 @@ them with ``from .conftest import ...``.
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -17,7 +16,9 @@ from cleveragents.tool import (
     LLMRequest,
     LLMResponse,
     Message,
+    Responder,
     RunEvent,
+    ScriptedLLMCaller,
     ToolCall,
     ToolCallingRuntime,
     ToolCallRouter,
@@ -27,45 +28,13 @@ from cleveragents.tool import (
     Usage,
 )
 
-Responder = Callable[[LLMRequest], LLMResponse]
 
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """A copy of what one LLM call received (the runtime's message list is live)."""
-
-    messages: list[Message]
-    tools: list[dict[str, Any]]
-    iteration: int
-
-
-class RecordingLLMCaller:
-    """An async LLM caller that snapshots each request and answers from a script.
+def recording_llm(script: Sequence[LLMResponse] | Responder) -> ScriptedLLMCaller:
+    """A scripted LLM that keeps a snapshot of every request it answers (``requests``).
 
     ``script`` is a list of responses returned in order, or a function of the request.
     """
-
-    def __init__(self, script: Sequence[LLMResponse] | Responder) -> None:
-        self._script = script
-        self.requests: list[RecordedRequest] = []
-
-    @property
-    def calls(self) -> int:
-        return len(self.requests)
-
-    async def call(self, request: LLMRequest) -> LLMResponse:
-        self.requests.append(
-            RecordedRequest(
-                messages=list(request.messages),
-                tools=[dict(tool) for tool in request.tools],
-                iteration=request.iteration,
-            )
-        )
-        if callable(self._script):
-            return self._script(request)
-        if self.calls > len(self._script):
-            raise AssertionError(f"the test scripted {len(self._script)} LLM responses only")
-        return self._script[self.calls - 1]
+    return ScriptedLLMCaller(script, record=True)
 
 
 class RaisingLLMCaller:

@@ -12,6 +12,7 @@ from cleveragents.tool import (
     LLMResponse,
     RunBudget,
     RunEvent,
+    ScriptedLLMCaller,
     StopReason,
     ToolCall,
     ToolCallCompleted,
@@ -24,7 +25,7 @@ from cleveragents.tool import (
     Usage,
 )
 
-from .conftest import RecordingLLMCaller
+from .conftest import recording_llm
 
 
 def _registry() -> ToolRegistry:
@@ -46,13 +47,13 @@ def _turn(*ns: int, tokens: int = 0) -> LLMResponse:
     )
 
 
-def _runtime(llm: RecordingLLMCaller, budget: RunBudget, **kw: object) -> ToolCallingRuntime:
+def _runtime(llm: ScriptedLLMCaller, budget: RunBudget, **kw: object) -> ToolCallingRuntime:
     registry = _registry()
     return ToolCallingRuntime(registry, ToolRunner(registry), llm, budget=budget, **kw)  # type: ignore[arg-type]
 
 
 async def test_the_tool_call_budget_stops_the_run_and_denies_calls_beyond_it() -> None:
-    llm = RecordingLLMCaller([_turn(1, 2), _turn(3, 4), LLMResponse("never")])
+    llm = recording_llm([_turn(1, 2), _turn(3, 4), LLMResponse("never")])
     events: list[RunEvent] = []
     result = await _runtime(llm, RunBudget(max_tool_calls=3)).arun_tool_loop(
         "go", on_event=events.append
@@ -69,13 +70,13 @@ async def test_the_tool_call_budget_stops_the_run_and_denies_calls_beyond_it() -
 
 
 async def test_using_exactly_the_tool_call_budget_still_allows_a_final_answer() -> None:
-    llm = RecordingLLMCaller([_turn(1, 2), LLMResponse("all done")])
+    llm = recording_llm([_turn(1, 2), LLMResponse("all done")])
     result = await _runtime(llm, RunBudget(max_tool_calls=2)).arun_tool_loop("go")
     assert (result.stop_reason, result.content) == (StopReason.FINAL_ANSWER, "all done")
 
 
 async def test_the_token_budget_stops_after_the_response_that_crosses_it() -> None:
-    llm = RecordingLLMCaller([_turn(1, tokens=60), _turn(2, tokens=60), LLMResponse("never")])
+    llm = recording_llm([_turn(1, tokens=60), _turn(2, tokens=60), LLMResponse("never")])
     result = await _runtime(llm, RunBudget(max_total_tokens=100)).arun_tool_loop("go")
     assert result.stop_reason is StopReason.TOKEN_BUDGET
     assert result.usage.input_tokens == 120
@@ -86,7 +87,7 @@ async def test_the_token_budget_stops_after_the_response_that_crosses_it() -> No
 
 
 async def test_summarize_on_stop_makes_one_last_call_without_tools() -> None:
-    llm = RecordingLLMCaller([_turn(1), _turn(2), LLMResponse("summary: did 1 and 2")])
+    llm = recording_llm([_turn(1), _turn(2), LLMResponse("summary: did 1 and 2")])
     runtime = _runtime(llm, RunBudget(summarize_on_stop=True), max_iterations=2)
     result = await runtime.arun_tool_loop("go")
     assert result.stop_reason is StopReason.MAX_ITERATIONS
@@ -112,7 +113,7 @@ async def test_max_concurrent_tool_calls_bounds_one_responses_parallel_calls() -
         running -= 1
         return n
 
-    llm = RecordingLLMCaller(
+    llm = recording_llm(
         [
             LLMResponse(tool_calls=[ToolCall(f"c{i}", "slow", {"n": i}) for i in range(6)]),
             LLMResponse("done"),
@@ -143,7 +144,7 @@ async def test_a_per_tool_concurrency_cap_holds_across_runs() -> None:
     runner = ToolRunner(registry, limits=ToolLimits({"scarce": ToolLimit(max_concurrent=1)}))
 
     def runtime() -> ToolCallingRuntime:
-        llm = RecordingLLMCaller(
+        llm = recording_llm(
             [
                 LLMResponse(tool_calls=[ToolCall("a", "scarce", {}), ToolCall("b", "scarce", {})]),
                 LLMResponse("done"),
@@ -166,7 +167,7 @@ async def test_a_per_tool_rate_limit_spaces_calls_out() -> None:
 
     runner = ToolRunner(registry, limits=ToolLimits({"ping": ToolLimit(rate_per_s=50)}))
     calls = [ToolCall(f"c{i}", "ping", {}) for i in range(4)]
-    llm = RecordingLLMCaller([LLMResponse(tool_calls=calls), LLMResponse("done")])
+    llm = recording_llm([LLMResponse(tool_calls=calls), LLMResponse("done")])
     await ToolCallingRuntime(registry, runner, llm).arun_tool_loop("go")
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert len(starts) == 4

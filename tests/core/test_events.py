@@ -13,6 +13,7 @@ from cleveragents.tool import (
     RunEvent,
     RunFailed,
     RunStarted,
+    ScriptedLLMCaller,
     StopReason,
     ToolActorContext,
     ToolCall,
@@ -26,12 +27,12 @@ from cleveragents.tool import (
 
 from .conftest import (
     RaisingLLMCaller,
-    RecordingLLMCaller,
     always_asks,
     asks,
     collect,
     final,
     make_runtime,
+    recording_llm,
 )
 
 CONTEXT_KEYS = {"sandbox_root": "/srv/box", "resource_bindings": {"db": "pg://x"}}
@@ -41,8 +42,8 @@ def context() -> ToolActorContext:
     return ToolActorContext(sandbox_root="/srv/box", resource_bindings={"db": "pg://x"})
 
 
-def two_iteration_llm() -> RecordingLLMCaller:
-    return RecordingLLMCaller(
+def two_iteration_llm() -> ScriptedLLMCaller:
+    return recording_llm(
         [
             asks(ToolCall("c1", "add", {"a": 1, "b": 2}), content="Adding.", usage=Usage(10, 2)),
             final("3", usage=Usage(20, 1)),
@@ -94,7 +95,7 @@ async def test_event_payloads_describe_the_run(registry: ToolRegistry) -> None:
 
 
 async def test_tool_call_started_inputs_equal_the_record_inputs(registry: ToolRegistry) -> None:
-    llm = RecordingLLMCaller([asks(ToolCall("c1", "echo", {"q": 1})), final()])
+    llm = recording_llm([asks(ToolCall("c1", "echo", {"q": 1})), final()])
 
     events = await collect(make_runtime(registry, llm).stream_tool_loop("hi", context()))
 
@@ -113,7 +114,7 @@ async def test_every_call_has_exactly_one_started_and_one_completed_event(
         ToolCall("invalid", "add", {"a": "x", "b": 1}),
         ToolCall("raises", "boom", {}),
     ]
-    llm = RecordingLLMCaller([asks(*calls), final()])
+    llm = recording_llm([asks(*calls), final()])
 
     events = await collect(make_runtime(registry, llm).stream_tool_loop("hi"))
 
@@ -131,7 +132,7 @@ async def test_every_call_has_exactly_one_started_and_one_completed_event(
 
 async def test_each_call_starts_before_it_completes(registry: ToolRegistry) -> None:
     calls = [ToolCall("a", "add", {"a": 1, "b": 1}), ToolCall("b", "echo", {})]
-    llm = RecordingLLMCaller([asks(*calls), final()])
+    llm = recording_llm([asks(*calls), final()])
 
     events = await collect(make_runtime(registry, llm).stream_tool_loop("hi"))
 
@@ -150,7 +151,7 @@ async def test_each_call_starts_before_it_completes(registry: ToolRegistry) -> N
 
 
 async def test_max_iterations_run_ends_with_run_completed(registry: ToolRegistry) -> None:
-    llm = RecordingLLMCaller(always_asks("echo", {}))
+    llm = recording_llm(always_asks("echo", {}))
 
     events = await collect(make_runtime(registry, llm, max_iterations=2).stream_tool_loop("hi"))
 

@@ -17,6 +17,7 @@ from cleveragents.tool import (
     ErrorKind,
     LLMResponse,
     RunEvent,
+    RunStarted,
     ToolCall,
     ToolCallingRuntime,
     ToolRegistry,
@@ -24,7 +25,7 @@ from cleveragents.tool import (
     ToolSpec,
 )
 
-from .conftest import RecordingLLMCaller
+from .conftest import recording_llm
 
 
 def _registry(ran: list[str]) -> ToolRegistry:
@@ -90,7 +91,7 @@ def test_builtin_profiles_cover_auto_supervised_and_read_only() -> None:
 async def test_forbidden_tools_are_not_offered_to_the_model() -> None:
     ran: list[str] = []
     registry = _registry(ran)
-    llm = RecordingLLMCaller([LLMResponse("nothing to do")])
+    llm = recording_llm([LLMResponse("nothing to do")])
     runtime = ToolCallingRuntime(
         registry, ToolRunner(registry), llm, profile=BUILTIN_PROFILES["read_only"]
     )
@@ -101,7 +102,7 @@ async def test_forbidden_tools_are_not_offered_to_the_model() -> None:
 async def test_a_forbidden_tool_called_anyway_is_denied_and_fed_back() -> None:
     ran: list[str] = []
     registry = _registry(ran)
-    llm = RecordingLLMCaller(_calls("change"))
+    llm = recording_llm(_calls("change"))
     runtime = ToolCallingRuntime(
         registry, ToolRunner(registry), llm, profile=BUILTIN_PROFILES["read_only"]
     )
@@ -121,7 +122,7 @@ async def test_an_approved_call_runs_and_the_approval_is_in_the_event_log() -> N
     runtime = ToolCallingRuntime(
         registry,
         ToolRunner(registry),
-        RecordingLLMCaller(_calls("look", "change")),
+        recording_llm(_calls("look", "change")),
         profile=BUILTIN_PROFILES["supervised"],
         approver=approver,
     )
@@ -139,7 +140,7 @@ async def test_an_approved_call_runs_and_the_approval_is_in_the_event_log() -> N
 async def test_a_denied_call_becomes_a_denied_record_the_model_sees() -> None:
     ran: list[str] = []
     registry = _registry(ran)
-    llm = RecordingLLMCaller(_calls("change"))
+    llm = recording_llm(_calls("change"))
     runtime = ToolCallingRuntime(
         registry,
         ToolRunner(registry),
@@ -162,7 +163,7 @@ async def test_an_approval_that_times_out_is_denied_by_default() -> None:
     runtime = ToolCallingRuntime(
         registry,
         ToolRunner(registry),
-        RecordingLLMCaller(_calls("change")),
+        recording_llm(_calls("change")),
         profile=BUILTIN_PROFILES["supervised"],
         approver=Approver(True, delay=never),
         approval_timeout_s=0.05,
@@ -181,7 +182,7 @@ async def test_without_an_approver_calls_that_need_approval_are_denied() -> None
     runtime = ToolCallingRuntime(
         registry,
         ToolRunner(registry),
-        RecordingLLMCaller(_calls("change")),
+        recording_llm(_calls("change")),
         profile=BUILTIN_PROFILES["supervised"],
     )
     result = await runtime.arun_tool_loop("go")
@@ -197,7 +198,7 @@ async def test_an_approver_that_raises_denies() -> None:
     runtime = ToolCallingRuntime(
         registry,
         ToolRunner(registry),
-        RecordingLLMCaller(_calls("change")),
+        recording_llm(_calls("change")),
         profile=BUILTIN_PROFILES["supervised"],
         approver=broken,
     )
@@ -213,3 +214,20 @@ def test_decorated_tools_can_declare_side_effects() -> None:
 @pytest.mark.parametrize("name", ["full_auto", "supervised", "read_only"])
 def test_every_builtin_profile_allows_tools_without_side_effects(name: str) -> None:
     assert BUILTIN_PROFILES[name].decide(ToolSpec("read")) is Decision.ALLOW
+
+
+async def test_run_started_names_only_the_tools_the_model_is_offered() -> None:
+    ran: list[str] = []
+    registry = _registry(ran)
+    runtime = ToolCallingRuntime(
+        registry,
+        ToolRunner(registry),
+        recording_llm([LLMResponse("nothing to do")]),
+        profile=BUILTIN_PROFILES["read_only"],
+    )
+    events: list[RunEvent] = []
+    await runtime.arun_tool_loop("go", on_event=events.append)
+    started = events[0]
+    assert isinstance(started, RunStarted)
+    assert started.tool_names == ("look",)  # change has side effects: read_only hides it
+    assert [s.name for s in runtime.offered_specs()] == ["look"]

@@ -29,12 +29,12 @@ from cleveragents.tool import (
 from .conftest import (
     HangingTool,
     RaisingLLMCaller,
-    RecordingLLMCaller,
     SyncLLMCaller,
     WrongTypeLLMCaller,
     asks,
     final,
     make_runtime,
+    recording_llm,
 )
 
 BLANK_PROMPTS = ["", "   ", "\n\t "]
@@ -47,7 +47,7 @@ BLANK_PROMPTS = ["", "   ", "\n\t "]
 def test_blank_prompt_to_run_tool_loop_raises_value_error(
     registry: ToolRegistry, prompt: str
 ) -> None:
-    llm = RecordingLLMCaller([final()])
+    llm = recording_llm([final()])
 
     with pytest.raises(ValueError, match="prompt must not be empty"):
         make_runtime(registry, llm).run_tool_loop(prompt)
@@ -58,7 +58,7 @@ def test_blank_prompt_to_run_tool_loop_raises_value_error(
 async def test_blank_prompt_to_arun_tool_loop_raises_value_error(
     registry: ToolRegistry, prompt: str
 ) -> None:
-    llm = RecordingLLMCaller([final()])
+    llm = recording_llm([final()])
 
     with pytest.raises(ValueError, match="prompt must not be empty"):
         await make_runtime(registry, llm).arun_tool_loop(prompt)
@@ -69,14 +69,14 @@ async def test_blank_prompt_to_arun_tool_loop_raises_value_error(
 def test_blank_prompt_to_stream_tool_loop_raises_at_call_time(
     registry: ToolRegistry, prompt: str
 ) -> None:
-    runtime = make_runtime(registry, RecordingLLMCaller([final()]))
+    runtime = make_runtime(registry, recording_llm([final()]))
 
     with pytest.raises(ValueError, match="prompt must not be empty"):
         runtime.stream_tool_loop(prompt)
 
 
 async def test_non_string_prompt_raises_type_error(registry: ToolRegistry) -> None:
-    runtime = make_runtime(registry, RecordingLLMCaller([final()]))
+    runtime = make_runtime(registry, recording_llm([final()]))
 
     with pytest.raises(TypeError, match="prompt must be a str, got int"):
         await runtime.arun_tool_loop(42)  # type: ignore[arg-type]
@@ -92,7 +92,7 @@ def test_registry_of_the_wrong_type_raises_type_error_at_construction(
         ToolCallingRuntime(
             registry={},  # type: ignore[arg-type]
             runner=ToolRunner(registry),
-            llm_caller=RecordingLLMCaller([]),
+            llm_caller=recording_llm([]),
         )
 
 
@@ -103,7 +103,7 @@ def test_runner_of_the_wrong_type_raises_type_error_at_construction(
         ToolCallingRuntime(
             registry=registry,
             runner=object(),  # type: ignore[arg-type]
-            llm_caller=RecordingLLMCaller([]),
+            llm_caller=recording_llm([]),
         )
 
 
@@ -121,7 +121,7 @@ def test_router_of_the_wrong_type_raises_type_error(registry: ToolRegistry) -> N
         ToolCallingRuntime(
             registry,
             ToolRunner(registry),
-            RecordingLLMCaller([]),
+            recording_llm([]),
             router="openai",  # type: ignore[arg-type]
         )
 
@@ -133,7 +133,7 @@ def test_max_iterations_below_one_raises_value_error(
     with pytest.raises(
         ValueError, match=f"max_iterations must be at least 1, got {max_iterations}"
     ):
-        make_runtime(registry, RecordingLLMCaller([]), max_iterations=max_iterations)
+        make_runtime(registry, recording_llm([]), max_iterations=max_iterations)
 
 
 @pytest.mark.parametrize("max_iterations", [True, 2.0])
@@ -141,11 +141,11 @@ def test_max_iterations_that_is_not_an_int_raises_type_error(
     registry: ToolRegistry, max_iterations: Any
 ) -> None:
     with pytest.raises(TypeError, match="max_iterations must be an int"):
-        make_runtime(registry, RecordingLLMCaller([]), max_iterations=max_iterations)
+        make_runtime(registry, recording_llm([]), max_iterations=max_iterations)
 
 
 def test_default_max_iterations_is_25(registry: ToolRegistry) -> None:
-    runtime = ToolCallingRuntime(registry, ToolRunner(registry), RecordingLLMCaller([]))
+    runtime = ToolCallingRuntime(registry, ToolRunner(registry), recording_llm([]))
 
     assert runtime.max_iterations == 25
 
@@ -216,7 +216,7 @@ async def test_malformed_tool_calls_end_the_stream_with_run_failed(
 ) -> None:
     not_a_tool_call: Any = {"id": "c1", "name": "add", "arguments": {}}
     bad = LLMResponse(tool_calls=[not_a_tool_call])
-    runtime = make_runtime(registry, RecordingLLMCaller([bad, final()]))
+    runtime = make_runtime(registry, recording_llm([bad, final()]))
     events: list[RunEvent] = []
 
     async with asyncio.timeout(0.5):  # the bug makes the stream hang
@@ -233,7 +233,7 @@ async def test_run_deadline_closes_the_hanging_call_as_cancelled_and_returns() -
     registry = ToolRegistry()
     hanging = HangingTool()
     registry.register(ToolSpec("hang"), hanging)
-    llm = RecordingLLMCaller([asks(ToolCall("c1", "hang", {"tag": "h"}), content="Waiting.")])
+    llm = recording_llm([asks(ToolCall("c1", "hang", {"tag": "h"}), content="Waiting.")])
     context = ToolActorContext()
     events: list[RunEvent] = []
 
@@ -262,7 +262,7 @@ async def test_run_deadline_keeps_finished_calls_of_the_batch() -> None:
     hanging = HangingTool()
     registry.register(ToolSpec("hang"), hanging)
     registry.register(ToolSpec("quick"), lambda inputs: {"ok": True})
-    llm = RecordingLLMCaller([asks(ToolCall("q", "quick", {}), ToolCall("h", "hang", {}))])
+    llm = recording_llm([asks(ToolCall("q", "quick", {}), ToolCall("h", "hang", {}))])
 
     result = await make_runtime(registry, llm).arun_tool_loop("hi", timeout_s=0.1)
 
@@ -278,7 +278,7 @@ async def test_cancelling_the_run_closes_parallel_calls_as_cancelled_and_reraise
     registry = ToolRegistry()
     hanging = HangingTool(expected=2)
     registry.register(ToolSpec("hang"), hanging)
-    llm = RecordingLLMCaller(
+    llm = recording_llm(
         [asks(ToolCall("c1", "hang", {"tag": "one"}), ToolCall("c2", "hang", {"tag": "two"}))]
     )
     context = ToolActorContext()
@@ -311,7 +311,7 @@ async def test_cancelling_a_sequential_batch_closes_the_calls_not_yet_started() 
     registry = ToolRegistry()
     hanging = HangingTool()
     registry.register(ToolSpec("hang"), hanging)
-    llm = RecordingLLMCaller(
+    llm = recording_llm(
         [asks(ToolCall("c1", "hang", {"tag": "one"}), ToolCall("c2", "hang", {"tag": "two"}))]
     )
     events: list[RunEvent] = []
@@ -338,7 +338,7 @@ async def test_closing_the_stream_early_cancels_the_run() -> None:
     registry = ToolRegistry()
     hanging = HangingTool()
     registry.register(ToolSpec("hang"), hanging)
-    llm = RecordingLLMCaller([asks(ToolCall("c1", "hang", {"tag": "h"}))])
+    llm = recording_llm([asks(ToolCall("c1", "hang", {"tag": "h"}))])
     context = ToolActorContext()
     stream = make_runtime(registry, llm).stream_tool_loop("hi", context)
     assert isinstance(stream, AsyncGenerator)
@@ -355,3 +355,45 @@ async def test_closing_the_stream_early_cancels_the_run() -> None:
     assert [(r.call_id, r.error_kind) for r in context.tool_call_history] == [
         ("c1", ErrorKind.CANCELLED)
     ]
+
+
+# -- construction ------------------------------------------------------------------------------
+
+
+def test_the_seed_keyword_constructor_keeps_working(registry: ToolRegistry) -> None:
+    runner = ToolRunner(registry)
+    llm = recording_llm([final()])
+    runtime = ToolCallingRuntime(registry=registry, runner=runner, llm_caller=llm, max_iterations=3)
+    assert (runtime.registry, runtime.runner, runtime.llm_caller) == (registry, runner, llm)
+    assert runtime.max_iterations == 3
+
+
+def test_a_runner_over_another_registry_is_a_value_error(registry: ToolRegistry) -> None:
+    other = ToolRegistry()
+    with pytest.raises(ValueError, match=r"runner\.registry is not the registry"):
+        ToolCallingRuntime(registry, ToolRunner(other), recording_llm([final()]))
+
+
+# -- structured concurrency ------------------------------------------------------------------
+
+
+async def test_a_bug_in_a_parallel_call_cancels_and_awaits_its_siblings() -> None:
+    registry = ToolRegistry()
+    hanging = HangingTool(expected=1)
+    registry.register(ToolSpec("hang"), hanging)
+    registry.register(ToolSpec("quick"), lambda inputs: {})
+    llm = recording_llm(
+        [asks(ToolCall("c1", "hang", {"tag": "slow"}), ToolCall("c2", "quick", {}))]
+    )
+
+    def on_event(event: RunEvent) -> None:
+        # An event sink that breaks: the kind of bug the runner cannot turn into a record.
+        if isinstance(event, ToolCallCompleted) and event.record.call_id == "c2":
+            raise RuntimeError("the sink broke")
+
+    with pytest.raises(RuntimeError, match="the sink broke"):
+        await make_runtime(registry, llm).arun_tool_loop("hi", on_event=on_event)
+
+    # The hanging sibling was cancelled, and had finished, when the error reached the caller.
+    assert hanging.cancelled == ["slow"]
+    assert hanging.finalised == ["slow"]

@@ -24,11 +24,11 @@ from cleveragents.tool import (
 )
 
 from .conftest import (
-    RecordingLLMCaller,
     always_asks,
     asks,
     final,
     make_runtime,
+    recording_llm,
     tool_message_payload,
 )
 
@@ -49,7 +49,7 @@ ADD_SCHEMA = {
 async def test_without_router_tools_are_sent_as_name_description_input_schema(
     registry: ToolRegistry,
 ) -> None:
-    llm = RecordingLLMCaller([final()])
+    llm = recording_llm([final()])
 
     await make_runtime(registry, llm).arun_tool_loop("hi")
 
@@ -63,7 +63,7 @@ async def test_without_router_tools_are_sent_as_name_description_input_schema(
 async def test_with_a_router_tools_are_sent_in_the_provider_format(
     registry: ToolRegistry,
 ) -> None:
-    llm = RecordingLLMCaller([final()])
+    llm = recording_llm([final()])
     router = ToolCallRouter("openai")
 
     await make_runtime(registry, llm, router=router).arun_tool_loop("hi")
@@ -76,7 +76,7 @@ async def test_with_a_router_tools_are_sent_in_the_provider_format(
 
 
 async def test_the_same_tool_schemas_are_sent_on_every_iteration(registry: ToolRegistry) -> None:
-    llm = RecordingLLMCaller([asks(ToolCall("c1", "add", {"a": 1, "b": 2})), final()])
+    llm = recording_llm([asks(ToolCall("c1", "add", {"a": 1, "b": 2})), final()])
 
     await make_runtime(registry, llm).arun_tool_loop("hi")
 
@@ -93,7 +93,7 @@ async def test_context_keys_are_not_in_the_schema_shown_to_the_model() -> None:
     ) -> None:
         pass
 
-    llm = RecordingLLMCaller([final()])
+    llm = recording_llm([final()])
 
     await make_runtime(registry, llm).arun_tool_loop("hi")
 
@@ -106,7 +106,7 @@ async def test_context_keys_are_not_in_the_schema_shown_to_the_model() -> None:
 
 
 async def test_first_request_holds_only_the_user_prompt(registry: ToolRegistry) -> None:
-    llm = RecordingLLMCaller([final()])
+    llm = recording_llm([final()])
 
     await make_runtime(registry, llm).arun_tool_loop("What is 1 + 2?")
 
@@ -119,7 +119,7 @@ async def test_conversation_carries_assistant_tool_calls_and_tool_results_in_ord
 ) -> None:
     first = ToolCall("c1", "add", {"a": 1, "b": 2})
     second = ToolCall("c2", "echo", {"x": "y"})
-    llm = RecordingLLMCaller([asks(first, second, content="Let me compute."), final("3")])
+    llm = recording_llm([asks(first, second, content="Let me compute."), final("3")])
 
     await make_runtime(registry, llm).arun_tool_loop("What is 1 + 2?")
 
@@ -136,7 +136,7 @@ async def test_conversation_carries_assistant_tool_calls_and_tool_results_in_ord
 
 
 async def test_conversation_grows_across_iterations(registry: ToolRegistry) -> None:
-    llm = RecordingLLMCaller(
+    llm = recording_llm(
         [
             asks(ToolCall("c1", "add", {"a": 1, "b": 1})),
             asks(ToolCall("c2", "add", {"a": 2, "b": 2})),
@@ -153,7 +153,7 @@ async def test_conversation_grows_across_iterations(registry: ToolRegistry) -> N
 
 
 async def test_system_prompt_opens_the_conversation(registry: ToolRegistry) -> None:
-    llm = RecordingLLMCaller([final()])
+    llm = recording_llm([final()])
 
     await make_runtime(registry, llm, system_prompt="You are terse.").arun_tool_loop("hi")
 
@@ -164,7 +164,7 @@ async def test_system_prompt_opens_the_conversation(registry: ToolRegistry) -> N
 
 
 async def test_failures_are_fed_back_to_the_model_as_error_json(registry: ToolRegistry) -> None:
-    llm = RecordingLLMCaller([asks(ToolCall("c1", "boom", {})), final()])
+    llm = recording_llm([asks(ToolCall("c1", "boom", {})), final()])
 
     await make_runtime(registry, llm).arun_tool_loop("hi")
 
@@ -183,7 +183,7 @@ async def test_records_are_appended_to_the_context_history_and_the_result(
 ) -> None:
     earlier = ToolCallRecord("old", {}, {}, 1.0, True, None, 1)
     context = ToolActorContext(plan_id="p", tool_call_history=[earlier])
-    llm = RecordingLLMCaller(
+    llm = recording_llm(
         [
             asks(ToolCall("c1", "add", {"a": 1, "b": 2})),
             asks(ToolCall("c2", "echo", {"k": "v"})),
@@ -209,7 +209,7 @@ async def test_context_history_is_up_to_date_when_the_model_is_next_called(
             return asks(ToolCall("c1", "add", {"a": 1, "b": 2}))
         return final()
 
-    await make_runtime(registry, RecordingLLMCaller(respond)).arun_tool_loop("hi", context)
+    await make_runtime(registry, recording_llm(respond)).arun_tool_loop("hi", context)
 
     assert seen == [[], ["c1"]]
 
@@ -218,7 +218,7 @@ async def test_records_carry_the_llm_call_id_and_the_threaded_inputs(
     registry: ToolRegistry,
 ) -> None:
     context = ToolActorContext(sandbox_root="/srv/box", resource_bindings={"db": "pg://x"})
-    llm = RecordingLLMCaller([asks(ToolCall("toolu_42", "echo", {"q": 1})), final()])
+    llm = recording_llm([asks(ToolCall("toolu_42", "echo", {"q": 1})), final()])
 
     result = await make_runtime(registry, llm).arun_tool_loop("hi", context)
 
@@ -249,7 +249,7 @@ async def test_every_tool_gets_the_context_keys() -> None:
         received.append(("by_kwargs", sandbox_root, resource_bindings))
 
     context = ToolActorContext(sandbox_root="/srv/box", resource_bindings={"db": "pg://x"})
-    llm = RecordingLLMCaller(
+    llm = recording_llm(
         [asks(ToolCall("c1", "by_dict", {}), ToolCall("c2", "by_kwargs", {})), final()]
     )
 
@@ -269,7 +269,7 @@ async def test_duration_ms_reflects_the_tool_running_time() -> None:
         await asyncio.sleep(0.05)
         return "rested"
 
-    llm = RecordingLLMCaller([asks(ToolCall("c1", "nap", {})), final()])
+    llm = recording_llm([asks(ToolCall("c1", "nap", {})), final()])
     before = time.time()
 
     result = await make_runtime(registry, llm).arun_tool_loop("hi")
@@ -285,7 +285,7 @@ async def test_duration_ms_reflects_the_tool_running_time() -> None:
 async def test_final_answer_returns_its_content_and_the_whole_history(
     registry: ToolRegistry,
 ) -> None:
-    llm = RecordingLLMCaller(
+    llm = recording_llm(
         [
             asks(ToolCall("c1", "add", {"a": 1, "b": 2}), content="thinking"),
             asks(ToolCall("c2", "add", {"a": 3, "b": 4})),
@@ -306,7 +306,7 @@ async def test_final_answer_returns_its_content_and_the_whole_history(
 async def test_immediate_final_answer_makes_one_llm_call_and_no_tool_call(
     registry: ToolRegistry,
 ) -> None:
-    llm = RecordingLLMCaller([final("Nothing to do.")])
+    llm = recording_llm([final("Nothing to do.")])
 
     result = await make_runtime(registry, llm).arun_tool_loop("hi")
 
@@ -319,7 +319,7 @@ async def test_immediate_final_answer_makes_one_llm_call_and_no_tool_call(
 async def test_final_answer_on_the_last_allowed_iteration_is_not_a_limit_stop(
     registry: ToolRegistry,
 ) -> None:
-    llm = RecordingLLMCaller([asks(ToolCall("c1", "add", {"a": 1, "b": 2})), final("3")])
+    llm = recording_llm([asks(ToolCall("c1", "add", {"a": 1, "b": 2})), final("3")])
 
     result = await make_runtime(registry, llm, max_iterations=2).arun_tool_loop("hi")
 
@@ -335,7 +335,7 @@ async def test_final_answer_on_the_last_allowed_iteration_is_not_a_limit_stop(
 async def test_max_iterations_calls_the_llm_n_times_and_runs_n_rounds_of_tools(
     registry: ToolRegistry,
 ) -> None:
-    llm = RecordingLLMCaller(always_asks("add", {"a": 1, "b": 1}))
+    llm = recording_llm(always_asks("add", {"a": 1, "b": 1}))
 
     result = await make_runtime(registry, llm, max_iterations=3).arun_tool_loop("loop forever")
 
@@ -353,7 +353,7 @@ async def test_max_iterations_calls_the_llm_n_times_and_runs_n_rounds_of_tools(
 
 
 async def test_max_iterations_of_one_runs_one_round(registry: ToolRegistry) -> None:
-    llm = RecordingLLMCaller(always_asks("add", {"a": 1, "b": 1}))
+    llm = recording_llm(always_asks("add", {"a": 1, "b": 1}))
 
     result = await make_runtime(registry, llm, max_iterations=1).arun_tool_loop("hi")
 
@@ -366,7 +366,7 @@ async def test_max_iterations_of_one_runs_one_round(registry: ToolRegistry) -> N
 async def test_records_carry_the_iteration_of_the_llm_call_that_requested_them(
     registry: ToolRegistry,
 ) -> None:
-    llm = RecordingLLMCaller(
+    llm = recording_llm(
         [
             asks(ToolCall("a", "add", {"a": 1, "b": 1}), ToolCall("b", "echo", {})),
             asks(ToolCall("c", "echo", {})),
@@ -391,9 +391,7 @@ async def test_partial_content_joins_assistant_texts_with_newlines_skipping_empt
     registry: ToolRegistry,
 ) -> None:
     call = ToolCall("c", "echo", {})
-    llm = RecordingLLMCaller(
-        [asks(call, content="First."), asks(call), asks(call, content="Third.")]
-    )
+    llm = recording_llm([asks(call, content="First."), asks(call), asks(call, content="Third.")])
 
     result = await make_runtime(registry, llm, max_iterations=3).arun_tool_loop("hi")
 
@@ -404,7 +402,7 @@ async def test_partial_content_joins_assistant_texts_with_newlines_skipping_empt
 async def test_partial_content_is_empty_when_the_model_said_nothing(
     registry: ToolRegistry,
 ) -> None:
-    llm = RecordingLLMCaller([asks(ToolCall("c", "echo", {}))])
+    llm = recording_llm([asks(ToolCall("c", "echo", {}))])
 
     result = await make_runtime(registry, llm, max_iterations=1).arun_tool_loop("hi")
 
@@ -417,7 +415,7 @@ async def test_partial_content_is_empty_when_the_model_said_nothing(
 async def test_unknown_tool_becomes_failed_record_and_loop_continues(
     registry: ToolRegistry,
 ) -> None:
-    llm = RecordingLLMCaller([asks(ToolCall("c1", "teleport", {"to": "mars"})), final("Sorry.")])
+    llm = recording_llm([asks(ToolCall("c1", "teleport", {"to": "mars"})), final("Sorry.")])
 
     result = await make_runtime(registry, llm).arun_tool_loop("hi")
 
@@ -437,7 +435,7 @@ async def test_unknown_tool_becomes_failed_record_and_loop_continues(
 async def test_raising_handler_becomes_failed_record_and_loop_continues(
     registry: ToolRegistry,
 ) -> None:
-    llm = RecordingLLMCaller(
+    llm = recording_llm(
         [asks(ToolCall("c1", "boom", {})), asks(ToolCall("c2", "add", {"a": 2, "b": 2})), final()]
     )
 
@@ -455,7 +453,7 @@ async def test_raising_handler_becomes_failed_record_and_loop_continues(
 
 
 async def test_invalid_arguments_are_fed_back_naming_the_field(registry: ToolRegistry) -> None:
-    llm = RecordingLLMCaller([asks(ToolCall("c1", "add", {"a": 1, "b": "two"})), final()])
+    llm = recording_llm([asks(ToolCall("c1", "add", {"a": 1, "b": "two"})), final()])
 
     result = await make_runtime(registry, llm).arun_tool_loop("hi")
 
@@ -472,9 +470,7 @@ async def test_unparseable_arguments_from_the_router_are_fed_back_and_the_loop_c
     registry: ToolRegistry,
 ) -> None:
     broken = ToolCall("c1", "add", cast(Any, '{"a": 1'))
-    llm = RecordingLLMCaller(
-        [asks(broken), asks(ToolCall("c2", "add", {"a": 1, "b": 2})), final("3")]
-    )
+    llm = recording_llm([asks(broken), asks(ToolCall("c2", "add", {"a": 1, "b": 2})), final("3")])
     runtime = make_runtime(registry, llm, router=ToolCallRouter("openai"))
 
     result = await runtime.arun_tool_loop("hi")
@@ -493,7 +489,7 @@ async def test_unparseable_arguments_from_the_router_are_fed_back_and_the_loop_c
 
 async def test_json_text_arguments_are_parsed_without_a_router(registry: ToolRegistry) -> None:
     as_text = ToolCall("c1", "add", cast(Any, '{"a": 5, "b": 6}'))
-    llm = RecordingLLMCaller([asks(as_text), final()])
+    llm = recording_llm([asks(as_text), final()])
 
     result = await make_runtime(registry, llm).arun_tool_loop("hi")
 
@@ -508,7 +504,7 @@ async def test_tool_timeout_is_fed_back_and_the_loop_continues() -> None:
     async def stuck() -> None:
         await asyncio.sleep(5)
 
-    llm = RecordingLLMCaller([asks(ToolCall("c1", "stuck", {})), final("gave up")])
+    llm = recording_llm([asks(ToolCall("c1", "stuck", {})), final("gave up")])
 
     result = await make_runtime(registry, llm).arun_tool_loop("hi")
 
@@ -538,7 +534,7 @@ async def test_sync_and_async_handlers_both_work_in_the_loop() -> None:
         threads["async"] = threading.get_ident()
         return n + 2
 
-    llm = RecordingLLMCaller(
+    llm = recording_llm(
         [asks(ToolCall("s", "sync_tool", {"n": 1}), ToolCall("a", "async_tool", {"n": 1})), final()]
     )
 
@@ -563,7 +559,7 @@ async def test_parallel_async_calls_run_concurrently() -> None:
         return who
 
     calls = [ToolCall(f"c{i}", "meet", {"who": who}) for i, who in enumerate("xyz")]
-    llm = RecordingLLMCaller([asks(*calls), final()])
+    llm = recording_llm([asks(*calls), final()])
 
     result = await make_runtime(registry, llm).arun_tool_loop("hi")
 
@@ -580,7 +576,7 @@ async def test_parallel_sync_calls_run_concurrently_in_threads() -> None:
         barrier.wait()  # raises BrokenBarrierError unless both run at once
         return who
 
-    llm = RecordingLLMCaller(
+    llm = recording_llm(
         [asks(ToolCall("c1", "meet", {"who": "a"}), ToolCall("c2", "meet", {"who": "b"})), final()]
     )
 
@@ -607,9 +603,7 @@ async def test_records_keep_request_order_when_the_first_requested_finishes_last
         return "fast"
 
     completed: list[str] = []
-    llm = RecordingLLMCaller(
-        [asks(ToolCall("c1", "slow", {}), ToolCall("c2", "fast", {})), final()]
-    )
+    llm = recording_llm([asks(ToolCall("c1", "slow", {}), ToolCall("c2", "fast", {})), final()])
 
     result = await make_runtime(registry, llm).arun_tool_loop(
         "hi",
@@ -634,7 +628,7 @@ async def test_calls_interleave_when_parallel_and_run_one_after_another_when_not
             await asyncio.sleep(0.01)
             log.append(f"end {name}")
 
-        llm = RecordingLLMCaller(
+        llm = recording_llm(
             [
                 asks(ToolCall("1", "step", {"name": "a"}), ToolCall("2", "step", {"name": "b"})),
                 final(),
@@ -651,7 +645,7 @@ async def test_calls_interleave_when_parallel_and_run_one_after_another_when_not
 
 
 async def test_usage_is_summed_over_the_run(registry: ToolRegistry) -> None:
-    llm = RecordingLLMCaller(
+    llm = recording_llm(
         [
             asks(ToolCall("c1", "echo", {}), usage=Usage(100, 10)),
             asks(ToolCall("c2", "echo", {})),
@@ -666,7 +660,7 @@ async def test_usage_is_summed_over_the_run(registry: ToolRegistry) -> None:
 
 
 async def test_usage_is_zero_when_none_is_reported(registry: ToolRegistry) -> None:
-    llm = RecordingLLMCaller([asks(ToolCall("c1", "echo", {})), final()])
+    llm = recording_llm([asks(ToolCall("c1", "echo", {})), final()])
 
     result = await make_runtime(registry, llm).arun_tool_loop("hi")
 
@@ -674,7 +668,7 @@ async def test_usage_is_zero_when_none_is_reported(registry: ToolRegistry) -> No
 
 
 async def test_run_without_a_context_threads_nothing(registry: ToolRegistry) -> None:
-    llm = RecordingLLMCaller([asks(ToolCall("c1", "echo", {"k": 1})), final()])
+    llm = recording_llm([asks(ToolCall("c1", "echo", {"k": 1})), final()])
 
     result = await make_runtime(registry, llm).arun_tool_loop("hi")
 

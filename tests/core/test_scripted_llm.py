@@ -9,6 +9,8 @@ from cleveragents.tool import (
     LLMCallError,
     LLMRequest,
     LLMResponse,
+    Message,
+    Role,
     ScriptedLLMCaller,
     ScriptExhaustedError,
     ToolCall,
@@ -142,3 +144,38 @@ def test_response_from_dict_rejects_a_turn_that_is_not_an_object() -> None:
 def test_scripted_caller_rejects_a_bad_turn_at_construction() -> None:
     with pytest.raises(ValueError, match="unknown key\\(s\\) in scripted turn: tools"):
         ScriptedLLMCaller([{"tools": []}])
+
+
+async def test_a_recording_script_keeps_a_snapshot_of_each_request() -> None:
+    llm = ScriptedLLMCaller([LLMResponse("one"), LLMResponse("two")], record=True)
+    messages = [Message(Role.USER, "hi")]
+    tools = [{"name": "t", "description": "", "input_schema": {"type": "object"}}]
+    await llm.call(LLMRequest(messages, tools, 1))
+    messages.append(Message(Role.ASSISTANT, "one"))  # the runtime's list is live
+    await llm.call(LLMRequest(messages, (), 2))
+
+    assert [r.iteration for r in llm.requests] == [1, 2]
+    assert llm.requests[0].messages == [Message(Role.USER, "hi")]
+    assert llm.requests[0].tools == tools
+    assert len(llm.requests[1].messages) == 2
+    assert llm.calls == 2
+
+
+async def test_a_script_records_nothing_unless_asked() -> None:
+    llm = ScriptedLLMCaller([LLMResponse("one")])
+    await llm.call(LLMRequest([Message(Role.USER, "hi")], (), 1))
+    assert llm.requests == []
+
+
+async def test_a_responder_function_answers_every_request_with_responses_or_turns() -> None:
+    def respond(request: LLMRequest) -> LLMResponse | dict[str, object]:
+        if request.iteration == 1:
+            return {"tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]}
+        return LLMResponse(f"answer {request.iteration}")
+
+    llm = ScriptedLLMCaller(respond)
+    first = await llm.call(LLMRequest([], (), 1))
+    second = await llm.call(LLMRequest([], (), 2))
+    assert [(c.id, c.name) for c in first.tool_calls] == [("call_1_1", "echo")]
+    assert second.content == "answer 2"
+    assert (llm.calls, len(llm)) == (2, 0)

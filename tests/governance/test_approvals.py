@@ -17,6 +17,7 @@ from cleveragents.tool import (
     LLMRequest,
     LLMResponse,
     RunCompleted,
+    RunStarted,
     ToolActorContext,
     ToolCall,
     ToolRegistry,
@@ -188,3 +189,38 @@ async def test_deciding_a_call_that_does_not_wait_is_a_failed_precondition(start
             await client.decide_approval("no-such-run", "c1", approved=True)
     assert not_waiting.value.code is grpc.StatusCode.FAILED_PRECONDITION
     assert no_run.value.code is grpc.StatusCode.NOT_FOUND
+
+
+async def test_run_started_on_the_wire_names_only_the_tools_the_model_is_offered(
+    start: Start,
+) -> None:
+    sidecar, _ = await start()
+    context = ToolActorContext(automation_profile="read_only")
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = [e async for e in client.stream_tool_loop("go", script=[{}], context=context)]
+    started = events[0].event
+    assert isinstance(started, RunStarted)
+    assert started.tool_names == ("look", "wait")  # deploy has side effects: not offered
+
+
+async def test_run_started_of_a_session_leaves_out_client_tools_the_profile_forbids(
+    start: Start,
+) -> None:
+    sidecar, _ = await start()
+    tools = ToolRegistry()
+
+    @tools.tool
+    def read_note() -> str:
+        """Read the note."""
+        return "note"
+
+    @tools.tool(side_effects=True)
+    def write_note(text: str) -> None:
+        """Write a note."""
+
+    context = ToolActorContext(automation_profile="read_only")
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = [e async for e in client.session("go", tools=tools, script=[{}], context=context)]
+    started = events[0].event
+    assert isinstance(started, RunStarted)
+    assert started.tool_names == ("look", "wait", "read_note")

@@ -32,11 +32,11 @@ from cleveragents.sidecar import Sidecar, SidecarConfig, configure_logging
 from cleveragents.tool import (
     LLMRequest,
     LLMResponse,
-    Message,
     RunCancelled,
     RunCompleted,
     RunFailed,
     RunStarted,
+    ScriptedLLMCaller,
     ToolCallCompleted,
     ToolCallRunResult,
     ToolCallStarted,
@@ -174,27 +174,9 @@ class ServerTools:
 # -- hand-written client-side LLM fakes ----------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class SeenRequest:
-    """A copy of what one client-hosted LLM call received."""
-
-    messages: list[Message]
-    tools: list[dict[str, Any]]
-    iteration: int
-
-
-class RecordingLLM:
+def recording_llm(responses: Sequence[LLMResponse]) -> ScriptedLLMCaller:
     """A client-hosted LLM answering from ``responses`` in order and keeping every request."""
-
-    def __init__(self, responses: Sequence[LLMResponse]) -> None:
-        self._responses = list(responses)
-        self.requests: list[SeenRequest] = []
-
-    async def call(self, request: LLMRequest) -> LLMResponse:
-        self.requests.append(
-            SeenRequest(list(request.messages), [dict(t) for t in request.tools], request.iteration)
-        )
-        return self._responses[len(self.requests) - 1]
+    return ScriptedLLMCaller(responses, record=True)
 
 
 class RaisingLLM:

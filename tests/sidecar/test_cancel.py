@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from cleveragents.tool import (
     ErrorKind,
     RunCancelled,
     RunCompleted,
+    RunStarted,
     StopReason,
     ToolCallRecord,
     ToolCallRunResult,
@@ -24,6 +26,7 @@ from cleveragents.tool import (
     ToolSpec,
 )
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2, types_pb2
+from cleveragents.wire import LlmChoice, RunRequest, decode_frame
 
 from .conftest import (
     WAIT_S,
@@ -434,3 +437,29 @@ async def test_leaving_a_client_session_cancels_the_run(client: AsyncSidecarClie
 
     assert terminal(events).reason in CLIENT_GONE
     assert only_record(terminal(events)).error_kind is ErrorKind.CANCELLED
+
+
+class _CallContext:
+    """What the service reads of the call that starts a run: no deadline, no metadata."""
+
+    def time_remaining(self) -> float | None:
+        return None
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+
+async def test_a_run_cancelled_before_its_first_step_logs_run_started_then_run_cancelled(
+    sidecar: Sidecar, server_tools: ServerTools
+) -> None:
+    request = RunRequest("go", llm=LlmChoice(script=json.dumps([turn("", call("h1", "hang"))])))
+    run = sidecar.service.start_run(request, _CallContext())  # type: ignore[arg-type]
+    sidecar.manager.cancel(run, "at once")  # the run's task has not taken a step yet
+
+    async with asyncio.timeout(WAIT_S):
+        await run.wait()
+    events = [decode_frame(item).event for item in run.log.frames]
+    assert isinstance(events[0], RunStarted)
+    assert isinstance(events[-1], RunCancelled)
+    assert events[-1].reason == "at once"
+    assert run.state == "cancelled"

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -32,7 +32,6 @@ from .conftest import (
     WAIT_S,
     LaggingProxy,
     RaisingLLM,
-    RecordingLLM,
     ServerTools,
     assert_well_formed,
     call,
@@ -40,6 +39,7 @@ from .conftest import (
     drain_session,
     next_response,
     read_until_invocation,
+    recording_llm,
     run_spec,
     session_start,
     tool_result,
@@ -522,7 +522,7 @@ async def test_session_with_server_tools_only_survives_half_close(stub: Stub) ->
 
 
 async def test_client_llm_first_request_holds_the_prompt(client: AsyncSidecarClient) -> None:
-    llm = RecordingLLM([LLMResponse("all done")])
+    llm = recording_llm([LLMResponse("all done")])
     events = await collect(client.session("what now?", llm=llm, tools=shout_registry(ShoutTool())))
 
     assert completed_result(events).content == "all done"
@@ -532,7 +532,7 @@ async def test_client_llm_first_request_holds_the_prompt(client: AsyncSidecarCli
 
 
 async def test_client_llm_receives_the_tools(client: AsyncSidecarClient) -> None:
-    llm = RecordingLLM([LLMResponse("done")])
+    llm = recording_llm([LLMResponse("done")])
     await collect(
         client.session("go", llm=llm, tools=shout_registry(ShoutTool()), tool_names=["echo"])
     )
@@ -544,7 +544,7 @@ async def test_client_llm_receives_the_tools(client: AsyncSidecarClient) -> None
 
 
 async def test_client_llm_sees_assistant_and_tool_messages(client: AsyncSidecarClient) -> None:
-    llm = RecordingLLM(
+    llm = recording_llm(
         [
             LLMResponse("calling", [ToolCall("t-1", "shout", {"text": "abc"})]),
             LLMResponse("finished"),
@@ -601,7 +601,7 @@ async def test_client_llm_error_is_run_failed_unavailable(stub: Stub) -> None:
 async def test_client_llm_drives_a_server_tool(
     client: AsyncSidecarClient, server_tools: ServerTools
 ) -> None:
-    llm = RecordingLLM(
+    llm = recording_llm(
         [LLMResponse("", [ToolCall("e-1", "echo", {"text": "via client llm"})]), LLMResponse("ok")]
     )
     events = await collect(client.session("go", llm=llm))
@@ -724,3 +724,31 @@ def test_the_client_conversation_refuses_an_invocation_that_skips_messages() -> 
     skipping = session_pb2.LlmInvocation(iteration=2, message_offset=3)
     with pytest.raises(ValueError, match="at message 3, but this client holds 1"):
         conversation.request(skipping)
+
+
+async def test_leaving_a_session_early_cancels_and_awaits_the_client_tools_still_running(
+    client: AsyncSidecarClient,
+) -> None:
+    running = asyncio.Event()
+    ended: list[str] = []
+    tools = ToolRegistry()
+
+    @tools.tool
+    async def slow() -> None:
+        """Never finishes on its own."""
+        running.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+
+    session = client.session("go", tools=tools, script=[turn("", call("s1", "slow"))])
+    assert isinstance(session, AsyncGenerator)
+    async with asyncio.timeout(WAIT_S):
+        async for _ in session:
+            if running.is_set():
+                break
+        await session.aclose()
+    # The tool's task was cancelled and awaited before aclose returned.
+    assert ended == ["cancelled"]
