@@ -22,7 +22,7 @@ SURFACES = {
         "ToolCallRouter", "ToolCallRunResult", "ToolCallStarted", "ToolCallingRuntime",
         "ToolDeniedError", "ToolError", "ToolFormat", "ToolHandler", "ToolLimit", "ToolLimits",
         "ToolRegistry", "ToolRunner", "ToolRuntimeError", "ToolSpec", "UnknownToolError",
-        "Usage", "current_call", "response_from_dict",
+        "Usage", "current_call", "parse_call", "response_from_dict",
     ],
     "cleveragents.client": [
         "AsyncSidecarClient", "RunFailedError", "RunInfo", "RunSummary", "SidecarClient",

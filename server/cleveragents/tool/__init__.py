@@ -50,7 +50,7 @@ from cleveragents.tool.policy import (
     Decision,
 )
 from cleveragents.tool.records import ErrorKind, StopReason, ToolCallRecord, ToolCallRunResult
-from cleveragents.tool.router import ToolCallRouter, ToolFormat
+from cleveragents.tool.router import ToolCallRouter, ToolFormat, parse_call
 from cleveragents.tool.spec import ToolSpec
 
 __all__ = [
@@ -107,5 +107,6 @@ __all__ = [
     "UnknownToolError",
     "Usage",
     "current_call",
+    "parse_call",
     "response_from_dict",
 ]

@@ -21,8 +21,8 @@ from cleveragents.tool import (
     ToolCallRunResult,
     ToolSpec,
     Usage,
+    parse_call,
 )
-from cleveragents.tool.router import parse_call
 from cleveragents.toolruntime.v1 import types_pb2
 from cleveragents.wire.jsonfields import dumps, parse_json_object
 from cleveragents.wire.timestamps import duration, seconds_of, set_time

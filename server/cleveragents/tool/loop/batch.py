@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from cleveragents.tool.context import ToolActorContext
@@ -76,17 +76,27 @@ class ToolBatch:
         self._emit = emit
         self._gate = gate
 
-    async def run(self, *, parallel: bool, max_concurrent: int | None) -> None:
-        """Run every call; concurrently when ``parallel`` (at most ``max_concurrent`` at once)."""
+    def run(self, *, parallel: bool, max_concurrent: int | None) -> Awaitable[None]:
+        """Run every call; concurrently when ``parallel`` (at most ``max_concurrent`` at once).
+
+        A lone call is awaited directly, with no wrapper around it: most responses ask for one.
+        """
         count = len(self.calls)
-        if count == 1 or not parallel or max_concurrent == 1:
-            for index in range(count):
-                await self._run_call(index, None)
-            return
+        if count == 1:
+            return self._run_call(0, None)
+        if not parallel or max_concurrent == 1:
+            return self._run_in_turn()
+        return self._run_concurrently(max_concurrent)
+
+    async def _run_in_turn(self) -> None:
+        for index in range(len(self.calls)):
+            await self._run_call(index, None)
+
+    async def _run_concurrently(self, max_concurrent: int | None) -> None:
         limit = asyncio.Semaphore(max_concurrent) if max_concurrent is not None else None
         try:
             async with asyncio.TaskGroup() as group:
-                for index in range(count):
+                for index in range(len(self.calls)):
                     group.create_task(self._run_call(index, limit))
         except BaseExceptionGroup as failure:
             # A bug, ours or a plug-in's (the runner records every tool failure): raise it as

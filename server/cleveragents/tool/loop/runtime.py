@@ -378,7 +378,9 @@ class ToolCallingRuntime:
         """Record the batch in request order and feed every result back to the model."""
         records = batch.in_order()
         state.add_records(records)
-        state.messages.extend(feedback(record) for record in records)
+        messages = state.messages
+        for record in records:
+            messages.append(feedback(record))
         state.tool_calls += batch.executed
         state.batch = None
 
