@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from cleveragents.tool.events import ApprovalDecided, ApprovalRequested, EventSink
@@ -44,10 +44,6 @@ class CallGate:
         self._emit = emit
         self.timeout_s = timeout_s
         self.on_timeout = on_timeout
-
-    def offered(self, specs: Sequence[ToolSpec]) -> list[ToolSpec]:
-        """The specs the model may see: forbidden tools are not even offered."""
-        return [s for s in specs if self.profile.decide(s) is not Decision.FORBID]
 
     async def __call__(
         self, call: ToolCall, inputs: Mapping[str, Any], spec: ToolSpec, iteration: int

@@ -36,7 +36,7 @@ from cleveragents.tool.loop.gate import CallGate
 from cleveragents.tool.loop.run_state import RunState
 from cleveragents.tool.loop.yield_timer import YieldTimer
 from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, Role, ToolCall
-from cleveragents.tool.policy import Approver, AutomationProfile
+from cleveragents.tool.policy import Approver, AutomationProfile, Decision
 from cleveragents.tool.records import StopReason, ToolCallRunResult
 from cleveragents.tool.router import ToolCallRouter, route_call
 from cleveragents.tool.spec import ToolSpec
@@ -125,7 +125,8 @@ class ToolCallingRuntime:
         specs = self.registry.specs()
         if self.profile is None:
             return specs
-        return CallGate(self.profile, None, _ignore, timeout_s=1.0).offered(specs)
+        profile = self.profile
+        return [s for s in specs if profile.decide(s) is not Decision.FORBID]
 
     # -- public entry points ---------------------------------------------------------------
 
