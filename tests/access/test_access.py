@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,25 @@ async def test_a_unix_socket_is_created_private(start: Start, tmp_path: Path) ->
     assert path.stat().st_mode & 0o777 == 0o600
     async with AsyncSidecarClient(sidecar.address) as client:
         assert (await client.run_tool_loop("hi", script=[{"content": "unix"}])).content == "unix"
+
+
+async def test_a_second_sidecar_refuses_a_unix_socket_a_live_one_listens_on(
+    start: Start, tmp_path: Path
+) -> None:
+    path = tmp_path / "sidecar.sock"
+    first = await start(listen=f"unix:{path}")
+    second = Sidecar(SidecarConfig(listen=f"unix:{path}"))
+    with pytest.raises(ConfigError, match="a server is already listening on it"):
+        await second.start()
+    async with AsyncSidecarClient(first.address) as client:  # the first one still serves
+        assert (await client.run_tool_loop("hi", script=[{"content": "still"}])).content == "still"
+
+
+async def test_a_stale_unix_socket_file_is_replaced(start: Start, tmp_path: Path) -> None:
+    path = tmp_path / "sidecar.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()  # the file stays, nobody answers on it
+    sidecar = await start(listen=f"unix:{path}")
+    async with AsyncSidecarClient(sidecar.address) as client:
+        assert (await client.run_tool_loop("hi", script=[{"content": "new"}])).content == "new"

@@ -616,3 +616,19 @@ async def test_context_json_is_parsed_for_the_tools(client: AsyncSidecarClient) 
 
     assert result.tool_call_history[0].inputs["resource_bindings"] == {"big": 12345678901234567890}
     assert json.loads(json.dumps(dict(result.tool_call_history[0].inputs)))["text"] == "t1"
+
+
+async def test_an_error_quoting_a_huge_value_keeps_its_status_and_a_bounded_message(
+    client: AsyncSidecarClient,
+) -> None:
+    huge = "p" * 10_000
+    with pytest.raises(SidecarRpcError) as failure:
+        await client.run_tool_loop(
+            "go", script=echo_script(1), context=ToolActorContext(automation_profile=huge)
+        )
+    assert failure.value.code == grpc.StatusCode.NOT_FOUND  # not RESOURCE_EXHAUSTED
+    details = failure.value.details
+    assert len(details) <= 1024
+    assert details.startswith("unknown automation profile 'ppp")
+    assert "characters cut" in details
+    assert details.endswith("configured: full_auto, read_only, supervised")

@@ -6,20 +6,19 @@ failed record of kind ``denied`` that names the requested path. Reads and writes
 
 from __future__ import annotations
 
+import contextlib
 import os
-import re
 import secrets
 import stat
 
 from cleveragents.sandbox.paths import Sandbox
+from cleveragents.sandbox.search import MAX_SEARCH_RESULTS, search_tree
 from cleveragents.tool import ToolDeniedError, ToolError, ToolRegistry
 
 __all__ = ["MAX_READ_BYTES", "MAX_SEARCH_RESULTS", "MAX_WRITE_BYTES", "file_tools"]
 
 MAX_READ_BYTES = 1024 * 1024
 MAX_WRITE_BYTES = 1024 * 1024
-MAX_SEARCH_RESULTS = 200
-_MAX_SEARCHED_FILE = 2 * 1024 * 1024
 
 
 def _sandbox(sandbox_root: str | None) -> Sandbox:
@@ -29,6 +28,8 @@ def _sandbox(sandbox_root: str | None) -> Sandbox:
 
 
 def _read(sandbox: Sandbox, path: str, limit: int) -> bytes:
+    """The file's bytes, at most ``limit``: counted as they are read, since some files (procfs)
+    report a size of 0 whatever they hold."""
     with sandbox.parent_fd(path) as parent:
         fd = sandbox.open_file(parent[0], parent[1], path, os.O_RDONLY | os.O_NONBLOCK)
         try:
@@ -36,15 +37,24 @@ def _read(sandbox: Sandbox, path: str, limit: int) -> bytes:
             if size > limit:
                 raise ToolError(f"{path!r} is {size} bytes, more than the {limit}-byte read cap")
             chunks = []
-            while chunk := os.read(fd, 65536):
+            read = 0
+            while read <= limit and (chunk := os.read(fd, 65536)):
                 chunks.append(chunk)
+                read += len(chunk)
+            if read > limit:
+                raise ToolError(f"{path!r} holds more than the {limit}-byte read cap")
             return b"".join(chunks)
         finally:
             os.close(fd)
 
 
 def _write(sandbox: Sandbox, path: str, data: bytes, *, create_dirs: bool) -> None:
-    """Write atomically: a temporary file in the same directory, renamed over the target."""
+    """Write atomically: a temporary file in the same directory, renamed over the target.
+
+    A file that existed keeps its permission bits (a 0600 secret stays private, a script stays
+    executable); a new one gets 0644 less the umask. The temporary file never outlives a
+    failed write.
+    """
     if len(data) > MAX_WRITE_BYTES:
         raise ToolError(f"refusing to write {len(data)} bytes to {path!r}: cap {MAX_WRITE_BYTES}")
     with sandbox.parent_fd(path, create=create_dirs) as (parent, name):
@@ -57,12 +67,19 @@ def _write(sandbox: Sandbox, path: str, data: bytes, *, create_dirs: bool) -> No
         temp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
         fd = sandbox.open_file(parent, temp, path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+            try:
+                if existing is not None:
+                    os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=parent)
+            raise
 
 
 def file_tools() -> ToolRegistry:
@@ -152,23 +169,12 @@ def file_tools() -> ToolRegistry:
         """Find lines containing a text (or matching a regular expression) under a directory.
 
         Args:
-            pattern: The text to look for, or a Python regular expression if regex is set.
+            pattern: The text to look for, or an RE2 regular expression if regex is set (RE2
+                has no backreferences or lookaround).
             path: The directory to search, relative to the sandbox root.
             regex: Treat pattern as a regular expression.
         """
-        sandbox = _sandbox(sandbox_root)
-        try:
-            matcher = re.compile(pattern if regex else re.escape(pattern))
-        except re.error as exc:
-            raise ToolError(f"invalid regular expression: {exc}") from None
-        matches: list[dict[str, object]] = []
-        with sandbox.dir_fd(path) as top:
-            for folder, _dirs, files, folder_fd in os.fwalk(".", dir_fd=top):
-                for name in sorted(files):
-                    rel = os.path.normpath(os.path.join(path, folder, name))
-                    if _search_one(sandbox, folder_fd, name, rel, matcher, matches):
-                        return {"matches": matches, "truncated": True}
-        return {"matches": matches, "truncated": False}
+        return search_tree(_sandbox(sandbox_root), path, pattern, regex)
 
     @registry.tool(side_effects=True)
     def make_dir(path: str, sandbox_root: str | None = None) -> dict[str, object]:
@@ -188,34 +194,3 @@ def file_tools() -> ToolRegistry:
         return {"path": path}
 
     return registry
-
-
-def _search_one(
-    sandbox: Sandbox,
-    folder_fd: int,
-    name: str,
-    rel: str,
-    matcher: re.Pattern[str],
-    matches: list[dict[str, object]],
-) -> bool:
-    """Add the matching lines of one file; True once the result cap is reached."""
-    try:
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = os.open(name, flags, dir_fd=folder_fd)
-    except OSError:
-        return False  # a symlink or an unreadable file: skipped, never followed
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_SEARCHED_FILE:
-            return False
-        data = os.read(fd, _MAX_SEARCHED_FILE)
-    finally:
-        os.close(fd)
-    if b"\x00" in data[:8192]:
-        return False  # binary
-    for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-        if matcher.search(line):
-            matches.append({"path": rel, "line": number, "text": line[:500]})
-            if len(matches) >= MAX_SEARCH_RESULTS:
-                return True
-    return False

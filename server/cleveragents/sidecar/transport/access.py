@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import grpc
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 
-__all__ = ["check_listen_policy", "read_token", "server_credentials"]
+__all__ = ["check_listen_policy", "read_token", "refuse_live_unix_socket", "server_credentials"]
 
 
 def read_token(config: SidecarConfig, env: Mapping[str, str] | None = None) -> str | None:
@@ -70,6 +71,33 @@ def check_listen_policy(listen: str, *, authenticated: bool, encrypted: bool) ->
         f"refusing to listen on {listen!r} without auth or TLS: anyone who can reach it could "
         "run tools and spend LLM credits. Listen on 127.0.0.1 or a unix: socket, or set "
         "auth_token_env/auth_token_file or tls_cert_file/tls_key_file"
+    )
+
+
+def refuse_live_unix_socket(listen: str, timeout_s: float = 1.0) -> None:
+    """Refuse a ``unix:`` address on which a live server answers: binding would silently take
+    the socket over from it. A socket file nobody answers on is left for gRPC to replace."""
+    if not listen.startswith("unix:"):
+        return
+    path = listen.removeprefix("unix:").removeprefix("//")
+    if not os.path.lexists(path):
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(timeout_s)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return  # stale: the server that made it is gone
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {listen!r}: {path} exists and cannot be checked "
+            f"({exc.strerror or exc})"
+        ) from None
+    finally:
+        probe.close()
+    raise ConfigError(
+        f"refusing to listen on {listen!r}: a server is already listening on it; stop that "
+        "one, or choose another path"
     )
 
 

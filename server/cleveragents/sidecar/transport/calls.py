@@ -12,18 +12,33 @@ from cleveragents.sidecar.status import status_of
 from cleveragents.toolruntime.v1 import types_pb2
 from cleveragents.wire import RunRequest, run_request_from_pb
 
-__all__ = ["DEADLINE_SLACK_S", "Context", "abort", "request_of"]
+__all__ = ["DEADLINE_SLACK_S", "MAX_STATUS_MESSAGE", "Context", "abort", "bounded", "request_of"]
 
 #: A client that gives up this close to its deadline gave up *at* it (clocks differ).
 DEADLINE_SLACK_S = 0.1
+#: The longest status message sent, in characters. The message travels in a trailer
+#: (percent-encoded: up to three bytes a character), and gRPC refuses metadata over 8 KiB: a
+#: message quoting a huge value would otherwise turn the status into RESOURCE_EXHAUSTED.
+MAX_STATUS_MESSAGE = 1024
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
 async def abort(context: Context, error: SidecarError) -> NoReturn:
-    """End the call with the status that ``error`` maps to, and its message."""
-    await context.abort(status_of(error), error.message)
+    """End the call with the status that ``error`` maps to, and its (bounded) message."""
+    await context.abort(status_of(error), bounded(error.message))
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+
+def bounded(message: str, limit: int = MAX_STATUS_MESSAGE) -> str:
+    """``message``, cut in its middle to ``limit`` characters: its start says what went wrong
+    and its end often what would be right (a list of the known names, say)."""
+    if len(message) <= limit:
+        return message
+    cut = f" [... {len(message) - limit} characters cut ...] "
+    head = (limit - len(cut)) * 2 // 3
+    tail = limit - len(cut) - head
+    return message[:head] + cut + message[-tail:]
 
 
 def request_of(spec: types_pb2.RunSpec) -> RunRequest:

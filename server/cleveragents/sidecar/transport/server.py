@@ -20,6 +20,7 @@ from cleveragents.sidecar.tool_sources import default_registry
 from cleveragents.sidecar.transport.access import (
     check_listen_policy,
     read_token,
+    refuse_live_unix_socket,
     server_credentials,
 )
 from cleveragents.sidecar.transport.auth import TokenAuthInterceptor
@@ -103,6 +104,7 @@ class Sidecar:
     async def start(self) -> str:
         """Bind the configured address and start serving; returns the address bound."""
         size = self.config.max_message_bytes
+        refuse_live_unix_socket(self.config.listen)
         token = read_token(self.config)
         restored = self.manager.open()
         await self.manager.settle()

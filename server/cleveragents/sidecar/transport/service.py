@@ -22,7 +22,13 @@ from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.runs import FrameQueue, FrameSink, Run, RunManager
 from cleveragents.sidecar.transport import session
-from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context, abort, request_of
+from cleveragents.sidecar.transport.calls import (
+    DEADLINE_SLACK_S,
+    Context,
+    abort,
+    bounded,
+    request_of,
+)
 from cleveragents.tool import ToolRegistry, ToolSpec
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import (
@@ -71,7 +77,7 @@ class ToolRuntimeService:
         if run.state is RunState.FAILED and run.failure is not None and result is not None:
             # The partial result rides along in a binary trailer for clients that want it,
             # when it fits gRPC's metadata limits; GetRun always has it.
-            message = f"{run.failure[1]} (run {run.run_id}; GetRun has its partial result)"
+            message = f"{bounded(run.failure[1])} (run {run.run_id}; GetRun has its partial result)"
             await context.abort(run.failure[0], message, trailing_metadata=result_trailer(result))
         return service_pb2.RunToolLoopResponse(result=result)
 
