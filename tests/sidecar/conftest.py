@@ -63,12 +63,15 @@ CLI_WAIT_S = 20.0
 
 
 @contextlib.asynccontextmanager
-async def cli_sidecar(*args: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
-    """``cleveragents-sidecar serve`` on a free loopback port with ``args``, and the address it
-    printed; killed on the way out if the test left it running."""
+async def cli_sidecar(
+    *args: str, env: Mapping[str, str] | None = None
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """``cleveragents-sidecar serve`` on a free loopback port with ``args`` (and ``env``), and
+    the address it printed; killed on the way out if the test left it running."""
     process = await asyncio.create_subprocess_exec(
         CLI, "serve", "--listen", "127.0.0.1:0", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=dict(env) if env is not None else None,
     )  # fmt: skip
     try:
         assert process.stdout is not None

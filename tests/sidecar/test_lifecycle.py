@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -360,3 +361,46 @@ async def test_cli_with_an_unbindable_address_exits_2(tmp_path: Path) -> None:
 
     assert code == 2
     assert "cannot listen on" in err
+
+
+STUCK_TOOL = '''
+import time
+
+from cleveragents.tool import ToolRegistry
+
+registry = ToolRegistry()
+
+
+@registry.tool
+def stuck() -> None:
+    """Block its worker thread for half a minute, whatever happens."""
+    time.sleep(30)
+'''
+
+
+async def test_sigterm_exits_soon_after_the_grace_period_though_a_tool_thread_is_stuck(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "stuck_tools.py").write_text(STUCK_TOOL, encoding="utf-8")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(tmp_path),
+        CLEVERAGENTS_SIDECAR_TOOL_MODULES="stuck_tools",
+        CLEVERAGENTS_SIDECAR_FILE_TOOLS="false",
+    )
+    args = ("--log-level", "warning", "--shutdown-grace-s", "1")
+    async with (
+        cli_sidecar(*args, env=env) as (process, address),
+        AsyncSidecarClient(address) as client,
+    ):
+        stream = client.stream_tool_loop("go", script=[turn("", call("s1", "stuck"))], detach=True)
+        await until_tool_started(stream, "stuck")
+        began = time.monotonic()
+        code = await terminate(process)
+        took = time.monotonic() - began
+        assert process.stderr is not None
+        err = (await process.stderr.read()).decode()
+
+    assert code == 0
+    assert took < 1 + 4  # the grace period, then a couple of seconds for the threads
+    assert "exiting without them" in err

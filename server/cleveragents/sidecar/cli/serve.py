@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
+import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import structlog
 
 from cleveragents.sidecar.config import load_config
 from cleveragents.sidecar.errors import ConfigError
@@ -14,6 +21,10 @@ from cleveragents.sidecar.observability.logs import configure_logging
 from cleveragents.sidecar.transport.server import Sidecar
 
 __all__ = ["add_serve_arguments", "serve"]
+
+log = structlog.get_logger("cleveragents.sidecar.server")
+#: After the shutdown, how long the threads of sync tools get before the process leaves them.
+_THREAD_WAIT_S = 2.0
 
 
 def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
@@ -78,6 +89,8 @@ async def _serve(sidecar: Sidecar) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    threads = _CountingExecutor(thread_name_prefix="tool")
+    loop.set_default_executor(threads)  # where sync tools and LLM callers run
     address = await sidecar.start()
     print(f"cleveragents-sidecar listening on {address}", flush=True)
     if sidecar.metrics_port is not None:
@@ -85,3 +98,66 @@ async def _serve(sidecar: Sidecar) -> None:
         print(f"metrics at http://{host}:{sidecar.metrics_port}/metrics", flush=True)
     await stop.wait()
     await sidecar.stop()
+    await _leave_stuck_threads(threads)
+
+
+class _CountingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """A thread pool that knows how many of its calls are still running."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lock = threading.Lock()
+        self._idle: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.busy = 0
+
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[Any]:
+        def counted() -> Any:
+            with self._lock:
+                self.busy += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                with self._lock:
+                    self.busy -= 1
+                    waiters = self._idle if self.busy == 0 else []
+                    if waiters:
+                        self._idle = []
+                for loop, waiter in waiters:
+                    loop.call_soon_threadsafe(_settle, waiter)
+
+        return super().submit(counted)
+
+    async def idle(self) -> None:
+        """Return once no call is running."""
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        with self._lock:
+            if self.busy == 0:
+                return
+            self._idle.append((loop, waiter))
+        await waiter
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+async def _leave_stuck_threads(threads: _CountingExecutor) -> None:
+    """Give the threads of sync tools a moment; exit without those still stuck then.
+
+    Their runs have ended (cancelled after the grace period) and the store is flushed, but a
+    thread cannot be stopped, and Python would wait for it at exit however long it ran.
+    """
+    try:
+        await asyncio.wait_for(threads.idle(), _THREAD_WAIT_S)
+    except TimeoutError:
+        log.warning(
+            "tool threads still running after shutdown; exiting without them",
+            threads=threads.busy,
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
