@@ -397,3 +397,15 @@ async def test_a_bug_in_a_parallel_call_cancels_and_awaits_its_siblings() -> Non
     # The hanging sibling was cancelled, and had finished, when the error reached the caller.
     assert hanging.cancelled == ["slow"]
     assert hanging.finalised == ["slow"]
+
+
+async def test_a_response_asking_for_more_calls_than_the_limit_fails_before_any_runs(
+    registry: ToolRegistry,
+) -> None:
+    ran: list[str] = []
+    registry.register(ToolSpec("mark"), lambda inputs: ran.append("x"))
+    llm = recording_llm([asks(*(ToolCall(f"c{i}", "mark", {}) for i in range(3)))])
+    runtime = ToolCallingRuntime(registry, ToolRunner(registry), llm, max_calls_per_response=2)
+    with pytest.raises(LLMCallError, match=r"asked for 3 tool calls in one response"):
+        await runtime.arun_tool_loop("go")
+    assert ran == []

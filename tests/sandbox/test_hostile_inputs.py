@@ -6,6 +6,7 @@ import os
 import stat
 from pathlib import Path
 
+from cleveragents.sandbox import file_tools
 from cleveragents.sandbox.paths import Sandbox
 from cleveragents.sandbox.tools import MAX_READ_BYTES, _write
 from cleveragents.tool import ErrorKind, ToolActorContext, ToolCall, ToolRunner
@@ -16,11 +17,9 @@ from .conftest import CallTool
 async def test_a_catastrophic_regex_runs_in_linear_time(root: Path) -> None:
     # (a+)+$ over a run of a's that ends in b backtracks for minutes in Python's re.
     (root / "aaa.txt").write_text("a" * 40 + "b\n" + "aaab\n")
-    registry_runner = ToolRunner(_file_tools(), default_timeout_s=10.0)
+    runner = ToolRunner(file_tools(), default_timeout_s=10.0)
     call = ToolCall("c1", "search_files", {"pattern": "(a+)+$", "regex": True})
-    record = await registry_runner.run(
-        call, iteration=1, context=ToolActorContext(sandbox_root=str(root))
-    )
+    record = await runner.run(call, iteration=1, context=ToolActorContext(sandbox_root=str(root)))
     assert record.success, record.error
     assert record.output["matches"] == []
 
@@ -81,7 +80,7 @@ def _remove_chain(root: Path, depth: int) -> None:
 
 async def test_read_file_counts_what_it_reads_when_a_file_reports_no_size() -> None:
     # procfs files report st_size 0: /proc/self/pagemap holds gigabytes.
-    runner = ToolRunner(_file_tools())
+    runner = ToolRunner(file_tools())
     call = ToolCall("c1", "read_file", {"path": "pagemap"})
     record = await runner.run(
         call, iteration=1, context=ToolActorContext(sandbox_root="/proc/self")
@@ -122,9 +121,3 @@ def test_a_failed_write_leaves_no_temporary_file(root: Path) -> None:
         raise AssertionError("writing into a read-only descriptor succeeded")
     assert sorted(p.name for p in root.iterdir()) == ["notes.txt"]
     assert (root / "notes.txt").read_text() == "hello\nworld\n"
-
-
-def _file_tools():  # type: ignore[no-untyped-def]
-    from cleveragents.sandbox import file_tools
-
-    return file_tools()

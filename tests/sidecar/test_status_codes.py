@@ -13,7 +13,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cleveragents.client import AsyncSidecarClient, RunFailedError, SidecarRpcError
 from cleveragents.sidecar import Sidecar
-from cleveragents.tool import RunCancelled, StopReason, ToolActorContext
+from cleveragents.tool import (
+    LLMRequest,
+    LLMResponse,
+    RunCancelled,
+    RunFailed,
+    StopReason,
+    ToolActorContext,
+    ToolCall,
+    ToolCallStarted,
+)
 from cleveragents.toolruntime.v1 import (
     events_pb2,
     service_pb2,
@@ -632,3 +641,42 @@ async def test_an_error_quoting_a_huge_value_keeps_its_status_and_a_bounded_mess
     assert details.startswith("unknown automation profile 'ppp")
     assert "characters cut" in details
     assert details.endswith("configured: full_auto, read_only, supervised")
+
+
+async def test_a_session_declaring_more_tools_than_the_cap_is_refused_naming_the_setting(
+    stub: Stub,
+) -> None:
+    start = session_pb2.SessionRequest(
+        start=session_pb2.SessionStart(
+            spec=run_spec(echo_script(1)),
+            tools=[types_pb2.ToolSpec(name=f"t{i}") for i in range(100_000)],
+        )
+    )
+    call_ = stub.Session()
+    await call_.write(start)
+    _, code, details = await read_to_status(call_)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "declares 100000 tools, more than this sidecar's max_session_tools of 1024" in details
+
+
+async def test_a_script_turn_asking_for_more_calls_than_the_cap_is_refused(stub: Stub) -> None:
+    many = [call(f"c{i}", "echo", text="x") for i in range(300)]
+    code, details = await unary(stub, run_spec([turn("", *many), turn("done")]))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "llm.script[0] asks for 300 tool calls" in details
+    assert "max_calls_per_response of 256" in details
+
+
+async def test_a_client_llm_asking_for_more_calls_than_the_cap_fails_the_run(
+    client: AsyncSidecarClient,
+) -> None:
+    class Greedy:
+        async def call(self, request: LLMRequest) -> LLMResponse:
+            return LLMResponse(tool_calls=[ToolCall(f"c{i}", "echo", {}) for i in range(10_000)])
+
+    events = [e async for e in client.session("go", llm=Greedy())]
+    failed = events[-1].event
+    assert isinstance(failed, RunFailed)
+    assert "asked for 10000 tool calls in one response" in failed.message
+    assert "max_calls_per_response of 256" in failed.message
+    assert not any(isinstance(e.event, ToolCallStarted) for e in events)

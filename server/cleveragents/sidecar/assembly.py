@@ -113,6 +113,7 @@ class RunAssembler:
             approval_timeout_s=config.approval_timeout_s,
             approve_on_timeout=config.approve_on_timeout,
             budget=request.budget,
+            max_calls_per_response=config.max_calls_per_response,
         )
         # The run appends to its context's history: it gets a copy, the request keeps its own.
         context = dataclasses.replace(

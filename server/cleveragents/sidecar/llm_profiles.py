@@ -68,7 +68,9 @@ def resolve_llm(
         return profile, caller, caller.router
     if selection.script:
         try:
-            turns = parse_script(selection.script, "llm.script")
+            turns = parse_script(
+                selection.script, "llm.script", max_calls=config.max_calls_per_response
+            )
         except ValueError as exc:
             raise SidecarError.invalid(str(exc)) from None
         return profile, ScriptedLLMCaller(turns), None

@@ -16,10 +16,11 @@ __all__ = ["DEFAULT_SCRIPT", "MAX_SCRIPT_TURNS", "parse_script"]
 MAX_SCRIPT_TURNS = 10_000
 
 
-def parse_script(text: str, where: str) -> tuple[LLMResponse, ...]:
+def parse_script(text: str, where: str, *, max_calls: int | None = None) -> tuple[LLMResponse, ...]:
     """The turns of a script, each checked and converted once.
 
-    ``ValueError`` names ``where`` (a file, a setting or ``llm.script``) and what is wrong.
+    ``ValueError`` names ``where`` (a file, a setting or ``llm.script``) and what is wrong,
+    a turn asking for more than ``max_calls`` tool calls included.
     """
     try:
         turns = json.loads(text)
@@ -33,6 +34,12 @@ def parse_script(text: str, where: str) -> tuple[LLMResponse, ...]:
         raise ValueError(f"{where} has more than {MAX_SCRIPT_TURNS} turns")
     responses = []
     for index, turn in enumerate(turns):
+        calls = turn.get("tool_calls") if isinstance(turn, dict) else None
+        if max_calls is not None and isinstance(calls, list) and len(calls) > max_calls:
+            raise ValueError(
+                f"{where}[{index}] asks for {len(calls)} tool calls, more than this sidecar's "
+                f"max_calls_per_response of {max_calls}"
+            )
         try:
             responses.append(response_from_dict(turn, turn_number=index + 1))
         except ValueError as exc:

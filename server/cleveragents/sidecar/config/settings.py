@@ -74,6 +74,10 @@ class SidecarConfig:
     max_concurrent_runs: int = 1000
     max_message_bytes: int = 16 * 1024 * 1024
     max_iterations_cap: int = 1000
+    #: Tools one Session may declare, and tool calls one LLM response may ask for: what one
+    #: message can make the sidecar do at once (10^5 tools stalled every run for 2.5 s).
+    max_session_tools: int = 1024
+    max_calls_per_response: int = 256
     default_tool_timeout_s: float = 60.0
     finished_run_ttl_s: float = 900.0
     max_finished_runs: int = 1000
@@ -102,7 +106,13 @@ class SidecarConfig:
     event_loop: str = "auto"
 
     def __post_init__(self) -> None:
-        for name in ("max_concurrent_runs", "max_message_bytes", "max_iterations_cap"):
+        for name in (
+            "max_concurrent_runs",
+            "max_message_bytes",
+            "max_iterations_cap",
+            "max_session_tools",
+            "max_calls_per_response",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
         for name in ("default_tool_timeout_s", "shutdown_grace_s", "finished_run_ttl_s"):

@@ -19,6 +19,7 @@ from cleveragents.sidecar.runs import Run
 from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context, abort
 from cleveragents.toolruntime.v1 import session_pb2
 from cleveragents.wire import (
+    LlmAnswer,
     llm_answer_from_pb,
     session_messages,
     session_opening_from_pb,
@@ -45,6 +46,12 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
             f"the first SessionRequest must be 'start', got {kind or 'an empty message'!r}",
         )
     try:
+        declared, cap = len(first.start.tools), service.config.max_session_tools
+        if declared > cap:
+            raise SidecarError.invalid(
+                f"start.tools declares {declared} tools, more than this sidecar's "
+                f"max_session_tools of {cap}"
+            )
         try:
             opening = session_opening_from_pb(first.start)
         except ValueError as exc:
@@ -125,6 +132,17 @@ class _Reader:
                 manager.cancel(run, f"session protocol error: {exc.message}")
                 return
 
+    def _llm_answer(self, result: session_pb2.LlmResult) -> LlmAnswer:
+        """The client LLM's answer; one asking for too many calls is not even converted."""
+        cap = self.service.config.max_calls_per_response
+        if len(result.tool_calls) > cap:
+            return LlmAnswer(
+                result.request_id,
+                error=f"it asked for {len(result.tool_calls)} tool calls in one response, more "
+                f"than this sidecar's max_calls_per_response of {cap}",
+            )
+        return llm_answer_from_pb(result)
+
     def _handle(self, message: Any) -> None:
         run, host = self.run, self.host
         if not isinstance(message, session_pb2.SessionRequest):  # did not parse
@@ -133,7 +151,7 @@ class _Reader:
         if kind == "tool_result":
             host.resolve_tool(tool_answer_from_pb(message.tool_result))
         elif kind == "llm_result":
-            host.resolve_llm(llm_answer_from_pb(message.llm_result))
+            host.resolve_llm(self._llm_answer(message.llm_result))
         elif kind == "cancel":
             self.service.manager.cancel(run, message.cancel.reason or "cancelled by the client")
         elif kind == "approval_decision":

@@ -31,6 +31,7 @@ from cleveragents.tool.execution.runner import ToolRunner
 from cleveragents.tool.llm import LLMCaller
 from cleveragents.tool.loop.batch import ToolBatch, feedback
 from cleveragents.tool.loop.blocking import run_blocking
+from cleveragents.tool.loop.checks import check_prompt, response_problem
 from cleveragents.tool.loop.event_channel import EventChannel
 from cleveragents.tool.loop.gate import CallGate
 from cleveragents.tool.loop.run_state import RunState
@@ -53,14 +54,6 @@ def _ignore(event: RunEvent) -> None:
     return None
 
 
-def check_prompt(prompt: str) -> None:
-    """Refuse a prompt that is not a string, or holds no text."""
-    if not isinstance(prompt, str):
-        raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
-    if not prompt.strip():
-        raise ValueError("prompt must not be empty")
-
-
 class ToolCallingRuntime:
     """Runs the tool-calling loop: LLM, tools, results back to the LLM, until a final answer.
 
@@ -68,7 +61,8 @@ class ToolCallingRuntime:
     keep the order the model asked for them); ``system_prompt`` opens every conversation.
     ``profile`` (an :class:`AutomationProfile`) decides which tools run freely, which need
     ``approver``'s approval (waiting at most ``approval_timeout_s``) and which are not even
-    offered; ``budget`` adds limits beyond ``max_iterations``.
+    offered; ``budget`` adds limits beyond ``max_iterations``. A response asking for more than
+    ``max_calls_per_response`` calls fails the run (``LLMCallError``) before any of them runs.
     """
 
     def __init__(
@@ -86,6 +80,7 @@ class ToolCallingRuntime:
         approval_timeout_s: float = 300.0,
         approve_on_timeout: bool = False,
         budget: RunBudget | None = None,
+        max_calls_per_response: int | None = None,
     ) -> None:
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
@@ -117,6 +112,7 @@ class ToolCallingRuntime:
         self.approval_timeout_s = approval_timeout_s
         self.approve_on_timeout = approve_on_timeout
         self.budget = budget if budget is not None else RunBudget()
+        self.max_calls_per_response = max_calls_per_response
         self._llm_is_async = inspect.iscoroutinefunction(llm_caller.call)
 
     def offered_specs(self) -> list[ToolSpec]:
@@ -344,11 +340,7 @@ class ToolCallingRuntime:
                 iteration=iteration,
                 result=state.result(StopReason.ERROR),
             ) from exc
-        problem = None
-        if not isinstance(response, LLMResponse):
-            problem = f"returned {type(response).__name__}, not an LLMResponse"
-        elif not all(isinstance(call, ToolCall) for call in response.tool_calls):
-            problem = "returned tool_calls entries that are not ToolCall objects"
+        problem = response_problem(response, self.max_calls_per_response)
         if problem is not None:
             raise LLMCallError(
                 f"the LLM caller of iteration {iteration} {problem}",
