@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import grpc
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
+from cleveragents.sidecar import ConfigError, Sidecar, SidecarConfig
 from cleveragents.tool import RunCancelled, RunFailed, ToolCallCompleted, ToolCallStarted
 
 from .conftest import SidecarProcess, Spawn, StartInProcess
@@ -22,6 +25,8 @@ ECHO_THEN_ANSWER: list[dict[str, Any]] = [
     },
     {"content": "done", "usage": {"input_tokens": 5, "output_tokens": 2}},
 ]
+#: The sidecar's command line, in the same environment as the tests.
+CLI = str(Path(sys.executable).parent / "cleveragents-sidecar")
 NAP: list[dict[str, Any]] = [
     {"tool_calls": [{"id": "nap", "name": "sleep", "arguments": {"seconds": 30}}]}
 ]
@@ -193,3 +198,68 @@ async def test_a_kill_9_under_load_loses_no_event_a_client_was_sent(spawn: Spawn
             assert len(log) >= len(events), run_id
             assert [e.event for e in log[: len(events)]] == [e.event for e in events], run_id
             assert (await client.get_run(run_id)).state in ("completed", "failed")
+
+
+async def test_a_file_that_is_not_a_database_is_refused_in_one_line(db: Path) -> None:
+    _write(db, b"this is not SQLite, just garbage\x00" * 64)
+    sidecar = Sidecar(SidecarConfig(listen="127.0.0.1:0", event_store=str(db)))
+    with pytest.raises(ConfigError, match="is not a usable run store") as refused:
+        await sidecar.start()
+    assert "\n" not in str(refused.value)
+
+
+async def test_a_store_of_another_schema_is_refused(db: Path) -> None:
+    with sqlite3.connect(db) as connection:
+        connection.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, payload TEXT)")
+    sidecar = Sidecar(SidecarConfig(listen="127.0.0.1:0", event_store=str(db)))
+    with pytest.raises(ConfigError, match="is not a usable run store"):
+        await sidecar.start()
+
+
+async def test_serve_on_an_unusable_store_exits_2_with_one_line(db: Path) -> None:
+    _write(db, b"garbage" * 100)
+    process = await asyncio.create_subprocess_exec(
+        CLI, "serve", "--listen", "127.0.0.1:0",
+        env={**os.environ, "CLEVERAGENTS_SIDECAR_EVENT_STORE": str(db)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    async with asyncio.timeout(30):
+        _, err = await process.communicate()
+    assert process.returncode == 2
+    lines = [line for line in err.decode().splitlines() if "not a usable run store" in line]
+    assert len(lines) == 1
+    assert "Traceback" not in err.decode()
+
+
+async def test_an_undecodable_row_quarantines_its_run_and_the_others_start(
+    start_in_process: StartInProcess, db: Path
+) -> None:
+    first = await start_in_process()
+    async with AsyncSidecarClient(first.address) as client:
+        await client.run_tool_loop("go", script=ECHO_THEN_ANSWER, run_id="good")
+        await client.run_tool_loop("go", script=ECHO_THEN_ANSWER, run_id="bad")
+    await first.stop(1.0)
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "UPDATE events SET frame = ? WHERE run_id = 'bad' AND sequence = 3",
+            (b"\x0a\x05\xff\xff\xff\xff\xff",),
+        )
+
+    second = await start_in_process()
+    async with AsyncSidecarClient(second.address) as client:
+        assert (await client.get_run("good")).state == "completed"
+        with pytest.raises(SidecarRpcError) as missing:
+            await client.get_run("bad")
+    assert missing.value.code == grpc.StatusCode.NOT_FOUND
+    await second.stop(1.0)
+    with sqlite3.connect(db) as connection:
+        kept = connection.execute(
+            "SELECT count(*) FROM quarantine WHERE run_id = 'bad'"
+        ).fetchone()[0]
+        served = connection.execute("SELECT count(*) FROM events WHERE run_id = 'bad'").fetchone()
+    assert kept > 0  # set aside, not deleted
+    assert served[0] == 0
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.write_bytes(data)

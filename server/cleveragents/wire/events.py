@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import assert_never
 
+from google.protobuf.message import DecodeError
+
 from cleveragents.tool import (
     ApprovalDecided,
     ApprovalRequested,
@@ -43,6 +45,7 @@ __all__ = [
     "TERMINAL_PAYLOADS",
     "EventEncoder",
     "LoggedEvent",
+    "check_frame",
     "decode_frame",
     "event_from_pb",
     "event_to_pb",
@@ -192,6 +195,19 @@ def decode_frame(item: bytes) -> LoggedEvent:
     pb = unframe(item)
     code = pb.run_failed.code if pb.WhichOneof("payload") == "run_failed" else 0
     return LoggedEvent(pb.run_id, pb.sequence, seconds_of(pb.time), event_from_pb(pb), code)
+
+
+def check_frame(item: bytes, run_id: str, sequence: int) -> None:
+    """Raise ``ValueError`` unless ``item`` is the frame of event ``sequence`` of ``run_id``."""
+    try:
+        pb = unframe(item)
+    except (IndexError, DecodeError) as exc:
+        raise ValueError(f"event {sequence} does not decode: {exc}") from None
+    if pb.run_id != run_id or pb.sequence != sequence or pb.WhichOneof("payload") is None:
+        raise ValueError(
+            f"event {sequence} is not what the log holds there (run {pb.run_id!r}, "
+            f"sequence {pb.sequence}, payload {pb.WhichOneof('payload')})"
+        )
 
 
 def request_of_started(item: bytes) -> RunRequest:

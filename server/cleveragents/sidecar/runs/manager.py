@@ -69,8 +69,22 @@ class RunManager:
     # -- the store -----------------------------------------------------------------------------
 
     def open(self) -> int:
-        """Open the store and take back the runs it holds (see ``recovery``); returns how many."""
-        restored = [restore(stored, self.store, self.stats) for stored in self.store.open()]
+        """Open the store and take back the runs it holds (see ``recovery``); returns how many.
+
+        A run whose log cannot be decoded is quarantined (set aside in the store, with a
+        warning) and the others start.
+        """
+        restored = []
+        for stored in self.store.open():
+            try:
+                restored.append(restore(stored, self.store, self.stats))
+            except Exception as exc:  # one bad row must not keep the others from starting
+                log.warning(
+                    "run quarantined: its stored log cannot be read back",
+                    run_id=stored.run_id,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                self.store.quarantine(stored.run_id)
         restored.sort(key=lambda run: run.finished_at or 0.0)
         for run in restored:
             self._finished[run.run_id] = run

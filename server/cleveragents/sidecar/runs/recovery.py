@@ -23,7 +23,13 @@ from cleveragents.tool import (
     ToolCallRunResult,
     Usage,
 )
-from cleveragents.wire import LoggedEvent, RunState, decode_frame, request_of_started
+from cleveragents.wire import (
+    LoggedEvent,
+    RunState,
+    check_frame,
+    decode_frame,
+    request_of_started,
+)
 
 __all__ = ["CRASHED_MESSAGE", "restore"]
 
@@ -32,7 +38,12 @@ _STATUS_BY_CODE = {code.value[0]: code for code in grpc.StatusCode}
 
 
 def restore(stored: StoredRun, store: EventStore, stats: LogStats) -> Run:
-    """The run ``stored`` holds, finished: as its log ends, or failed if it never ended."""
+    """The run ``stored`` holds, finished: as its log ends, or failed if it never ended.
+
+    ``ValueError`` (or another exception) when a frame of the log cannot be read back.
+    """
+    for sequence, item in enumerate(stored.frames, 1):
+        check_frame(item, stored.run_id, sequence)
     first = decode_frame(stored.frames[0])
     run_log = RunLog(stored.run_id, store, stats)
     run_log.restore(list(stored.frames))

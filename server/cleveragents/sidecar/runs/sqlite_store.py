@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 import structlog
 
+from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.runs.store import LogOwner, StoredRun
 from cleveragents.wire.frames import single
 
@@ -23,14 +24,21 @@ __all__ = ["SqliteEventStore"]
 log = structlog.get_logger("cleveragents.sidecar.store")
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
+_TABLE = """
+CREATE TABLE IF NOT EXISTS {name} (
     run_id TEXT NOT NULL,
     sequence INTEGER NOT NULL,
     frame BLOB NOT NULL,
     PRIMARY KEY (run_id, sequence)
 ) WITHOUT ROWID
 """
+#: Runs whose logs could not be read back go to ``quarantine``, out of the way, kept.
+_QUARANTINE = (
+    "INSERT OR REPLACE INTO quarantine SELECT * FROM events WHERE run_id = ?",
+    "DELETE FROM events WHERE run_id = ?",
+)
+#: A forgotten run: its rows go.
+_FORGET = ("DELETE FROM events WHERE run_id = ?",)
 
 
 class SqliteEventStore:
@@ -45,7 +53,8 @@ class SqliteEventStore:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._pending: list[tuple[LogOwner | str, int, bytes] | tuple[str, None, None]] = []
+        #: Frames to store (owner, sequence, frame), and statements to run on a run's rows.
+        self._pending: list[tuple[LogOwner, int, bytes] | tuple[str, tuple[str, ...]]] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
@@ -53,12 +62,19 @@ class SqliteEventStore:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def open(self) -> list[StoredRun]:
+        """The stored runs; ``ConfigError`` (one line) for a file that is not a usable store."""
         self._loop = asyncio.get_running_loop()
-        connection = self._connect()
         try:
-            runs = _load(connection)
-        finally:
-            connection.close()
+            connection = self._connect()
+            try:
+                runs = _load(connection)
+            finally:
+                connection.close()
+        except sqlite3.Error as exc:
+            raise ConfigError(
+                f"event_store {self.path} is not a usable run store ({exc}): move it away, "
+                "or point event_store at another file"
+            ) from None
         self._thread = threading.Thread(target=self._write_loop, name="event-store", daemon=True)
         self._thread.start()
         log.info("event store opened", path=self.path, runs=len(runs))
@@ -71,8 +87,14 @@ class SqliteEventStore:
             self._wake.set()
 
     def forget(self, run_id: str) -> None:
+        self._on_rows(run_id, _FORGET)
+
+    def quarantine(self, run_id: str) -> None:
+        self._on_rows(run_id, _QUARANTINE)
+
+    def _on_rows(self, run_id: str, statements: tuple[str, ...]) -> None:
         with self._lock:
-            self._pending.append((run_id, None, None))
+            self._pending.append((run_id, statements))
         if not self._wake.is_set():
             self._wake.set()
 
@@ -86,7 +108,8 @@ class SqliteEventStore:
         connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
-        connection.execute(_SCHEMA)
+        connection.execute(_TABLE.format(name="events"))
+        connection.execute(_TABLE.format(name="quarantine"))
         return connection
 
     def _write_loop(self) -> None:
@@ -107,17 +130,17 @@ class SqliteEventStore:
     def _commit(
         self,
         connection: sqlite3.Connection,
-        batch: list[tuple[LogOwner | str, int, bytes] | tuple[str, None, None]],
+        batch: list[tuple[LogOwner, int, bytes] | tuple[str, tuple[str, ...]]],
     ) -> None:
         connection.execute("BEGIN")
         released: dict[int, tuple[LogOwner, int]] = {}
-        for owner, sequence, frame in batch:
-            if sequence is None:
-                assert isinstance(owner, str)
-                connection.execute("DELETE FROM events WHERE run_id = ?", (owner,))
+        for item in batch:
+            if len(item) == 2:
+                run_id, statements = item
+                for statement in statements:
+                    connection.execute(statement, (run_id,))
             else:
-                assert not isinstance(owner, str)
-                assert frame is not None
+                owner, sequence, frame = item
                 connection.execute(
                     "INSERT OR REPLACE INTO events VALUES (?, ?, ?)",
                     (owner.run_id, sequence, single(frame)),

@@ -48,6 +48,10 @@ class EventStore(Protocol):
         """Drop a run the manager no longer keeps."""
         ...
 
+    def quarantine(self, run_id: str) -> None:
+        """Set aside a stored run whose log could not be read back (kept, never served)."""
+        ...
+
     async def close(self) -> None:
         """Store what is pending and stop."""
         ...
@@ -63,6 +67,9 @@ class MemoryEventStore:
         owner.release(sequence)
 
     def forget(self, run_id: str) -> None:
+        return None
+
+    def quarantine(self, run_id: str) -> None:
         return None
 
     async def close(self) -> None:
