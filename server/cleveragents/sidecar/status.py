@@ -13,13 +13,21 @@ from cleveragents.providers import ProviderError
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.tool import LLMCallError
 
-__all__ = ["status_of"]
+__all__ = ["status_from_code", "status_of"]
 
 #: The provider refused the sidecar's key (not UNAUTHENTICATED: that one is about the client's
 #: own credentials). Other provider failures: UNAVAILABLE when a later try may succeed
 #: (connection, timeout, 408/409/429/5xx), else FAILED_PRECONDITION (another 4xx, or an
 #: answer that cannot be used): something must change first.
 _PROVIDER_CODES = {401: grpc.StatusCode.PERMISSION_DENIED, 403: grpc.StatusCode.PERMISSION_DENIED}
+
+
+_BY_CODE = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def status_from_code(code: int) -> grpc.StatusCode:
+    """The status a ``run_failed`` event's number stands for (``UNKNOWN`` for any other)."""
+    return _BY_CODE.get(code, grpc.StatusCode.UNKNOWN)
 
 
 def status_of(error: BaseException | None) -> grpc.StatusCode:

@@ -10,7 +10,6 @@ result), ``jsonfields`` and ``timestamps``.
 """
 
 from cleveragents.wire.events import (
-    TERMINAL_PAYLOADS,
     EventEncoder,
     LoggedEvent,
     check_frame,
@@ -55,7 +54,6 @@ from cleveragents.wire.session import (
     LlmInvocationEncoder,
     ToolAnswer,
     approval_request,
-    cancel_request,
     llm_answer_from_pb,
     llm_result_request,
     tool_answer_from_pb,
@@ -99,7 +97,6 @@ __all__ = [
     "BATCH_BYTES",
     "MAX_TRAILER_BYTES",
     "RESULT_TRAILER",
-    "TERMINAL_PAYLOADS",
     "Conversation",
     "EventEncoder",
     "LlmAnswer",
@@ -121,7 +118,6 @@ __all__ = [
     "budget_to_pb",
     "call_from_pb",
     "call_to_pb",
-    "cancel_request",
     "check_frame",
     "context_from_pb",
     "context_to_pb",

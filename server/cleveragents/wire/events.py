@@ -42,7 +42,6 @@ from cleveragents.wire.values import (
 )
 
 __all__ = [
-    "TERMINAL_PAYLOADS",
     "EventEncoder",
     "LoggedEvent",
     "check_frame",
@@ -53,9 +52,6 @@ __all__ = [
     "request_of_started",
     "result_message",
 ]
-
-#: The payloads that end a run.
-TERMINAL_PAYLOADS = ("run_completed", "run_failed", "run_cancelled")
 
 
 class EventEncoder:

@@ -31,7 +31,6 @@ __all__ = [
     "LlmInvocationEncoder",
     "ToolAnswer",
     "approval_request",
-    "cancel_request",
     "llm_answer_from_pb",
     "llm_result_request",
     "tool_answer_from_pb",
@@ -208,8 +207,3 @@ def approval_request(call_id: str, approved: bool, reason: str) -> session_pb2.S
             call_id=call_id, approved=approved, reason=reason
         )
     )
-
-
-def cancel_request(reason: str) -> session_pb2.SessionRequest:
-    """A ``cancel`` message."""
-    return session_pb2.SessionRequest(cancel=session_pb2.SessionCancel(reason=reason))

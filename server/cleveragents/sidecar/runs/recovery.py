@@ -12,6 +12,7 @@ from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.run import Run, Terminal
 from cleveragents.sidecar.runs.store import EventStore, StoredRun
+from cleveragents.sidecar.status import status_from_code
 from cleveragents.tool import (
     LLMResponded,
     RunCancelled,
@@ -34,7 +35,6 @@ from cleveragents.wire import (
 __all__ = ["CRASHED_MESSAGE", "restore"]
 
 CRASHED_MESSAGE = "the sidecar stopped while this run was live; its log was recovered at restart"
-_STATUS_BY_CODE = {code.value[0]: code for code in grpc.StatusCode}
 
 
 def restore(stored: StoredRun, store: EventStore, stats: LogStats) -> Run:
@@ -86,4 +86,4 @@ def partial_result(run_id: str, frames: list[bytes]) -> ToolCallRunResult:
 
 def _failure(logged: LoggedEvent) -> tuple[grpc.StatusCode, str]:
     assert isinstance(logged.event, RunFailed)
-    return _STATUS_BY_CODE.get(logged.failure_code, grpc.StatusCode.UNKNOWN), logged.event.message
+    return status_from_code(logged.failure_code), logged.event.message

@@ -37,7 +37,6 @@ __all__ = ["Run", "RunObserver", "Terminal"]
 log = structlog.get_logger("cleveragents.sidecar.runs")
 
 _TERMINAL_EVENTS = (RunCompleted, RunFailed, RunCancelled)
-_STATUS_BY_CODE = {code.value[0]: code for code in grpc.StatusCode}
 
 
 class RunObserver(Protocol):
@@ -141,8 +140,8 @@ class Run:
         """Log a core event (the runtime's ``on_event`` sink); nothing after the terminal one."""
         if self.ended:
             return
-        code = status_of(event.error).value[0] if isinstance(event, RunFailed) else 0
-        item = self._encode(self.log.next_sequence, event, code)
+        status = status_of(event.error) if isinstance(event, RunFailed) else None
+        item = self._encode(self.log.next_sequence, event, status.value[0] if status else 0)
         if isinstance(event, ToolCallCompleted):
             self.tool_calls += 1
         elif isinstance(event, LLMResponded):
@@ -158,7 +157,8 @@ class Run:
                 state = RunState.COMPLETED
             elif isinstance(event, RunFailed):
                 state = RunState.FAILED
-                failure = (_STATUS_BY_CODE.get(code, grpc.StatusCode.UNKNOWN), event.message)
+                assert status is not None
+                failure = (status, event.message)
             else:
                 state = RunState.CANCELLED
             self.end(item, Terminal(state, event.result, failure, time.time()))
