@@ -1,9 +1,12 @@
 """Tools and an LLM hosted by a ``Session``'s client, as the run sees them.
 
-The sidecar sends an invocation with an id and waits; the client owes exactly one answer per
-id. Answers to ids that timed out are ignored (the client could not know); answers to ids
-never sent, or sent twice, are protocol violations that end the session. The transport reads
-the answers off the stream and hands them here as plain values.
+The sidecar sends an invocation with an id and waits, never forever: a tool call at most its
+timeout (the tool's own, else ``default_tool_timeout_s``), an LLM call
+``client_llm_timeout_s``, after which the run fails ``DEADLINE_EXCEEDED`` and frees its slot.
+The client owes exactly one answer per id. Answers to ids that timed out are ignored (the
+client could not know); answers to ids never sent, or sent twice, are protocol violations
+that end the session. The transport reads the answers off the stream and hands them here as
+plain values.
 """
 
 from __future__ import annotations
@@ -56,15 +59,22 @@ class ClientHost:
     """What one session's client hosts: its pending invocations, and the ordered outbox of
     frames and invocations to send it."""
 
-    def __init__(self, default_tool_timeout_s: float, incremental_messages: bool = False) -> None:
+    def __init__(
+        self,
+        default_tool_timeout_s: float,
+        incremental_messages: bool = False,
+        llm_timeout_s: float = 300.0,
+    ) -> None:
         self.outbox = FrameQueue()
         #: Whether the client keeps the conversation (each LLM invocation sends only news).
         self.incremental_messages = incremental_messages
         self._deliver: Callable[[bytes], None] = self.outbox.push
         self.default_tool_timeout_s = default_tool_timeout_s
+        #: How long an LLM invocation waits for the client's answer.
+        self.llm_timeout_s = llm_timeout_s
         self.pending_tools: dict[str, asyncio.Future[ToolAnswer]] = {}
         self.pending_llm: dict[str, asyncio.Future[LlmAnswer]] = {}
-        self._expired: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._expired: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         self.violation: SidecarError | None = None
 
     @property
@@ -81,8 +91,7 @@ class ClientHost:
         """Deliver a tool result; raises ``FAILED_PRECONDITION`` for an id not awaited."""
         future = self.pending_tools.pop(answer.call_id, None)
         if future is None:
-            if answer.call_id in self._expired:
-                del self._expired[answer.call_id]
+            if self._late("tool", answer.call_id):
                 return
             raise SidecarError.out_of_order(
                 f"tool_result for call_id {answer.call_id!r}, which is not awaiting a result "
@@ -95,6 +104,8 @@ class ClientHost:
         """Deliver an LLM result; raises ``FAILED_PRECONDITION`` for an id not awaited."""
         future = self.pending_llm.pop(answer.request_id, None)
         if future is None:
+            if self._late("llm", answer.request_id):
+                return
             raise SidecarError.out_of_order(
                 f"llm_result for request_id {answer.request_id!r}, which is not awaiting a "
                 "result (unknown, or already answered)"
@@ -111,8 +122,17 @@ class ClientHost:
         before it."""
         self._deliver(Message(response))
 
-    def _forget(self, call_id: str) -> None:
-        self._expired[call_id] = None
+    def _late(self, kind: str, key: str) -> bool:
+        """Whether ``key`` is a ``kind`` invocation that timed out (its answer, once, is late)."""
+        if (kind, key) not in self._expired:
+            return False
+        del self._expired[(kind, key)]
+        return True
+
+    def forget(self, kind: str, key: str) -> None:
+        """Remember that the ``kind`` ("tool" or "llm") invocation ``key`` timed out, so that
+        its late answer is ignored."""
+        self._expired[(kind, key)] = None
         while len(self._expired) > _EXPIRED_MEMORY:
             self._expired.popitem(last=False)
 
@@ -139,7 +159,7 @@ class ClientHost:
             finally:
                 if self.pending_tools.get(call_id) is future:
                     del self.pending_tools[call_id]
-                    self._forget(call_id)
+                    self.forget("tool", call_id)
             if answer.error is not None:
                 raise ClientToolError(answer.error)
             if not answer.output.strip():
@@ -163,8 +183,17 @@ class ClientLLMCaller:
         future: asyncio.Future[LlmAnswer] = asyncio.get_running_loop().create_future()
         self._host.pending_llm[request_id] = future
         self._host.send(self._encoder.encode(request_id, request))
+        timeout_s = self._host.llm_timeout_s
         try:
-            answer = await future
+            async with asyncio.timeout(timeout_s):
+                answer = await future
+        except TimeoutError:
+            self._host.forget("llm", request_id)
+            raise SidecarError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the client did not answer LLM invocation {request_id!r} within "
+                f"{timeout_s:g}s (client_llm_timeout_s)",
+            ) from None
         finally:
             self._host.pending_llm.pop(request_id, None)
         if answer.response is None:

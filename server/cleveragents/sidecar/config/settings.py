@@ -79,6 +79,10 @@ class SidecarConfig:
     max_session_tools: int = 1024
     max_calls_per_response: int = 256
     default_tool_timeout_s: float = 60.0
+    #: How long a Session's run waits for its client to answer an LLM invocation, and the
+    #: longest timeout a client may declare for its tools: a silent client frees its run slot.
+    client_llm_timeout_s: float = 300.0
+    max_client_tool_timeout_s: float = 3600.0
     finished_run_ttl_s: float = 900.0
     max_finished_runs: int = 1000
     watcher_queue_size: int = 16384
@@ -115,9 +119,20 @@ class SidecarConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
-        for name in ("default_tool_timeout_s", "shutdown_grace_s", "finished_run_ttl_s"):
-            if getattr(self, name) <= 0:
+        for name in (
+            "default_tool_timeout_s",
+            "client_llm_timeout_s",
+            "max_client_tool_timeout_s",
+            "shutdown_grace_s",
+            "finished_run_ttl_s",
+        ):
+            if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
                 raise ConfigError(f"{name} must be a positive number of seconds")
+        if self.max_client_tool_timeout_s < self.default_tool_timeout_s:
+            raise ConfigError(
+                "max_client_tool_timeout_s must be at least default_tool_timeout_s, which "
+                "client tools without their own timeout get"
+            )
         if self.watcher_queue_size < 1 or self.max_finished_runs < 0:
             raise ConfigError("watcher_queue_size must be >= 1 and max_finished_runs >= 0")
         if self.log_format not in ("json", "console"):

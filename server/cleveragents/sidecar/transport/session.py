@@ -56,9 +56,18 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
             opening = session_opening_from_pb(first.start)
         except ValueError as exc:
             raise SidecarError.invalid(str(exc)) from None
+        config = service.config
+        longest = config.max_client_tool_timeout_s
+        for spec in opening.tools:
+            if spec.timeout_s is not None and spec.timeout_s > longest:
+                raise SidecarError.invalid(
+                    f"tools[{spec.name}].timeout of {spec.timeout_s:g}s is longer than this "
+                    f"sidecar's max_client_tool_timeout_s of {longest:g}s"
+                )
         host = ClientHost(
-            service.config.default_tool_timeout_s,
+            config.default_tool_timeout_s,
             incremental_messages=opening.incremental_messages,
+            llm_timeout_s=config.client_llm_timeout_s,
         )
         run = service.start_run(
             opening.request,
