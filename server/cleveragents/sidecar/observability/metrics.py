@@ -163,16 +163,17 @@ class _ManagerCollector:
 
     def describe(self) -> Iterable[Metric]:
         """The metric names, so the registry can refuse a clash at registration."""
-        return self._families(0, 0, 0)
+        return self._families(0, 0, 0, 0)
 
     def collect(self) -> Iterable[Metric]:
         """The current values."""
         live = self.manager.live_runs()
         streams = sum(len(run.log.sinks) + len(run.log.cursors) for run in live)
-        return self._families(len(live), streams, self.manager.stats.dropped_watchers)
+        stats = self.manager.stats
+        return self._families(len(live), streams, stats.dropped_watchers, stats.refused_runs)
 
     @staticmethod
-    def _families(live: int, streams: int, dropped: int) -> list[Metric]:
+    def _families(live: int, streams: int, dropped: int, refused: int) -> list[Metric]:
         return [
             GaugeMetricFamily("cleveragents_live_runs", "Runs in flight.", value=live),
             GaugeMetricFamily(
@@ -185,6 +186,11 @@ class _ManagerCollector:
                 "cleveragents_dropped_watchers",
                 "WatchRun watchers dropped for falling too far behind.",
                 value=dropped,
+            ),
+            CounterMetricFamily(
+                "cleveragents_refused_runs",
+                "Runs refused with RESOURCE_EXHAUSTED because max_concurrent_runs were in flight.",
+                value=refused,
             ),
         ]
 

@@ -30,6 +30,8 @@ class LogStats:
     """Counters every run's log shares with the manager (and its metrics)."""
 
     dropped_watchers: int = 0
+    #: Runs refused because ``max_concurrent_runs`` were in flight.
+    refused_runs: int = 0
 
 
 class RunLog:

@@ -164,9 +164,18 @@ class RunManager:
         if run_id in self._live:
             raise SidecarError(grpc.StatusCode.ALREADY_EXISTS, f"run {run_id!r} is still running")
         if len(self._live) >= self.max_concurrent_runs:
+            # A burst over the limit must be visible on the server too: a line and a count.
+            self.stats.refused_runs += 1
+            log.warning(
+                "run refused",
+                reason="max_concurrent_runs",
+                live_runs=len(self._live),
+                refused_total=self.stats.refused_runs,
+            )
             raise SidecarError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"the sidecar already runs {len(self._live)} runs, its limit; retry later",
+                f"the sidecar already runs {len(self._live)} runs, its max_concurrent_runs; "
+                "retry later",
             )
         if self._finished.pop(run_id, None) is not None:
             self.store.forget(run_id)
