@@ -131,6 +131,4 @@ async def test_every_session_of_a_3000_burst_runs_or_is_refused_logged_and_count
     lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     refused_lines = [line for line in lines if line.get("event") == "run refused"]
     assert len(refused_lines) == SESSIONS - RUN_SLOTS
-    assert _scrape(metrics_url)["cleveragents_refused_runs_total"] == (
-        SESSIONS - RUN_SLOTS
-    )
+    assert _scrape(metrics_url)["cleveragents_refused_runs_total"] == (SESSIONS - RUN_SLOTS)
