@@ -5,8 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+import pytest
 
+from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.hosted import ClientHost, ClientLLMCaller
+from cleveragents.tool import LLMRequest, LLMResponse, Message
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc, session_pb2, types_pb2
+from cleveragents.wire import LlmAnswer
 
 from .conftest import (
     SidecarFactory,
@@ -99,27 +104,18 @@ async def test_a_client_tool_timeout_past_the_sidecars_cap_is_refused(
     assert "max_client_tool_timeout_s of 120s" in details
 
 
-async def test_a_late_llm_answer_after_the_timeout_is_not_a_protocol_error(
-    make_sidecar: SidecarFactory,
-) -> None:
-    sidecar = await make_sidecar(client_llm_timeout_s=0.2)
-    async with grpc.aio.insecure_channel(sidecar.address) as channel:
-        stub: Any = service_pb2_grpc.ToolRuntimeServiceStub(channel)
-        session = stub.Session()
-        await session.write(session_start(run_spec(), client_llm=True))
-        await next_invocation(session)
-        while not (response := await next_response(session)).HasField("event") or not (
-            response.event.HasField("run_failed")
-        ):
-            pass
-        await session.write(
-            session_pb2.SessionRequest(
-                llm_result=session_pb2.LlmResult(request_id="llm_1", content="too late")
-            )
-        )
-        code, details = await stream_code(session)
+async def test_a_late_llm_answer_after_the_timeout_is_ignored_once() -> None:
+    host = ClientHost(60.0, llm_timeout_s=0.05)
+    caller = ClientLLMCaller(host)
+    with pytest.raises(SidecarError) as timed_out:
+        await caller.call(LLMRequest([Message("user", "go")], [], 1))
+    assert timed_out.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
 
-    assert (code, details) == (grpc.StatusCode.OK, "")
+    host.resolve_llm(LlmAnswer("llm_1", LLMResponse("too late")))  # ignored, not a violation
+    with pytest.raises(SidecarError) as twice:
+        host.resolve_llm(LlmAnswer("llm_1", LLMResponse("again")))
+    assert twice.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert not host.has_pending
 
 
 async def test_a_silent_client_is_no_reason_for_unary_calls_to_wait(
