@@ -9,7 +9,7 @@ import pytest
 
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost, ClientLLMCaller
-from cleveragents.tool import LLMRequest, LLMResponse, Message
+from cleveragents.tool import LLMRequest, LLMResponse, Message, Role
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc, session_pb2, types_pb2
 from cleveragents.wire import LlmAnswer
 
@@ -108,7 +108,7 @@ async def test_a_late_llm_answer_after_the_timeout_is_ignored_once() -> None:
     host = ClientHost(60.0, llm_timeout_s=0.05)
     caller = ClientLLMCaller(host)
     with pytest.raises(SidecarError) as timed_out:
-        await caller.call(LLMRequest([Message("user", "go")], [], 1))
+        await caller.call(LLMRequest([Message(Role.USER, "go")], [], 1))
     assert timed_out.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
 
     host.resolve_llm(LlmAnswer("llm_1", LLMResponse("too late")))  # ignored, not a violation
