@@ -55,17 +55,22 @@ def authed_sidecar() -> Iterator[tuple[str, int]]:
         process.wait(15)
 
 
-async def _refused(address: str, payload: str, health: bool) -> tuple[grpc.StatusCode, str]:
+async def _refused(address: str, payload: str, kind: str) -> tuple[grpc.StatusCode, str]:
+    """Send one ``payload``-sized request without the token, as a ``kind`` call."""
     options = [("grpc.max_send_message_length", 2 * MESSAGE)]
+    spec = types_pb2.RunSpec(prompt=payload)
     async with grpc.aio.insecure_channel(address, options=options) as channel:
+        stub: Any = service_pb2_grpc.ToolRuntimeServiceStub(channel)
         try:
-            if health:
-                stub: Any = health_pb2_grpc.HealthStub(channel)
-                await stub.Check(health_pb2.HealthCheckRequest(service=payload), timeout=60)
-            else:
-                stub = service_pb2_grpc.ToolRuntimeServiceStub(channel)
-                spec = types_pb2.RunSpec(prompt=payload)
+            if kind == "health":
+                health: Any = health_pb2_grpc.HealthStub(channel)
+                await health.Check(health_pb2.HealthCheckRequest(service=payload), timeout=60)
+            elif kind == "unary":
                 await stub.RunToolLoop(service_pb2.RunToolLoopRequest(spec=spec), timeout=60)
+            else:
+                call = stub.StreamToolLoop(service_pb2.StreamToolLoopRequest(spec=spec), timeout=60)
+                async for _ in call:
+                    pass
         except grpc.aio.AioRpcError as exc:
             return exc.code(), exc.details() or ""
     return grpc.StatusCode.OK, ""
@@ -90,7 +95,8 @@ async def test_unauthenticated_15_mib_requests_are_refused_without_being_read(
     address, pid = authed_sidecar
     before = _status_mb(pid, "VmRSS")
     payload = "x" * MESSAGE
-    attack = [asyncio.create_task(_refused(address, payload, False)) for _ in range(PEERS)]
+    kinds = ("unary", "streaming")  # a Session's refusal never waited for its message
+    attack = [asyncio.create_task(_refused(address, payload, kinds[i % 2])) for i in range(PEERS)]
     served = await _authenticated_run(address)  # while the attack is in flight
     outcomes = await asyncio.gather(*attack)
     peak = _status_mb(pid, "VmHWM")
@@ -107,8 +113,21 @@ async def test_unauthenticated_health_checks_are_answered_without_reading_them(
     address, pid = authed_sidecar
     before = _status_mb(pid, "VmRSS")
     payload = "x" * MESSAGE
-    outcomes = await asyncio.gather(*(_refused(address, payload, True) for _ in range(PEERS)))
+    outcomes = await asyncio.gather(*(_refused(address, payload, "health") for _ in range(PEERS)))
     peak = _status_mb(pid, "VmHWM")
 
     assert set(outcomes) == {(grpc.StatusCode.OK, "")}  # the whole server's status: SERVING
     assert peak - before < BOUND_MB, f"RSS went from {before:.0f} MB to a peak of {peak:.0f} MB"
+
+
+async def test_an_unauthenticated_health_watch_streams_the_whole_servers_status(
+    authed_sidecar: tuple[str, int],
+) -> None:
+    address, _ = authed_sidecar
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub: Any = health_pb2_grpc.HealthStub(channel)
+        watch = stub.Watch(health_pb2.HealthCheckRequest(service="not-read"), timeout=10)
+        first = await watch.read()
+        watch.cancel()
+
+    assert first.status == health_pb2.HealthCheckResponse.SERVING
