@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import grpc
@@ -40,8 +41,11 @@ async def test_a_client_llm_that_never_answers_fails_the_run_and_frees_its_slot(
         stub: Any = service_pb2_grpc.ToolRuntimeServiceStub(channel)
         session = stub.Session()
         await session.write(session_start(run_spec(), client_llm=True))
-        invocation = await next_invocation(session)
-        assert invocation.llm_invocation.request_id == "llm_1"
+        invocation = (await next_invocation(session)).llm_invocation
+        received = time.time()
+        assert invocation.request_id == "llm_1"
+        # The client is told when the sidecar stops waiting.
+        assert received - 1 < invocation.deadline.ToNanoseconds() / 1e9 <= received + 0.3
         events = await drain_session(session)  # never answered
 
         failed = events[-1]

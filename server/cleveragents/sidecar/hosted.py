@@ -182,8 +182,8 @@ class ClientLLMCaller:
         request_id = f"llm_{request.iteration}"
         future: asyncio.Future[LlmAnswer] = asyncio.get_running_loop().create_future()
         self._host.pending_llm[request_id] = future
-        self._host.send(self._encoder.encode(request_id, request))
         timeout_s = self._host.llm_timeout_s
+        self._host.send(self._encoder.encode(request_id, request, time.time() + timeout_s))
         try:
             async with asyncio.timeout(timeout_s):
                 answer = await future

@@ -74,8 +74,11 @@ class LlmInvocationEncoder:
         self._messages: list[types_pb2.Message] = []
         self._sent = 0  # messages the client holds (incremental only)
 
-    def encode(self, request_id: str, request: LLMRequest) -> bytes:
-        """A serialised ``SessionResponse`` asking the client's LLM to answer ``request``."""
+    def encode(
+        self, request_id: str, request: LLMRequest, deadline: float | None = None
+    ) -> bytes:
+        """A serialised ``SessionResponse`` asking the client's LLM to answer ``request``, by
+        ``deadline`` (Unix seconds) when one is given."""
         for message in request.messages[len(self._messages) :]:
             self._messages.append(message_to_pb(message))
         if request.tools is not self._tools_source:
@@ -102,6 +105,8 @@ class LlmInvocationEncoder:
             self._sent = len(self._messages)
         else:
             invocation.messages.extend(self._messages)
+        if deadline is not None:
+            set_time(invocation.deadline, deadline)
         return response.SerializeToString()
 
 

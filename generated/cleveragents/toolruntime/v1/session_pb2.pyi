@@ -337,6 +337,7 @@ class LlmInvocation(_message.Message):
     TOOLS_FIELD_NUMBER: _builtins.int
     ITERATION_FIELD_NUMBER: _builtins.int
     MESSAGE_OFFSET_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Identifier to echo back in the matching LlmResult."""
     iteration: _builtins.int
@@ -357,6 +358,13 @@ class LlmInvocation(_message.Message):
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.ToolSpec]:
         """The tools the LLM may call in this turn."""
 
+    @_builtins.property
+    def deadline(self) -> _timestamp_pb2.Timestamp:
+        """Moment after which the server stops waiting for the answer and fails the
+        run with DEADLINE_EXCEEDED (the sidecar's client_llm_timeout_s); a later
+        answer is ignored.
+        """
+
     def __init__(
         self,
         *,
@@ -365,10 +373,11 @@ class LlmInvocation(_message.Message):
         tools: _abc.Iterable[_types_pb2.ToolSpec] | None = ...,
         iteration: _builtins.int = ...,
         message_offset: _builtins.int = ...,
+        deadline: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["iteration", b"iteration", "message_offset", b"message_offset", "messages", b"messages", "request_id", b"request_id", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "iteration", b"iteration", "message_offset", b"message_offset", "messages", b"messages", "request_id", b"request_id", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
