@@ -74,9 +74,7 @@ class LlmInvocationEncoder:
         self._messages: list[types_pb2.Message] = []
         self._sent = 0  # messages the client holds (incremental only)
 
-    def encode(
-        self, request_id: str, request: LLMRequest, deadline: float | None = None
-    ) -> bytes:
+    def encode(self, request_id: str, request: LLMRequest, deadline: float | None = None) -> bytes:
         """A serialised ``SessionResponse`` asking the client's LLM to answer ``request``, by
         ``deadline`` (Unix seconds) when one is given."""
         for message in request.messages[len(self._messages) :]:
