@@ -8,6 +8,7 @@ from typing import Any
 import grpc
 import pytest
 
+from cleveragents.sidecar import ConfigError, SidecarConfig, load_config
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost, ClientLLMCaller
 from cleveragents.tool import LLMRequest, LLMResponse, Message, Role
@@ -137,3 +138,22 @@ async def test_a_silent_client_is_no_reason_for_unary_calls_to_wait(
 
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "max_concurrent_runs" in details
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"client_llm_timeout_s": 0},
+        {"client_llm_timeout_s": float("inf")},
+        {"max_client_tool_timeout_s": -1},
+        {"default_tool_timeout_s": 120, "max_client_tool_timeout_s": 60},
+    ],
+)
+def test_client_timeouts_must_be_positive_and_consistent(settings: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError):
+        SidecarConfig(**settings)
+
+
+def test_the_client_llm_timeout_comes_from_the_environment() -> None:
+    config = load_config(env={"CLEVERAGENTS_SIDECAR_CLIENT_LLM_TIMEOUT_S": "12.5"})
+    assert config.client_llm_timeout_s == 12.5
