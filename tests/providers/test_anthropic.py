@@ -137,7 +137,8 @@ async def test_a_summary_call_without_tools_drops_tool_choice(
 
     first, summary = provider.bodies()
     assert first["tool_choice"] == choice
-    assert "tools" not in summary and "tool_choice" not in summary
+    assert "tools" not in summary
+    assert "tool_choice" not in summary
     assert summary["temperature"] == 0
     assert result.content == "Cat has 3 letters."
 

@@ -133,7 +133,8 @@ async def test_a_summary_call_without_tools_drops_tool_choice_and_parallel_tool_
     first, summary = provider.bodies()
     assert (first["tool_choice"], first["parallel_tool_calls"]) == ("required", False)
     assert "tools" not in summary
-    assert "tool_choice" not in summary and "parallel_tool_calls" not in summary
+    assert "tool_choice" not in summary
+    assert "parallel_tool_calls" not in summary
     assert result.content == "It is 3."
 
 

@@ -265,14 +265,17 @@ Global___ToolCallCompleted: _TypeAlias = ToolCallCompleted  # noqa: Y015
 
 @_typing.final
 class RunCompleted(_message.Message):
-    """RunCompleted is the terminal event of a run that ended normally."""
+    """RunCompleted is the terminal event of a run that ended normally: a final
+    answer, or a limit it was given (max_iterations or a RunBudget limit; then
+    terminated_by_limit is true).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def result(self) -> _types_pb2.ToolCallRunResult:
-        """The run's final result (final answer or iteration limit)."""
+        """The run's result (final answer, or partial when a limit stopped it)."""
 
     def __init__(
         self,
@@ -321,7 +324,9 @@ Global___RunFailed: _TypeAlias = RunFailed  # noqa: Y015
 
 @_typing.final
 class RunCancelled(_message.Message):
-    """RunCancelled is the terminal event of a run that was stopped early."""
+    """RunCancelled is the terminal event of a run that was stopped early: by a
+    cancellation, or by the starting call's deadline (STOP_REASON_DEADLINE).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
