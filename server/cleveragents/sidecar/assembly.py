@@ -103,7 +103,11 @@ class RunAssembler:
         budget = request.budget or RunBudget()
         if request.max_wall_clock_s is not None:
             budget = dataclasses.replace(budget, max_wall_clock_s=request.max_wall_clock_s)
-        approvals = ApprovalBroker()
+        approvals = ApprovalBroker(
+            timeout_s=config.approval_timeout_s,
+            approve_on_timeout=config.approve_on_timeout,
+            unattended_timeout_s=config.approval_timeout_unattended_s,
+        )
         runner = ToolRunner(
             registry, default_timeout_s=config.default_tool_timeout_s, limits=self.limits
         )
@@ -117,6 +121,7 @@ class RunAssembler:
             approver=approvals,
             approval_timeout_s=config.approval_timeout_s,
             approve_on_timeout=config.approve_on_timeout,
+            approval_help=approvals.how_to_answer,
             budget=budget,
             max_calls_per_response=config.max_calls_per_response,
         )

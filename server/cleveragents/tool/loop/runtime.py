@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from cleveragents.tool.budget import RunBudget
@@ -37,7 +37,7 @@ from cleveragents.tool.loop.gate import CallGate
 from cleveragents.tool.loop.run_state import RunState
 from cleveragents.tool.loop.yield_timer import YieldTimer
 from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, Role, ToolCall
-from cleveragents.tool.policy import Approver, AutomationProfile, Decision
+from cleveragents.tool.policy import ApprovalRequest, Approver, AutomationProfile, Decision
 from cleveragents.tool.records import StopReason, ToolCallRunResult
 from cleveragents.tool.router import ToolCallRouter, route_call
 from cleveragents.tool.spec import ToolSpec
@@ -60,8 +60,9 @@ class ToolCallingRuntime:
     ``parallel_tool_calls`` runs the calls of one LLM response concurrently (their records
     keep the order the model asked for them); ``system_prompt`` opens every conversation.
     ``profile`` (an :class:`AutomationProfile`) decides which tools run freely, which need
-    ``approver``'s approval (waiting at most ``approval_timeout_s``) and which are not even
-    offered; ``budget`` adds limits beyond ``max_iterations``. A response asking for more than
+    ``approver``'s approval (waiting at most ``approval_timeout_s``; ``approval_help`` words
+    the ``ApprovalRequested`` event's ``how_to_answer``) and which are not even offered;
+    ``budget`` adds limits beyond ``max_iterations``. A response asking for more than
     ``max_calls_per_response`` calls fails the run (``LLMCallError``) before any of them runs.
     """
 
@@ -79,6 +80,7 @@ class ToolCallingRuntime:
         approver: Approver | None = None,
         approval_timeout_s: float = 300.0,
         approve_on_timeout: bool = False,
+        approval_help: Callable[[ApprovalRequest], str] | None = None,
         budget: RunBudget | None = None,
         max_calls_per_response: int | None = None,
     ) -> None:
@@ -111,6 +113,7 @@ class ToolCallingRuntime:
         self.approver = approver
         self.approval_timeout_s = approval_timeout_s
         self.approve_on_timeout = approve_on_timeout
+        self.approval_help = approval_help
         self.budget = budget if budget is not None else RunBudget()
         self.max_calls_per_response = max_calls_per_response
         self._llm_is_async = inspect.iscoroutinefunction(llm_caller.call)
@@ -219,6 +222,7 @@ class ToolCallingRuntime:
                 emit,
                 timeout_s=self.approval_timeout_s,
                 on_timeout=self.approve_on_timeout,
+                help=self.approval_help,
             )
         specs = self.offered_specs()
         tools = (
