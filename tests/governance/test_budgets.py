@@ -87,8 +87,8 @@ async def test_the_wall_clock_budget_completes_the_run_as_a_limit(start: Start) 
     script = [{"tool_calls": [{"id": "w", "name": "wait", "arguments": {"seconds": 30}}]}]
     async with AsyncSidecarClient(sidecar.address) as client:
         end = await terminal(client, script=script, max_wall_clock_s=0.2)
+        assert isinstance(end, RunCompleted)
         info = await client.get_run(end.result.run_id)
-    assert isinstance(end, RunCompleted)
     result = end.result
     assert result.stop_reason is StopReason.WALL_CLOCK_BUDGET
     assert result.terminated_by_limit
