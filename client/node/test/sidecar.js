@@ -96,7 +96,11 @@ export async function startFailingSidecar(content = 'one turn only', echoArgs = 
                   role: 'assistant',
                   content,
                   tool_calls: [
-                    { id: 'c', type: 'function', function: { name: 'echo', arguments: JSON.stringify(echoArgs) } },
+                    {
+                      id: 'c',
+                      type: 'function',
+                      function: { name: 'echo', arguments: JSON.stringify(echoArgs) },
+                    },
                   ],
                 },
               },

@@ -4,7 +4,15 @@ import { once } from 'node:events';
 import { after, before, describe, test } from 'node:test';
 
 import { RunFailedError, SidecarClient, SidecarError, Status } from '../src/index.js';
-import { callTurn, collect, runId, script, startFailingSidecar, startSidecar, useSidecar } from './sidecar.js';
+import {
+  callTurn,
+  collect,
+  runId,
+  script,
+  startFailingSidecar,
+  startSidecar,
+  useSidecar,
+} from './sidecar.js';
 
 let sidecar;
 let client;
