@@ -15,7 +15,7 @@ from cleveragents.toolruntime.v1 import service_pb2, session_pb2, types_pb2
 from .conftest import LiveSidecar
 
 C = grpc.StatusCode
-#: API.md's table, plus UNAVAILABLE for a run whose (scripted) LLM fails, the unary
+#: API.md's table, plus UNAVAILABLE (or FAILED_PRECONDITION) for a run whose LLM fails, the unary
 #: RunToolLoop's way of reporting run_failed, and DEADLINE_EXCEEDED from the client's deadline.
 ALLOWED = {
     C.OK, C.INVALID_ARGUMENT, C.NOT_FOUND, C.ALREADY_EXISTS, C.RESOURCE_EXHAUSTED,

@@ -11,6 +11,8 @@ from cleveragents.tool import (
     ErrorKind,
     LLMResponse,
     RunBudget,
+    RunCancelled,
+    RunCompleted,
     RunEvent,
     ScriptedLLMCaller,
     StopReason,
@@ -84,6 +86,52 @@ async def test_the_token_budget_stops_after_the_response_that_crosses_it() -> No
         ("c1", None), ("c2", ErrorKind.DENIED),
     ]  # fmt: skip
     assert result.content == "turn (1,)\nturn (2,)"
+
+
+def _slow_registry() -> ToolRegistry:
+    registry = ToolRegistry()
+
+    @registry.tool
+    async def wait() -> None:
+        """Wait for ever."""
+        await asyncio.Event().wait()
+
+    return registry
+
+
+def _slow_runtime(budget: RunBudget) -> ToolCallingRuntime:
+    registry = _slow_registry()
+    llm = ScriptedLLMCaller([LLMResponse("", [ToolCall("w", "wait", {})])])
+    return ToolCallingRuntime(registry, ToolRunner(registry), llm, budget=budget)
+
+
+async def test_the_wall_clock_budget_completes_the_run_as_a_limit() -> None:
+    events: list[RunEvent] = []
+    result = await _slow_runtime(RunBudget(max_wall_clock_s=0.05)).arun_tool_loop(
+        "go", timeout_s=30, on_event=events.append
+    )
+    assert isinstance(events[-1], RunCompleted)
+    assert result.stop_reason is StopReason.WALL_CLOCK_BUDGET
+    assert result.terminated_by_limit
+    assert result.tool_call_history[0].error_kind is ErrorKind.CANCELLED
+
+
+async def test_a_deadline_before_the_wall_clock_budget_cancels_the_run() -> None:
+    events: list[RunEvent] = []
+    result = await _slow_runtime(RunBudget(max_wall_clock_s=30)).arun_tool_loop(
+        "go", timeout_s=0.05, on_event=events.append
+    )
+    assert isinstance(events[-1], RunCancelled)
+    assert result.stop_reason is StopReason.DEADLINE
+    assert not result.terminated_by_limit
+
+
+def test_the_token_budget_names_itself_in_the_denial() -> None:
+    stop = RunBudget(max_total_tokens=100, max_tool_calls=5).check(120, 0, 2)
+    assert stop is not None
+    assert (stop.stop_reason, stop.allowed) == (StopReason.TOKEN_BUDGET, 0)
+    assert "token budget (max_total_tokens=100)" in stop.refusal
+    assert "tool-call" not in stop.refusal
 
 
 async def test_summarize_on_stop_makes_one_last_call_without_tools() -> None:
@@ -174,7 +222,7 @@ async def test_a_per_tool_rate_limit_spaces_calls_out() -> None:
     assert min(gaps) >= 0.015  # 50 per second: one every 20 ms, give or take the clock
 
 
-@pytest.mark.parametrize("field", ["max_tool_calls", "max_total_tokens"])
+@pytest.mark.parametrize("field", ["max_tool_calls", "max_total_tokens", "max_wall_clock_s"])
 def test_budgets_must_be_positive(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         RunBudget(**{field: 0})  # type: ignore[arg-type]

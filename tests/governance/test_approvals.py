@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
+from cleveragents.sidecar import Sidecar, SidecarConfig
 from cleveragents.tool import (
     ApprovalDecided,
     ApprovalDecision,
@@ -224,3 +226,106 @@ async def test_run_started_of_a_session_leaves_out_client_tools_the_profile_forb
     started = events[0].event
     assert isinstance(started, RunStarted)
     assert started.tool_names == ("look", "wait", "read_note")
+
+
+# -- nobody to answer ----------------------------------------------------------------------------
+
+#: Far below the 300 s an unanswerable approval used to wait, far above a prompt answer.
+PROMPTLY_S = 20.0
+
+
+async def test_a_unary_run_nobody_can_answer_is_denied_at_once(start: Start) -> None:
+    sidecar, ran = await start()
+    async with AsyncSidecarClient(sidecar.address) as client, asyncio.timeout(PROMPTLY_S):
+        result = await client.run_tool_loop("ship it", script=DEPLOY_THEN_DONE, run_id="u1")
+        events = [e.event async for e in client.watch("u1")]
+    assert ran == []
+    record = result.tool_call_history[0]
+    assert record.error_kind is ErrorKind.DENIED
+    assert record.error == (
+        "denied by policy: nobody can answer: no Session with handles_approvals, "
+        "StreamToolLoop caller or WatchRun watcher follows the run"
+    )
+    (asked,) = [e for e in events if isinstance(e, ApprovalRequested)]
+    assert asked.how_to_answer.startswith("nobody can answer")
+    assert "approval_timeout_unattended_s" in asked.how_to_answer
+    (decided,) = [e for e in events if isinstance(e, ApprovalDecided)]
+    assert (decided.approved, decided.by) == (False, "policy")
+
+
+async def test_a_streamed_runs_approval_request_says_how_to_answer(start: Start) -> None:
+    sidecar, _ = await start(approval_timeout_s=0.2)
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = [e.event async for e in client.stream_tool_loop(
+            "ship it", script=DEPLOY_THEN_DONE, run_id="s1")]  # fmt: skip
+    (asked,) = [e for e in events if isinstance(e, ApprovalRequested)]
+    assert asked.how_to_answer == (
+        "answer with `cleveragents-sidecar approve s1 c1` (or `deny`), the DecideApproval RPC "
+        "(run_id 's1', call_id 'c1') or a Session approval_decision; undecided after 0.2s it "
+        "is denied"
+    )
+
+
+async def test_a_session_that_does_not_handle_approvals_is_not_asked_to_wait(
+    start: Start,
+) -> None:
+    sidecar, ran = await start()
+    async with AsyncSidecarClient(sidecar.address) as client, asyncio.timeout(PROMPTLY_S):
+        events = [e.event async for e in client.session("ship it", script=DEPLOY_THEN_DONE)]
+    (decided,) = [e for e in events if isinstance(e, ApprovalDecided)]
+    assert (decided.approved, decided.by) == (False, "policy")
+    assert ran == []
+
+
+async def test_a_watcher_can_answer_a_unary_runs_approval() -> None:
+    held, release, ran = asyncio.Event(), asyncio.Event(), []
+    tools = ToolRegistry()
+
+    @tools.tool
+    async def hold() -> None:
+        """Wait until the test lets go."""
+        held.set()
+        await release.wait()
+
+    @tools.tool(side_effects=True)
+    async def deploy(target: str) -> None:
+        """Deploy somewhere."""
+        ran.append(target)
+
+    script = [{"tool_calls": [{"id": "h", "name": "hold", "arguments": {}}]}, *DEPLOY_THEN_DONE]
+    sidecar = Sidecar(SidecarConfig(listen="127.0.0.1:0"), tools)
+    await sidecar.start()
+    try:
+        async with AsyncSidecarClient(sidecar.address) as client, asyncio.timeout(PROMPTLY_S):
+            unary = asyncio.create_task(client.run_tool_loop("go", script=script, run_id="u2"))
+            await held.wait()
+            async for streamed in client.watch("u2"):
+                release.set()  # the watcher is attached before the call asks for approval
+                if isinstance(streamed.event, ApprovalRequested):
+                    await client.decide_approval("u2", streamed.event.call_id, approved=True)
+            result = await unary
+    finally:
+        await sidecar.stop(1.0)
+    assert ran == ["prod"]
+    assert result.tool_call_history[1].success
+
+
+async def test_an_unattended_wait_can_be_configured_and_times_out(start: Start) -> None:
+    sidecar, ran = await start(approval_timeout_unattended_s=0.2)
+    async with AsyncSidecarClient(sidecar.address) as client:
+        result = await client.run_tool_loop("ship it", script=DEPLOY_THEN_DONE)
+    assert ran == []
+    assert result.tool_call_history[0].error == (
+        "denied by timeout: no decision within 0.2s, and nobody follows the run "
+        "(approval_timeout_unattended_s)"
+    )
+
+
+def test_the_unattended_wait_comes_from_the_environment_and_must_not_be_negative() -> None:
+    from cleveragents.sidecar import ConfigError, load_config
+
+    env = {"CLEVERAGENTS_SIDECAR_APPROVAL_TIMEOUT_UNATTENDED_S": "30"}
+    assert load_config(env=env).approval_timeout_unattended_s == 30.0
+    assert load_config(env={}).approval_timeout_unattended_s == 0.0
+    with pytest.raises(ConfigError, match="approval_timeout_unattended_s must be 0"):
+        SidecarConfig(approval_timeout_unattended_s=-1)

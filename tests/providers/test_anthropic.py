@@ -14,6 +14,7 @@ from cleveragents.tool import (
     LLMRequest,
     Message,
     Role,
+    RunBudget,
     ToolCallingRuntime,
     ToolError,
     ToolRegistry,
@@ -116,6 +117,30 @@ async def test_params_override_max_tokens_and_pass_through(
 
     body = provider.bodies()[0]
     assert (body["max_tokens"], body["temperature"]) == (256, 0)
+
+
+async def test_a_summary_call_without_tools_drops_tool_choice(
+    provider: FakeProvider, make_caller: Factory, registry: ToolRegistry
+) -> None:
+    provider.queue(
+        ok(anthropic_message(calls=[("toolu_1", "lookup", {"word": "cat"})])),
+        ok(anthropic_message("Cat has 3 letters.")),
+    )
+    choice = {"type": "any", "disable_parallel_tool_use": True}
+    caller = make_caller(params={"tool_choice": choice, "temperature": 0})
+    run = ToolCallingRuntime(
+        registry, ToolRunner(registry), caller, 1, caller.router,
+        budget=RunBudget(summarize_on_stop=True),
+    )  # fmt: skip
+
+    result = await run.arun_tool_loop("How long is cat?")
+
+    first, summary = provider.bodies()
+    assert first["tool_choice"] == choice
+    assert "tools" not in summary
+    assert "tool_choice" not in summary
+    assert summary["temperature"] == 0
+    assert result.content == "Cat has 3 letters."
 
 
 # -- the loop ----------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from cleveragents.tool import (
     LLMRequest,
     Message,
     Role,
+    RunBudget,
     ToolCallingRuntime,
     ToolRegistry,
     ToolRunner,
@@ -112,6 +113,42 @@ async def test_body_carries_model_params_messages_and_function_tools(
     assert [t["type"] for t in body["tools"]] == ["function", "function"]
     assert body["tools"][0]["function"]["name"] == "add"
     assert body["tools"][0]["function"]["parameters"]["required"] == ["a", "b"]
+
+
+async def test_a_summary_call_without_tools_drops_tool_choice_and_parallel_tool_calls(
+    provider: FakeProvider, make_caller: Factory, registry: ToolRegistry
+) -> None:
+    provider.queue(
+        ok(openai_completion(calls=[("call_1", "add", '{"a": 1, "b": 2}')])),
+        ok(openai_completion("It is 3.")),
+    )
+    caller = make_caller(params={"tool_choice": "required", "parallel_tool_calls": False})
+    run = ToolCallingRuntime(
+        registry, ToolRunner(registry), caller, 1, caller.router,
+        budget=RunBudget(summarize_on_stop=True),
+    )  # fmt: skip
+
+    result = await run.arun_tool_loop("Add 1 and 2.")
+
+    first, summary = provider.bodies()
+    assert (first["tool_choice"], first["parallel_tool_calls"]) == ("required", False)
+    assert "tools" not in summary
+    assert "tool_choice" not in summary
+    assert "parallel_tool_calls" not in summary
+    assert result.content == "It is 3."
+
+
+async def test_a_request_without_tools_keeps_the_other_params(
+    provider: FakeProvider, make_caller: Factory
+) -> None:
+    provider.queue(ok(openai_completion("hello")))
+    caller = make_caller(params={"tool_choice": "auto", "temperature": 0.5})
+
+    await caller.call(request())
+
+    body = provider.bodies()[0]
+    assert "tool_choice" not in body
+    assert body["temperature"] == 0.5
 
 
 async def test_no_key_means_no_authorization_header(

@@ -28,7 +28,7 @@ import grpc
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, StreamedEvent
-from cleveragents.sidecar import Sidecar, SidecarConfig, configure_logging
+from cleveragents.sidecar import ProfileConfig, Sidecar, SidecarConfig, configure_logging
 from cleveragents.tool import (
     LLMRequest,
     LLMResponse,
@@ -192,6 +192,60 @@ class RaisingLLM:
     async def call(self, request: LLMRequest) -> LLMResponse:
         self.calls += 1
         raise RuntimeError(self.message)
+
+
+class FailingProvider:
+    """An OpenAI-compatible endpoint on loopback that answers its queued completions (each a
+    list of ``(call id, tool, arguments)``), then 503 ``overloaded``: an LLM that fails as a
+    real one does, after the run has made some progress (``UNAVAILABLE``: worth a retry)."""
+
+    def __init__(self) -> None:
+        self.completions: list[list[tuple[str, str, dict[str, Any]]]] = []
+        self.server: asyncio.Server | None = None
+
+    @property
+    def base_url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1"
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+                length = int(head.partition("content-length:")[2].split("\r\n")[0] or 0)
+                await reader.readexactly(length)
+                status, body = self._reply()
+                data = json.dumps(body).encode()
+                writer.write(
+                    f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"
+                    f"content-length: {len(data)}\r\n\r\n".encode()
+                    + data
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def _reply(self) -> tuple[int, dict[str, Any]]:
+        if not self.completions:
+            return 503, {"error": {"message": "the model is overloaded", "type": "overloaded"}}
+        calls = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+            for i, n, a in self.completions.pop(0)
+        ]
+        message = {"role": "assistant", "content": None, "tool_calls": calls}
+        choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+        usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+        return 200, {"id": "x", "object": "chat.completion", "choices": [choice], "usage": usage}
 
 
 # -- scripts and specs ---------------------------------------------------------------------------
@@ -520,6 +574,27 @@ async def make_sidecar(server_tools: ServerTools) -> AsyncIterator[SidecarFactor
 async def sidecar(make_sidecar: SidecarFactory) -> Sidecar:
     """A sidecar with the default settings and the test tools."""
     return await make_sidecar()
+
+
+@pytest.fixture
+async def failing_provider() -> AsyncIterator[FailingProvider]:
+    """A loopback OpenAI endpoint that fails once its queued completions are used."""
+    provider = FailingProvider()
+    await provider.start()
+    yield provider
+    await provider.close()
+
+
+@pytest.fixture
+async def failing_sidecar(
+    make_sidecar: SidecarFactory, failing_provider: FailingProvider
+) -> Sidecar:
+    """A sidecar whose default LLM profile (``openai``, no retries) is ``failing_provider``."""
+    profile = ProfileConfig(
+        "failing", "openai", model="m", base_url=failing_provider.base_url, api_key_env="",
+        max_retries=0,
+    )  # fmt: skip
+    return await make_sidecar(profiles={"failing": profile}, default_profile="failing")
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ from cleveragents.toolruntime.v1 import events_pb2, service_pb2, types_pb2
 
 from .conftest import (
     WAIT_S,
+    FailingProvider,
     ServerTools,
     SidecarFactory,
     assert_well_formed,
@@ -251,10 +252,17 @@ async def test_sync_stream_tool_loop(sync_client: SidecarClient) -> None:
     assert isinstance(events[-1].event, RunCompleted)
 
 
-async def test_sync_failed_run_raises_run_failed(sync_client: SidecarClient) -> None:
-    script = [turn("", call("c1", "echo", text="x"))]
+async def test_sync_failed_run_raises_run_failed(
+    failing_sidecar: Sidecar, failing_provider: FailingProvider
+) -> None:
+    failing_provider.completions.append([("c1", "echo", {"text": "x"})])  # then 503
+
+    def run() -> None:
+        with SidecarClient(failing_sidecar.address) as client:
+            client.run_tool_loop("go", max_iterations=3)
+
     with pytest.raises(RunFailedError) as failure:
-        await in_thread(lambda: sync_client.run_tool_loop("go", script=script, max_iterations=3))
+        await in_thread(run)
 
     assert failure.value.code == grpc.StatusCode.UNAVAILABLE
     assert [r.call_id for r in failure.value.result.tool_call_history] == ["c1"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from cleveragents.toolruntime.v1 import (
 
 from .conftest import (
     WAIT_S,
+    FailingProvider,
     ServerTools,
     SidecarFactory,
     assert_well_formed,
@@ -561,19 +563,48 @@ async def test_llm_result_for_unknown_request_is_failed_precondition(stub: Stub)
 EXHAUSTED = [turn("a", call("c1", "echo", text="1")), turn("b", call("c2", "echo", text="2"))]
 
 
-async def test_failed_unary_run_is_unavailable_naming_the_cause(stub: Stub) -> None:
-    code, details = await unary(stub, run_spec(EXHAUSTED, max_iterations=5))
+def two_echo_calls(provider: FailingProvider, text: str = "x") -> None:
+    """Two completions with an echo call each; the third LLM call gets the provider's 503."""
+    provider.completions += [[("c1", "echo", {"text": text})], [("c2", "echo", {"text": text})]]
+
+
+@pytest.fixture
+async def failing_stub(failing_sidecar: Sidecar) -> AsyncIterator[Stub]:
+    async with grpc.aio.insecure_channel(failing_sidecar.address) as channel:
+        yield service_pb2_grpc.ToolRuntimeServiceStub(channel)
+
+
+@pytest.fixture
+async def failing_client(failing_sidecar: Sidecar) -> AsyncIterator[AsyncSidecarClient]:
+    async with AsyncSidecarClient(failing_sidecar.address) as client:
+        yield client
+
+
+async def test_a_unary_run_whose_llm_fails_is_unavailable_naming_the_cause(
+    failing_stub: Stub, failing_provider: FailingProvider
+) -> None:
+    two_echo_calls(failing_provider)
+    code, details = await unary(failing_stub, run_spec(max_iterations=5))
 
     assert code == grpc.StatusCode.UNAVAILABLE
-    assert "ScriptExhaustedError" in details
+    assert "the model is overloaded" in details
     assert "iteration 3" in details
 
 
+async def test_an_exhausted_script_is_failed_precondition_not_worth_a_retry(stub: Stub) -> None:
+    code, details = await unary(stub, run_spec(EXHAUSTED, max_iterations=5))
+
+    assert code == PRECONDITION
+    assert "ScriptExhaustedError" in details
+    assert "the script has 2 response(s) and iteration 3 asked for one more" in details
+
+
 async def test_client_raises_run_failed_with_the_partial_result(
-    client: AsyncSidecarClient,
+    failing_client: AsyncSidecarClient, failing_provider: FailingProvider
 ) -> None:
+    two_echo_calls(failing_provider)
     with pytest.raises(RunFailedError) as failure:
-        await client.run_tool_loop("go", script=EXHAUSTED, max_iterations=5, run_id="f1")
+        await failing_client.run_tool_loop("go", max_iterations=5, run_id="f1")
 
     error = failure.value
     assert error.code == grpc.StatusCode.UNAVAILABLE
@@ -584,25 +615,27 @@ async def test_client_raises_run_failed_with_the_partial_result(
 
 
 async def test_failed_unary_run_with_a_large_history_still_reports_the_cause(
-    client: AsyncSidecarClient,
+    failing_client: AsyncSidecarClient, failing_provider: FailingProvider
 ) -> None:
-    big = "x" * 8000
-    script = [turn("", call("c1", "echo", text=big)), turn("", call("c2", "echo", text=big))]
+    two_echo_calls(failing_provider, text="x" * 8000)
     with pytest.raises(SidecarRpcError) as failure:
-        await client.run_tool_loop("go", script=script, max_iterations=5)
+        await failing_client.run_tool_loop("go", max_iterations=5)
 
     assert failure.value.code == grpc.StatusCode.UNAVAILABLE
-    assert "ScriptExhaustedError" in failure.value.details
+    assert "the model is overloaded" in failure.value.details
 
 
-async def test_failed_stream_ends_with_run_failed_and_status_ok(stub: Stub) -> None:
-    request = service_pb2.StreamToolLoopRequest(spec=run_spec(EXHAUSTED, max_iterations=5))
-    call_ = stub.StreamToolLoop(request)
+async def test_failed_stream_ends_with_run_failed_and_status_ok(
+    failing_stub: Stub, failing_provider: FailingProvider
+) -> None:
+    two_echo_calls(failing_provider)
+    request = service_pb2.StreamToolLoopRequest(spec=run_spec(max_iterations=5))
+    call_ = failing_stub.StreamToolLoop(request)
     events = [r.event async for r in call_]
 
     assert events[-1].HasField("run_failed")
     assert events[-1].run_failed.code == grpc.StatusCode.UNAVAILABLE.value[0]
-    assert "ScriptExhaustedError" in events[-1].run_failed.message
+    assert "the model is overloaded" in events[-1].run_failed.message
     assert len(events[-1].run_failed.result.tool_call_history) == 2
     assert await call_.code() == grpc.StatusCode.OK
 

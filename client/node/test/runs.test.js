@@ -3,7 +3,16 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import { SidecarClient } from '../src/index.js';
-import { SERVER_TOOLS, assertEventLog, callTurn, collect, runId, script, useSidecar } from './sidecar.js';
+import {
+  SERVER_TOOLS,
+  assertEventLog,
+  callTurn,
+  collect,
+  runId,
+  script,
+  startFailingSidecar,
+  useSidecar,
+} from './sidecar.js';
 
 let sidecar;
 let client;
@@ -180,16 +189,19 @@ describe('streamToolLoop', () => {
   });
 
   test('a run whose LLM fails streams run_failed (code UNAVAILABLE) and ends normally', async () => {
-    const events = await collect(
-      client.streamToolLoop({
-        prompt: 'p',
-        llm: script(callTurn('only turn', ['c', 'echo', { text: 'x' }])),
-      }),
-    );
+    const failing = await startFailingSidecar('only turn', { text: 'x' });
+    const failingClient = new SidecarClient(failing.address);
+    let events;
+    try {
+      events = await collect(failingClient.streamToolLoop({ prompt: 'p' }));
+    } finally {
+      failingClient.close();
+      await failing.stop();
+    }
     assertEventLog(assert, events);
     const failed = events.at(-1).run_failed;
     assert.equal(failed.code, 14);
-    assert.match(failed.message, /script/i);
+    assert.match(failed.message, /overloaded/);
     assert.equal(failed.result.stop_reason, 'STOP_REASON_ERROR');
     assert.equal(failed.result.tool_call_history.length, 1);
   });

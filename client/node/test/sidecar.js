@@ -1,6 +1,8 @@
 // Starts a real sidecar (the repository's Python one, scripted profile) for the tests.
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -61,6 +63,78 @@ export async function startSidecar(args = []) {
         await exited;
         clearTimeout(timer);
       }
+    },
+  };
+}
+
+/**
+ * A sidecar whose LLM fails the way a real one does: its default profile is an OpenAI one (no
+ * retries) at a loopback server that answers the first call of a run with `content` and one
+ * `echo` call, and every later call with 503 "the model is overloaded" (so: UNAVAILABLE).
+ *
+ * @param {string} content  the text of the one answered turn
+ * @param {object} echoArgs  the arguments of its echo call
+ */
+export async function startFailingSidecar(content = 'one turn only', echoArgs = { text: 'kept' }) {
+  const http = createServer((req, res) => {
+    let body = '';
+    req.on('data', (chunk) => {
+      body += chunk;
+    });
+    req.on('end', () => {
+      const called = JSON.parse(body).messages.some((m) => m.role === 'tool');
+      const reply = called
+        ? { error: { message: 'the model is overloaded', type: 'overloaded' } }
+        : {
+            id: 'x',
+            object: 'chat.completion',
+            choices: [
+              {
+                index: 0,
+                finish_reason: 'tool_calls',
+                message: {
+                  role: 'assistant',
+                  content,
+                  tool_calls: [
+                    {
+                      id: 'c',
+                      type: 'function',
+                      function: { name: 'echo', arguments: JSON.stringify(echoArgs) },
+                    },
+                  ],
+                },
+              },
+            ],
+            usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+          };
+      res.writeHead(called ? 503 : 200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(reply));
+    });
+  });
+  await new Promise((resolve) => http.listen(0, '127.0.0.1', resolve));
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'failing-llm-'));
+  const config = path.join(dir, 'sidecar.toml');
+  writeFileSync(
+    config,
+    [
+      'default_profile = "failing"',
+      '[profiles.failing]',
+      'kind = "openai"',
+      'model = "m"',
+      `base_url = "http://127.0.0.1:${http.address().port}/v1"`,
+      'api_key_env = ""',
+      'max_retries = 0',
+      '',
+    ].join('\n'),
+  );
+  const sidecar = await startSidecar(['--config', config]);
+  return {
+    ...sidecar,
+    async stop() {
+      await sidecar.stop();
+      http.closeAllConnections();
+      await new Promise((resolve) => http.close(resolve));
+      rmSync(dir, { recursive: true, force: true });
     },
   };
 }

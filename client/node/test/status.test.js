@@ -4,7 +4,15 @@ import { once } from 'node:events';
 import { after, before, describe, test } from 'node:test';
 
 import { RunFailedError, SidecarClient, SidecarError, Status } from '../src/index.js';
-import { callTurn, collect, runId, script, startSidecar, useSidecar } from './sidecar.js';
+import {
+  callTurn,
+  collect,
+  runId,
+  script,
+  startFailingSidecar,
+  startSidecar,
+  useSidecar,
+} from './sidecar.js';
 
 let sidecar;
 let client;
@@ -171,11 +179,23 @@ describe('FAILED_PRECONDITION: session messages out of order (raw stub)', () => 
 });
 
 describe('UNAVAILABLE: a run whose LLM fails', () => {
+  let failing;
+  let failingClient;
+
+  before(async () => {
+    failing = await startFailingSidecar();
+    failingClient = new SidecarClient(failing.address);
+  });
+
+  after(async () => {
+    failingClient?.close();
+    await failing?.stop();
+  });
+
   test('runToolLoop rejects with RunFailedError and the partial result', async () => {
-    const turns = script(callTurn('one turn only', ['c', 'echo', { text: 'kept' }]));
-    await assert.rejects(client.runToolLoop({ prompt: 'p', llm: turns }), (err) => {
+    await assert.rejects(failingClient.runToolLoop({ prompt: 'p' }), (err) => {
       assert.ok(err instanceof RunFailedError);
-      assert.ok(status('UNAVAILABLE', /script/)(err));
+      assert.ok(status('UNAVAILABLE', /overloaded/)(err));
       assert.equal(err.result.stop_reason, 'STOP_REASON_ERROR');
       assert.equal(err.result.content, 'one turn only');
       assert.deepEqual(err.result.tool_call_history[0].output, { text: 'kept' });
@@ -184,15 +204,23 @@ describe('UNAVAILABLE: a run whose LLM fails', () => {
   });
 
   test('a session result rejects the same way', async () => {
-    const run = client.session({
-      prompt: 'p',
-      llm: script(callTurn('', ['c', 'js', {}])),
-      tools: { js: () => ({}) },
-    });
+    const run = failingClient.session({ prompt: 'p', tools: { js: () => ({}) } });
     await assert.rejects(
       run.result,
       (err) => err instanceof RunFailedError && err.codeName === 'UNAVAILABLE',
     );
+  });
+});
+
+describe('FAILED_PRECONDITION: a script that runs out of turns', () => {
+  test('retrying cannot help, so it is not UNAVAILABLE', async () => {
+    const turns = script(callTurn('one turn only', ['c', 'echo', { text: 'kept' }]));
+    await assert.rejects(client.runToolLoop({ prompt: 'p', llm: turns }), (err) => {
+      assert.ok(err instanceof RunFailedError);
+      assert.ok(status('FAILED_PRECONDITION', /script has 1 response/)(err));
+      assert.equal(err.result.tool_call_history.length, 1);
+      return true;
+    });
   });
 });
 

@@ -24,10 +24,17 @@ __all__ = [
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
+#: Parameters the API accepts only beside ``tools``: ``tool_choice`` (which also carries
+#: ``disable_parallel_tool_use``) is refused (400) in a request without tools.
+_TOOL_PARAMS = ("tool_choice",)
 
 
 class AnthropicMessagesCaller(HTTPCaller):
-    """An ``LLMCaller`` for Anthropic Messages."""
+    """An ``LLMCaller`` for Anthropic Messages.
+
+    A request that offers no tools leaves out the profile's ``tool_choice``, which the API
+    refuses then.
+    """
 
     provider = "anthropic"
     tool_format = ToolFormat.ANTHROPIC
@@ -48,4 +55,7 @@ class AnthropicMessagesCaller(HTTPCaller):
         body.update(self.router.format_messages(request.messages))
         if tools:
             body["tools"] = tools
+        else:
+            for key in _TOOL_PARAMS:
+                body.pop(key, None)
         return body

@@ -16,12 +16,17 @@ from cleveragents.tool import LLMRequest, ToolFormat
 __all__ = ["OPENAI_BASE_URL", "OpenAIChatCaller"]
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+#: Parameters the API accepts only beside ``tools``: "'tool_choice' is only allowed when
+#: 'tools' are specified" (400), and the same for ``parallel_tool_calls``.
+_TOOL_PARAMS = ("tool_choice", "parallel_tool_calls")
 
 
 class OpenAIChatCaller(HTTPCaller):
     """An ``LLMCaller`` for OpenAI Chat Completions.
 
-    Without an ``api_key`` no ``Authorization`` header is sent (local servers need none).
+    Without an ``api_key`` no ``Authorization`` header is sent (local servers need none). A
+    request that offers no tools (a summary call, a run with none) leaves out the profile's
+    tool-only params (``tool_choice``, ``parallel_tool_calls``), which the API refuses then.
     """
 
     provider = "openai"
@@ -39,4 +44,7 @@ class OpenAIChatCaller(HTTPCaller):
         body.update(self.router.format_messages(request.messages))
         if tools:  # the API rejects an empty tools array
             body["tools"] = tools
+        else:
+            for key in _TOOL_PARAMS:
+                body.pop(key, None)
         return body

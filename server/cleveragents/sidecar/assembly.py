@@ -22,6 +22,7 @@ from cleveragents.tool import (
     DEFAULT_MAX_ITERATIONS,
     AutomationProfile,
     LLMCaller,
+    RunBudget,
     ToolActorContext,
     ToolCallingRuntime,
     ToolLimits,
@@ -40,8 +41,9 @@ class AssembledRun:
     """A run ready to start.
 
     ``request`` is the request as accepted: its iteration limit, LLM profile and automation
-    profile resolved. ``timeout_s`` is the earlier of the call's deadline and the run's
-    wall-clock budget (``None``: neither).
+    profile resolved. ``timeout_s`` is the time to the starting call's deadline (``None``:
+    none); the run's wall-clock budget is in the runtime's ``RunBudget``, which ends the run as
+    a limit rather than a cancellation.
     """
 
     request: RunRequest
@@ -98,7 +100,14 @@ class RunAssembler:
         caller = _require_llm(llm)
         given = request.context if request.context is not None else ToolActorContext()
         automation = self._automation_profile(given.automation_profile)
-        approvals = ApprovalBroker()
+        budget = request.budget or RunBudget()
+        if request.max_wall_clock_s is not None:
+            budget = dataclasses.replace(budget, max_wall_clock_s=request.max_wall_clock_s)
+        approvals = ApprovalBroker(
+            timeout_s=config.approval_timeout_s,
+            approve_on_timeout=config.approve_on_timeout,
+            unattended_timeout_s=config.approval_timeout_unattended_s,
+        )
         runner = ToolRunner(
             registry, default_timeout_s=config.default_tool_timeout_s, limits=self.limits
         )
@@ -112,7 +121,8 @@ class RunAssembler:
             approver=approvals,
             approval_timeout_s=config.approval_timeout_s,
             approve_on_timeout=config.approve_on_timeout,
-            budget=request.budget,
+            approval_help=approvals.how_to_answer,
+            budget=budget,
             max_calls_per_response=config.max_calls_per_response,
         )
         # The run appends to its context's history: it gets a copy, the request keeps its own.
@@ -127,11 +137,9 @@ class RunAssembler:
             llm=dataclasses.replace(request.llm, profile=profile.name),
             context=dataclasses.replace(given, automation_profile=automation.name),
         )
-        timeout_s = call_deadline_s
-        if request.max_wall_clock_s is not None:
-            wall_clock_s = request.max_wall_clock_s
-            timeout_s = wall_clock_s if timeout_s is None else min(timeout_s, wall_clock_s)
-        return AssembledRun(accepted, runtime, context, timeout_s, approvals, profile, automation)
+        return AssembledRun(
+            accepted, runtime, context, call_deadline_s, approvals, profile, automation
+        )
 
     def _automation_profile(self, name: str) -> AutomationProfile:
         profiles = self.config.all_automation_profiles()

@@ -11,7 +11,7 @@ import grpc
 
 from cleveragents.providers import ProviderError
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.tool import LLMCallError
+from cleveragents.tool import LLMCallError, ScriptExhaustedError
 
 __all__ = ["status_from_code", "status_of"]
 
@@ -33,9 +33,10 @@ def status_from_code(code: int) -> grpc.StatusCode:
 def status_of(error: BaseException | None) -> grpc.StatusCode:
     """The status that reports ``error`` to a client.
 
-    ``SidecarError``: its code. A provider's error: by its HTTP status, as above. Any other
-    failure of the LLM call: ``UNAVAILABLE``. No exception at all (a run that crashed in the
-    sidecar itself): ``INTERNAL``.
+    ``SidecarError``: its code. A provider's error: by its HTTP status, as above. A scripted
+    LLM that ran out of turns: ``FAILED_PRECONDITION`` (the same request fails the same way
+    again; the script must change). Any other failure of the LLM call: ``UNAVAILABLE``. No
+    exception at all (a run that crashed in the sidecar itself): ``INTERNAL``.
     """
     cause = error.__cause__ if isinstance(error, LLMCallError) else error
     if isinstance(cause, SidecarError):
@@ -44,6 +45,8 @@ def status_of(error: BaseException | None) -> grpc.StatusCode:
         return _PROVIDER_CODES.get(cause.status or 0) or (
             grpc.StatusCode.UNAVAILABLE if cause.retryable else grpc.StatusCode.FAILED_PRECONDITION
         )
+    if isinstance(cause, ScriptExhaustedError):
+        return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(error, LLMCallError) or isinstance(cause, Exception):
         return grpc.StatusCode.UNAVAILABLE
     return grpc.StatusCode.INTERNAL

@@ -77,13 +77,15 @@ class ToolCallCompleted:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRequested:
-    """A call waits for a decision because the run's automation profile asks for one."""
+    """A call waits for a decision because the run's automation profile asks for one;
+    ``how_to_answer`` tells a person how to decide it (empty when the approver says nothing)."""
 
     call_id: str
     tool_name: str
     inputs: Mapping[str, Any]
     iteration: int
     reason: str
+    how_to_answer: str = ""
 
 
 @dataclass(frozen=True, slots=True)

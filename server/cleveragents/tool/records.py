@@ -33,6 +33,7 @@ class StopReason(enum.StrEnum):
     ERROR = "error"
     TOOL_CALL_BUDGET = "tool_call_budget"
     TOKEN_BUDGET = "token_budget"
+    WALL_CLOCK_BUDGET = "wall_clock_budget"
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,7 +109,7 @@ def event_to_pb(
             asked = run_event.approval_requested
             asked.call_id, asked.tool_name = event.call_id, event.tool_name
             asked.inputs, asked.iteration = dumps(event.inputs), event.iteration
-            asked.reason = event.reason
+            asked.reason, asked.how_to_answer = event.reason, event.how_to_answer
         case ApprovalDecided():
             decided = run_event.approval_decided
             decided.call_id, decided.approved = event.call_id, event.approved
@@ -164,7 +164,12 @@ def event_from_pb(pb: events_pb2.RunEvent, record_from: RecordDecoder = record_f
     if kind == "approval_requested":
         a = pb.approval_requested
         return ApprovalRequested(
-            a.call_id, a.tool_name, parse_json_object(a.inputs, "inputs"), a.iteration, a.reason
+            a.call_id,
+            a.tool_name,
+            parse_json_object(a.inputs, "inputs"),
+            a.iteration,
+            a.reason,
+            a.how_to_answer,
         )
     if kind == "approval_decided":
         d = pb.approval_decided

@@ -81,6 +81,7 @@ _STOP_REASONS: dict[StopReason, types_pb2.StopReason.ValueType] = {
     StopReason.ERROR: types_pb2.STOP_REASON_ERROR,
     StopReason.TOOL_CALL_BUDGET: types_pb2.STOP_REASON_TOOL_CALL_BUDGET,
     StopReason.TOKEN_BUDGET: types_pb2.STOP_REASON_TOKEN_BUDGET,
+    StopReason.WALL_CLOCK_BUDGET: types_pb2.STOP_REASON_WALL_CLOCK_BUDGET,
 }
 _STOP_REASONS_BACK = {v: k for k, v in _STOP_REASONS.items()}
 _ROLES: dict[Role, types_pb2.Role.ValueType] = {
@@ -311,10 +312,13 @@ def budget_from_pb(pb: types_pb2.RunBudget) -> tuple[RunBudget, float | None]:
 def budget_to_pb(
     pb: types_pb2.RunBudget, budget: RunBudget, max_wall_clock_s: float | None
 ) -> None:
-    """Fill ``pb`` (a spec's ``budget``, in place) from a core budget and a wall clock."""
+    """Fill ``pb`` (a spec's ``budget``, in place) from a core budget and a wall clock
+    (``None``: the budget's own ``max_wall_clock_s``)."""
     pb.max_tool_calls = budget.max_tool_calls or 0
     pb.max_total_tokens = budget.max_total_tokens or 0
     pb.max_concurrent_tool_calls = budget.max_concurrent_tool_calls or 0
     pb.summarize_on_stop = budget.summarize_on_stop
+    if max_wall_clock_s is None:
+        max_wall_clock_s = budget.max_wall_clock_s
     if max_wall_clock_s is not None:
         pb.max_wall_clock.CopyFrom(duration(max_wall_clock_s))

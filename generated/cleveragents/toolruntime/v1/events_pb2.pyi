@@ -265,14 +265,17 @@ Global___ToolCallCompleted: _TypeAlias = ToolCallCompleted  # noqa: Y015
 
 @_typing.final
 class RunCompleted(_message.Message):
-    """RunCompleted is the terminal event of a run that ended normally."""
+    """RunCompleted is the terminal event of a run that ended normally: a final
+    answer, or a limit it was given (max_iterations or a RunBudget limit; then
+    terminated_by_limit is true).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def result(self) -> _types_pb2.ToolCallRunResult:
-        """The run's final result (final answer or iteration limit)."""
+        """The run's result (final answer, or partial when a limit stopped it)."""
 
     def __init__(
         self,
@@ -321,7 +324,9 @@ Global___RunFailed: _TypeAlias = RunFailed  # noqa: Y015
 
 @_typing.final
 class RunCancelled(_message.Message):
-    """RunCancelled is the terminal event of a run that was stopped early."""
+    """RunCancelled is the terminal event of a run that was stopped early: by a
+    cancellation, or by the starting call's deadline (STOP_REASON_DEADLINE).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -350,7 +355,8 @@ Global___RunCancelled: _TypeAlias = RunCancelled  # noqa: Y015
 @_typing.final
 class ApprovalRequested(_message.Message):
     """A tool call is waiting for someone to approve or deny it. Answer with a
-    Session approval_decision or the DecideApproval RPC, quoting call_id.
+    Session approval_decision, the DecideApproval RPC or `cleveragents-sidecar
+    approve|deny RUN_ID CALL_ID`, quoting call_id; how_to_answer says how.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -360,6 +366,7 @@ class ApprovalRequested(_message.Message):
     INPUTS_FIELD_NUMBER: _builtins.int
     ITERATION_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    HOW_TO_ANSWER_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """The id of the waiting call."""
     tool_name: _builtins.str
@@ -370,6 +377,12 @@ class ApprovalRequested(_message.Message):
     """The loop iteration (1-based) of the call."""
     reason: _builtins.str
     """Why approval is needed (which profile, which rule)."""
+    how_to_answer: _builtins.str
+    """How a person can decide it (the CLI command, the RPC, how long it waits
+    and what happens then), or why nobody can and what was decided at once.
+    A call waits only while someone follows the run: a Session that set
+    handles_approvals, the StreamToolLoop caller or a WatchRun watcher.
+    """
     def __init__(
         self,
         *,
@@ -378,10 +391,11 @@ class ApprovalRequested(_message.Message):
         inputs: _builtins.str = ...,
         iteration: _builtins.int = ...,
         reason: _builtins.str = ...,
+        how_to_answer: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "inputs", b"inputs", "iteration", b"iteration", "reason", b"reason", "tool_name", b"tool_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "how_to_answer", b"how_to_answer", "inputs", b"inputs", "iteration", b"iteration", "reason", b"reason", "tool_name", b"tool_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -407,7 +421,9 @@ class ApprovalDecided(_message.Message):
     reason: _builtins.str
     """The reason given with the decision, if any."""
     decided_by: _builtins.str
-    """Who decided: "session", "rpc", "timeout" (no decision in time) or "policy"."""
+    """Who decided: "session", "rpc" (DecideApproval, which the CLI uses),
+    "timeout" (no decision in time) or "policy" (nobody could answer).
+    """
     iteration: _builtins.int
     """The loop iteration (1-based) of the call."""
     def __init__(

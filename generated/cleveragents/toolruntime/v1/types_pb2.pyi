@@ -72,17 +72,28 @@ class _StopReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_StopReason
     STOP_REASON_FINAL_ANSWER: _StopReason.ValueType  # 1
     """The model produced a reply that requested no further tool calls."""
     STOP_REASON_MAX_ITERATIONS: _StopReason.ValueType  # 2
-    """The loop used up its iteration budget; terminated_by_limit is true."""
+    """The loop used up its iteration budget (run_completed, terminated_by_limit)."""
     STOP_REASON_CANCELLED: _StopReason.ValueType  # 3
     """A client or operator cancelled the run."""
     STOP_REASON_DEADLINE: _StopReason.ValueType  # 4
-    """The wall-clock budget (the starting call's deadline) ran out."""
+    """The starting call's deadline passed before the run ended (run_cancelled;
+    terminated_by_limit is false). A RunBudget's max_wall_clock that comes
+    first gives STOP_REASON_WALL_CLOCK_BUDGET instead.
+    """
     STOP_REASON_ERROR: _StopReason.ValueType  # 5
     """The run failed, for example because the LLM provider returned an error."""
     STOP_REASON_TOOL_CALL_BUDGET: _StopReason.ValueType  # 6
-    """A RunBudget's max_tool_calls was reached: calls beyond it were closed as denied."""
+    """A RunBudget's max_tool_calls was reached: calls beyond it were closed as
+    denied (run_completed, terminated_by_limit).
+    """
     STOP_REASON_TOKEN_BUDGET: _StopReason.ValueType  # 7
-    """A RunBudget's max_total_tokens was reached."""
+    """A RunBudget's max_total_tokens was reached: the calls of the response that
+    reached it were closed as denied (run_completed, terminated_by_limit).
+    """
+    STOP_REASON_WALL_CLOCK_BUDGET: _StopReason.ValueType  # 8
+    """A RunBudget's max_wall_clock passed: calls in flight were closed as
+    cancelled (run_completed, terminated_by_limit).
+    """
 
 class StopReason(_StopReason, metaclass=_StopReasonEnumTypeWrapper):
     """StopReason explains why a run's loop ended."""
@@ -92,17 +103,28 @@ STOP_REASON_UNSPECIFIED: StopReason.ValueType  # 0
 STOP_REASON_FINAL_ANSWER: StopReason.ValueType  # 1
 """The model produced a reply that requested no further tool calls."""
 STOP_REASON_MAX_ITERATIONS: StopReason.ValueType  # 2
-"""The loop used up its iteration budget; terminated_by_limit is true."""
+"""The loop used up its iteration budget (run_completed, terminated_by_limit)."""
 STOP_REASON_CANCELLED: StopReason.ValueType  # 3
 """A client or operator cancelled the run."""
 STOP_REASON_DEADLINE: StopReason.ValueType  # 4
-"""The wall-clock budget (the starting call's deadline) ran out."""
+"""The starting call's deadline passed before the run ended (run_cancelled;
+terminated_by_limit is false). A RunBudget's max_wall_clock that comes
+first gives STOP_REASON_WALL_CLOCK_BUDGET instead.
+"""
 STOP_REASON_ERROR: StopReason.ValueType  # 5
 """The run failed, for example because the LLM provider returned an error."""
 STOP_REASON_TOOL_CALL_BUDGET: StopReason.ValueType  # 6
-"""A RunBudget's max_tool_calls was reached: calls beyond it were closed as denied."""
+"""A RunBudget's max_tool_calls was reached: calls beyond it were closed as
+denied (run_completed, terminated_by_limit).
+"""
 STOP_REASON_TOKEN_BUDGET: StopReason.ValueType  # 7
-"""A RunBudget's max_total_tokens was reached."""
+"""A RunBudget's max_total_tokens was reached: the calls of the response that
+reached it were closed as denied (run_completed, terminated_by_limit).
+"""
+STOP_REASON_WALL_CLOCK_BUDGET: StopReason.ValueType  # 8
+"""A RunBudget's max_wall_clock passed: calls in flight were closed as
+cancelled (run_completed, terminated_by_limit).
+"""
 Global___StopReason: _TypeAlias = StopReason  # noqa: Y015
 
 class _Role:
@@ -399,7 +421,11 @@ class ToolCallRunResult(_message.Message):
     iterations: _builtins.int
     """Number of LLM calls that were made."""
     terminated_by_limit: _builtins.bool
-    """True when the loop stopped because it reached max_iterations."""
+    """True when a limit the run was given stopped it: max_iterations or any
+    RunBudget limit (stop_reason MAX_ITERATIONS, TOOL_CALL_BUDGET,
+    TOKEN_BUDGET or WALL_CLOCK_BUDGET); such a run ends with run_completed.
+    False for a final answer, a cancellation, a deadline and a failure.
+    """
     stop_reason: Global___StopReason.ValueType
     """Why the run ended."""
     @_builtins.property
@@ -600,13 +626,16 @@ class RunBudget(_message.Message):
     max_concurrent_tool_calls: _builtins.int
     """How many of one response's tool calls may run at the same time."""
     summarize_on_stop: _builtins.bool
-    """When a budget or max_iterations stops the run, make one last LLM call
-    without tools so the model can summarise what it has.
+    """When max_iterations, max_tool_calls or max_total_tokens stops the run,
+    make one last LLM call without tools so the model can summarise what it
+    has (not after max_wall_clock: its time is up).
     """
     @_builtins.property
     def max_wall_clock(self) -> _duration_pb2.Duration:
-        """Wall-clock budget; the earlier of this and the call's deadline applies
-        (STOP_REASON_DEADLINE).
+        """Wall-clock budget from the run's start; calls in flight then are closed as
+        cancelled and the run completes with STOP_REASON_WALL_CLOCK_BUDGET. When
+        the starting call's deadline comes first, that ends the run instead
+        (run_cancelled, STOP_REASON_DEADLINE).
         """
 
     def __init__(

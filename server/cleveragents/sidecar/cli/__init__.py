@@ -1,9 +1,10 @@
-"""``cleveragents-sidecar``: run the sidecar, watch its runs, list them.
+"""``cleveragents-sidecar``: run the sidecar, watch its runs, list them, decide approvals.
 
 ``serve`` runs the sidecar (``serve.py``). ``watch RUN_ID`` follows one run live in the
 terminal (``watch.py``). ``runs`` lists the recent runs (``ListRuns``), or shows the runs it is
-given by id (``GetRun``; ``tables.py``). Only the commands that talk to a sidecar import the
-client.
+given by id (``GetRun``; ``tables.py``). ``approve``/``deny RUN_ID CALL_ID`` decide a call that
+waits for approval (``DecideApproval``; ``approve.py``). Only the commands that talk to a
+sidecar import the client.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from cleveragents.sidecar.cli.approve import decide
 from cleveragents.sidecar.cli.serve import add_serve_arguments, serve
 from cleveragents.sidecar.cli.tables import show_runs
 from cleveragents.sidecar.cli.watch import watch
@@ -57,6 +59,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     runs.add_argument("--limit", type=int, default=20, help="recent runs to list (default: 20)")
     _client_arguments(runs)
+
+    for verb, does in (("approve", "let it run"), ("deny", "refuse it")):
+        command = commands.add_parser(
+            verb,
+            help=f"{verb} a tool call that waits for approval ({does})",
+            description=f"{verb.capitalize()} a tool call that waits for approval (the "
+            "DecideApproval RPC; `watch RUN_ID` shows the calls that wait). Exit status: 0 "
+            "when decided, 1 when no such run or no such waiting call, 2 when the sidecar "
+            "could not be asked.",
+        )
+        command.add_argument("run_id", metavar="RUN_ID", help="the run the call belongs to")
+        command.add_argument("call_id", metavar="CALL_ID", help="the call that waits")
+        command.add_argument("--reason", default="", help="why, recorded with the decision")
+        _client_arguments(command)
     return parser
 
 
@@ -80,7 +96,7 @@ def _client_arguments(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args = _parser().parse_args(argv)
-    if args.command in ("watch", "runs"):
+    if args.command in ("watch", "runs", "approve", "deny"):
         try:
             client = _connect(args)
         except OSError as exc:
@@ -89,6 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with client:
             if args.command == "watch":
                 return watch(client, args.run_id, args.after, sys.stdout)
+            if args.command in ("approve", "deny"):
+                approved = args.command == "approve"
+                return decide(client, args.run_id, args.call_id, approved, args.reason, sys.stdout)
             return show_runs(client, args.run_ids, args.limit, sys.stdout)
     return serve(args)
 

@@ -1,6 +1,7 @@
 """``cleveragents-sidecar watch RUN_ID``: follow one run live in the terminal.
 
-A line per tool call as its record arrives, a progress line kept up to date in place (on a
+A line per tool call as its record arrives and per approval asked (with how to answer it) or
+decided, a progress line kept up to date in place (on a
 terminal), then a table of the records and the result.
 """
 
@@ -122,8 +123,17 @@ class WatchView:
                     self._ended(event.result, "failed", event.message)
                 case RunCancelled():
                     self._ended(event.result, "cancelled", event.reason)
-                case LLMResponded() | ApprovalRequested() | ApprovalDecided():
-                    pass  # the progress line shows iterations and calls, not these
+                case ApprovalRequested():
+                    self._line(
+                        f"  approval? {event.tool_name} (call {event.call_id}): {event.reason}"
+                        + (f"\n            {event.how_to_answer}" if event.how_to_answer else "")
+                    )
+                case ApprovalDecided():
+                    verdict = "approved" if event.approved else "DENIED"
+                    why = f": {event.reason}" if event.reason else ""
+                    self._line(f"  {verdict} (call {event.call_id}) by {event.by}{why}")
+                case LLMResponded():
+                    pass  # the progress line shows iterations and calls
                 case _:  # pragma: no cover - mypy checks that every event type is handled
                     assert_never(event)
             self._progress()

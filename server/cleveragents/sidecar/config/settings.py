@@ -96,6 +96,10 @@ class SidecarConfig:
     default_automation_profile: str = "supervised"
     approval_timeout_s: float = 300.0
     approve_on_timeout: bool = False
+    #: How long a call waits for approval when nobody follows its run (no Session that
+    #: handles approvals, no StreamToolLoop caller, no watcher): 0 applies the default at once
+    #: rather than hang a unary RunToolLoop for ``approval_timeout_s`` with no one to ask.
+    approval_timeout_unattended_s: float = 0.0
     automation_profiles: Mapping[str, AutomationProfile] = field(default_factory=dict)
     tool_limits: Mapping[str, ToolLimit] = field(default_factory=dict)
     metrics_listen: str = ""
@@ -152,6 +156,10 @@ class SidecarConfig:
             )
         if self.approval_timeout_s <= 0:
             raise ConfigError("approval_timeout_s must be a positive number of seconds")
+        if self.approval_timeout_unattended_s < 0:
+            raise ConfigError(
+                "approval_timeout_unattended_s must be 0 (decide at once) or more seconds"
+            )
         check_event_loop(self.event_loop)
         if self.auth_token_env and self.auth_token_file:
             raise ConfigError("set auth_token_env or auth_token_file, not both")

@@ -150,11 +150,13 @@ class RunManager:
         *,
         sink: FrameSink | None = None,
         metadata: Mapping[str, str] | None = None,
+        sink_answers_approvals: bool = True,
     ) -> Run:
         """Admit an assembled run (its id picked if it has none) and start its loop.
 
         ``sink`` is attached before the first event, so the stream that started the run sees
-        every event.
+        every event. While it is attached (and ``sink_answers_approvals``), or while a watcher
+        follows the run, the run's approval requests wait for an answer.
         """
         if not self.accepting:
             raise SidecarError(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
@@ -182,6 +184,12 @@ class RunManager:
         request = dataclasses.replace(assembled.request, run_id=run_id)
         run = Run(request, RunLog(run_id, self.store, self.stats), self.observers)
         run.approvals = assembled.approvals
+        run_log, answering = run.log, sink if sink_answers_approvals else None
+
+        def attended() -> bool:
+            return bool(run_log.cursors) or (answering is not None and answering in run_log.sinks)
+
+        assembled.approvals.bind(run_id, attended)
         for observer in self.observers:
             observer.run_started(run, metadata or {})
         if sink is not None:

@@ -190,8 +190,12 @@ class ToolRuntimeService:
         host: ClientHost | None = None,
         client_tools: Sequence[ToolSpec] = (),
         client_llm: bool = False,
+        answers_approvals: bool = True,
     ) -> Run:
-        """Assemble and start the run ``request`` asks for; ``SidecarError`` if it cannot."""
+        """Assemble and start the run ``request`` asks for; ``SidecarError`` if it cannot.
+
+        ``answers_approvals``: whether the stream behind ``sink`` can answer approvals (a
+        Session that did not set ``handles_approvals`` cannot)."""
         assembled = self.assembler.assemble(
             request,
             call_deadline_s=context.time_remaining(),
@@ -204,7 +208,9 @@ class ToolRuntimeService:
             for key, value in (context.invocation_metadata() or ())
             if isinstance(value, str)
         }
-        return self.manager.start(assembled, sink=sink, metadata=metadata)
+        return self.manager.start(
+            assembled, sink=sink, metadata=metadata, sink_answers_approvals=answers_approvals
+        )
 
     def abandoned(self, run: Run, context: Context, reason: str, *, force: bool = False) -> None:
         """The stream that started ``run`` ended early: cancel the run unless it may go on."""

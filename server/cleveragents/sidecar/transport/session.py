@@ -76,6 +76,7 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
             host=host,
             client_tools=opening.tools,
             client_llm=opening.client_llm,
+            answers_approvals=opening.handles_approvals,
         )
     except SidecarError as exc:
         await abort(context, exc)
@@ -97,6 +98,8 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
     except BaseExceptionGroup as failure:  # the writer's own error, not a group's
         raise failure.exceptions[0] from None
     finally:
+        # Nobody reads the outbox any more: no frames for it, and its approvals go unanswered.
+        run.log.unsubscribe(host.outbox)
         if not finished:
             service.abandoned(run, context, "the client went away", force=hosts)
     if host.violation is not None:

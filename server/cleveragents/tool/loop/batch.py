@@ -29,15 +29,9 @@ _UNLIMITED = contextlib.nullcontext()
 _encode = Encoder()
 
 
-async def _over_budget(
-    call: ToolCall, inputs: Mapping[str, Any], spec: ToolSpec, iteration: int
-) -> str:
-    return "not run: the run's tool-call budget is used up"
-
-
 class ToolBatch:
     """The calls of one response: those from index ``allowed`` on are over the run's budget
-    and are closed as denied without running."""
+    and are closed as denied without running, ``over_budget`` (which budget) their error."""
 
     __slots__ = (
         "_context",
@@ -48,6 +42,7 @@ class ToolBatch:
         "calls",
         "executed",
         "iteration",
+        "over_budget",
         "records",
         "started",
     )
@@ -62,10 +57,12 @@ class ToolBatch:
         emit: EventSink,
         gate: Gate | None,
         allowed: int,
+        over_budget: str = "",
     ) -> None:
         self.calls = calls
         self.iteration = iteration
         self.allowed = allowed
+        self.over_budget = over_budget
         #: Calls that ran (or were refused by the gate) within the budget.
         self.executed = 0
         self.records: list[ToolCallRecord | None] = [None] * len(calls)
@@ -128,10 +125,15 @@ class ToolBatch:
             self.started[index] = (inputs, time.time())
             self._emit(ToolCallStarted(call.id, call.name, inputs, self.iteration))
 
+        async def refuse(
+            call: ToolCall, inputs: Mapping[str, Any], spec: ToolSpec, iteration: int
+        ) -> str:
+            return self.over_budget
+
         async with limit if limit is not None else _UNLIMITED:
             record = await self._runner.run(
                 self.calls[index], iteration=self.iteration, context=self._context,
-                on_started=started, gate=_over_budget if over_budget else self._gate,
+                on_started=started, gate=refuse if over_budget else self._gate,
             )  # fmt: skip
         if not over_budget:
             self.executed += 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cleveragents.tool.events import ApprovalDecided, ApprovalRequested, EventSink
@@ -25,10 +25,11 @@ class CallGate:
 
     A call that needs approval emits ``ApprovalRequested``, waits at most ``timeout_s`` for
     the approver, and emits ``ApprovalDecided``. With no approver, or when the wait times out,
-    ``on_timeout`` decides (deny unless configured otherwise).
+    ``on_timeout`` decides (deny unless configured otherwise). ``help`` words the event's
+    ``how_to_answer``.
     """
 
-    __slots__ = ("_approver", "_emit", "on_timeout", "profile", "timeout_s")
+    __slots__ = ("_approver", "_emit", "help", "on_timeout", "profile", "timeout_s")
 
     def __init__(
         self,
@@ -38,8 +39,10 @@ class CallGate:
         *,
         timeout_s: float,
         on_timeout: bool = False,
+        help: Callable[[ApprovalRequest], str] | None = None,
     ) -> None:
         self.profile = profile
+        self.help = help
         self._approver = approver
         self._emit = emit
         self.timeout_s = timeout_s
@@ -57,7 +60,8 @@ class CallGate:
             "tools with side effects" if spec.side_effects else f"{spec.name!r}"
         )
         request = ApprovalRequest(call.id, spec.name, inputs, iteration, why)
-        self._emit(ApprovalRequested(call.id, spec.name, inputs, iteration, why))
+        how = self.help(request) if self.help is not None else ""
+        self._emit(ApprovalRequested(call.id, spec.name, inputs, iteration, why, how))
         answer = await self._ask(request)
         self._emit(ApprovalDecided(call.id, answer.approved, answer.reason, answer.by, iteration))
         if answer.approved:

@@ -14,7 +14,12 @@ __all__ = ["RunState"]
 
 #: Stop reasons that mean a limit ended the run (``terminated_by_limit``).
 _LIMITS = frozenset(
-    {StopReason.MAX_ITERATIONS, StopReason.TOOL_CALL_BUDGET, StopReason.TOKEN_BUDGET}
+    {
+        StopReason.MAX_ITERATIONS,
+        StopReason.TOOL_CALL_BUDGET,
+        StopReason.TOKEN_BUDGET,
+        StopReason.WALL_CLOCK_BUDGET,
+    }
 )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from cleveragents.tool.budget import RunBudget
@@ -37,7 +37,7 @@ from cleveragents.tool.loop.gate import CallGate
 from cleveragents.tool.loop.run_state import RunState
 from cleveragents.tool.loop.yield_timer import YieldTimer
 from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, Role, ToolCall
-from cleveragents.tool.policy import Approver, AutomationProfile, Decision
+from cleveragents.tool.policy import ApprovalRequest, Approver, AutomationProfile, Decision
 from cleveragents.tool.records import StopReason, ToolCallRunResult
 from cleveragents.tool.router import ToolCallRouter, route_call
 from cleveragents.tool.spec import ToolSpec
@@ -60,8 +60,9 @@ class ToolCallingRuntime:
     ``parallel_tool_calls`` runs the calls of one LLM response concurrently (their records
     keep the order the model asked for them); ``system_prompt`` opens every conversation.
     ``profile`` (an :class:`AutomationProfile`) decides which tools run freely, which need
-    ``approver``'s approval (waiting at most ``approval_timeout_s``) and which are not even
-    offered; ``budget`` adds limits beyond ``max_iterations``. A response asking for more than
+    ``approver``'s approval (waiting at most ``approval_timeout_s``; ``approval_help`` words
+    the ``ApprovalRequested`` event's ``how_to_answer``) and which are not even offered;
+    ``budget`` adds limits beyond ``max_iterations``. A response asking for more than
     ``max_calls_per_response`` calls fails the run (``LLMCallError``) before any of them runs.
     """
 
@@ -79,6 +80,7 @@ class ToolCallingRuntime:
         approver: Approver | None = None,
         approval_timeout_s: float = 300.0,
         approve_on_timeout: bool = False,
+        approval_help: Callable[[ApprovalRequest], str] | None = None,
         budget: RunBudget | None = None,
         max_calls_per_response: int | None = None,
     ) -> None:
@@ -111,6 +113,7 @@ class ToolCallingRuntime:
         self.approver = approver
         self.approval_timeout_s = approval_timeout_s
         self.approve_on_timeout = approve_on_timeout
+        self.approval_help = approval_help
         self.budget = budget if budget is not None else RunBudget()
         self.max_calls_per_response = max_calls_per_response
         self._llm_is_async = inspect.iscoroutinefunction(llm_caller.call)
@@ -154,8 +157,10 @@ class ToolCallingRuntime:
     ) -> ToolCallRunResult:
         """Run the loop and return the result; ``on_event`` receives every event in order.
 
-        ``timeout_s`` is the run's wall-clock budget: when it passes, calls in flight are
-        closed as cancelled and the partial result comes back with ``stop_reason=deadline``.
+        ``timeout_s`` is the run's deadline: when it passes, calls in flight are closed as
+        cancelled, ``RunCancelled`` ends the run and the partial result comes back with
+        ``stop_reason=deadline``. The budget's ``max_wall_clock_s``, when it comes first, ends
+        the run the same way but as a limit: ``RunCompleted``, ``wall_clock_budget``.
         Raises :class:`LLMCallError` when the LLM caller raises; cancelling the awaiting task
         closes calls in flight, emits ``RunCancelled`` and re-raises ``CancelledError``.
         """
@@ -217,6 +222,7 @@ class ToolCallingRuntime:
                 emit,
                 timeout_s=self.approval_timeout_s,
                 on_timeout=self.approve_on_timeout,
+                help=self.approval_help,
             )
         specs = self.offered_specs()
         tools = (
@@ -231,26 +237,35 @@ class ToolCallingRuntime:
             state.messages.append(Message(Role.SYSTEM, self.system_prompt))
         state.messages.append(Message(Role.USER, prompt))
         emit(RunStarted(run_id, prompt, tuple(s.name for s in specs), self.max_iterations))
+        # The earlier of the deadline (cancels) and the wall-clock budget (a limit) applies.
+        wall_clock = self.budget.max_wall_clock_s
+        by_budget = wall_clock is not None and (timeout_s is None or wall_clock <= timeout_s)
+        limit_s = wall_clock if by_budget else timeout_s
+        if by_budget:
+            stop_at, why = StopReason.WALL_CLOCK_BUDGET, "wall-clock budget (max_wall_clock)"
+        else:
+            stop_at, why = StopReason.DEADLINE, "deadline"
         try:
-            if timeout_s is None:
+            if limit_s is None:
                 result = await self._loop(state, tools, emit)
             else:
-                async with asyncio.timeout(timeout_s) as scope:
+                async with asyncio.timeout(limit_s) as scope:
                     result = await self._loop(state, tools, emit)
         except TimeoutError:
-            if timeout_s is None or not scope.expired():
+            if limit_s is None or not scope.expired():
                 raise
-            reason = f"the run's deadline of {timeout_s:g}s passed"
+            reason = f"the run's {why} of {limit_s:g}s passed"
             self._close_batch(state, reason)
-            result = state.result(StopReason.DEADLINE)
-            emit(RunCancelled(reason, result))
+            result = state.result(stop_at)
+            # A budget is a limit the run was given: it completes; a deadline cancels it.
+            emit(RunCompleted(result) if by_budget else RunCancelled(reason, result))
             return result
         except asyncio.CancelledError as exc:
             stop = StopReason.CANCELLED
             reason = str(exc.args[0]) if exc.args and exc.args[0] else "cancelled"
-            if timeout_s is not None and scope.expired():
-                # Cancelled from outside at the moment the deadline passed: the deadline wins.
-                stop, reason = StopReason.DEADLINE, f"the run's deadline of {timeout_s:g}s passed"
+            if limit_s is not None and scope.expired():
+                # Cancelled from outside at the moment the limit passed: the limit's reason wins.
+                stop, reason = stop_at, f"the run's {why} of {limit_s:g}s passed"
             self._close_batch(state, reason)
             emit(RunCancelled(reason, state.result(stop)))
             raise
@@ -283,16 +298,12 @@ class ToolCallingRuntime:
                 return state.result(StopReason.FINAL_ANSWER, content=response.content)
             calls = [route(call) for call in response.tool_calls]
             state.messages.append(Message(Role.ASSISTANT, response.content, calls))
-            allowed = len(calls)
-            if budget.max_total_tokens is not None and (
-                state.usage.total_tokens >= budget.max_total_tokens
-            ):
-                stop, allowed = StopReason.TOKEN_BUDGET, 0
-            elif budget.max_tool_calls is not None:
-                remaining = budget.max_tool_calls - state.tool_calls
-                if remaining < len(calls):
-                    stop, allowed = StopReason.TOOL_CALL_BUDGET, max(remaining, 0)
-            await self._run_batch(state, calls, iteration, emit, allowed)
+            over = budget.check(state.usage.total_tokens, state.tool_calls, len(calls))
+            allowed = len(calls) if over is None else over.allowed
+            refusal = "" if over is None else over.refusal
+            if over is not None:
+                stop = over.stop_reason
+            await self._run_batch(state, calls, iteration, emit, allowed, refusal)
             if allowed < len(calls):
                 break
             # Let other tasks run even when neither the LLM nor the tools ever suspend: a
@@ -356,11 +367,13 @@ class ToolCallingRuntime:
         iteration: int,
         emit: EventSink,
         allowed: int,
+        refusal: str,
     ) -> None:
-        """Run one response's calls; those from index ``allowed`` on are over budget."""
+        """Run one response's calls; those from index ``allowed`` on are over budget and get
+        ``refusal`` as their error."""
         batch = state.batch = ToolBatch(
             calls, iteration, runner=self.runner, context=state.context, emit=emit,
-            gate=state.gate, allowed=allowed,
+            gate=state.gate, allowed=allowed, over_budget=refusal,
         )  # fmt: skip
         await batch.run(
             parallel=self.parallel_tool_calls, max_concurrent=self.budget.max_concurrent_tool_calls
