@@ -67,6 +67,7 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
             host=host,
             client_tools=opening.tools,
             client_llm=opening.client_llm,
+            spec_bytes=first.start.spec.ByteSize(),
         )
     except SidecarError as exc:
         await abort(context, exc)
