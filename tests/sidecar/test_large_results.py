@@ -7,6 +7,7 @@ single tool output too large is cut, flagged; a spec too large is refused where 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -16,10 +17,15 @@ from typing import Any
 import grpc
 import pytest
 
-from cleveragents.client import AsyncSidecarClient, StreamedEvent
+from cleveragents.client import AsyncSidecarClient, SidecarClient, StreamedEvent
 from cleveragents.sandbox import file_tools
-from cleveragents.tool import RunCompleted, ToolActorContext, ToolCallRunResult, ToolSpec
-from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc
+from cleveragents.tool import (
+    RunCompleted,
+    ToolActorContext,
+    ToolCallRunResult,
+    ToolSpec,
+)
+from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc, session_pb2, types_pb2
 
 from .conftest import (
     ServerTools,
@@ -27,9 +33,13 @@ from .conftest import (
     assert_well_formed,
     call,
     collect,
+    next_response,
     read_to_status,
+    read_until_invocation,
     rpc_code,
     run_spec,
+    session_start,
+    tool_result,
     turn,
 )
 
@@ -213,3 +223,118 @@ async def test_a_tool_output_over_the_limit_is_cut_and_flagged(
     assert LIMIT - 2 * MIB < len(kept) < LIMIT
     assert events[-1].run_completed.result.history_omitted
     assert events[-1].run_completed.result.content == "done"
+
+
+async def test_the_blocking_client_reads_a_large_run_back_whole(
+    make_sidecar: SidecarFactory, server_tools: ServerTools, sandbox: Path
+) -> None:
+    server_tools.registry.include(file_tools())
+    sidecar = await make_sidecar()
+    calls = [f"r{i}" for i in range(1, 18)]
+    context = ToolActorContext(sandbox_root=str(sandbox))
+
+    def blocking() -> tuple[list[str], list[str], list[str], list[int]]:
+        with SidecarClient(sidecar.address) as client:
+            result = client.run_tool_loop(
+                "read", run_id="sync", script=_reads_script(17), context=context
+            )
+            info = client.get_run("sync")
+            assert info.result is not None
+            watched = list(client.watch("sync"))
+            paged = [e.sequence for e in client.run_history("sync", max_bytes=64 * 1024)]
+        return (
+            [r.call_id for r in result.tool_call_history],
+            [r.call_id for r in info.result.tool_call_history],
+            [r.call_id for r in _result_of(watched).tool_call_history],
+            paged,
+        )
+
+    async with asyncio.timeout(LONG_S):
+        ran, got, watched, paged = await asyncio.to_thread(blocking)
+    assert ran == got == watched == calls
+    assert paged == list(range(1, len(paged) + 1))
+
+
+async def test_a_session_whose_result_outgrows_a_message_ends_with_every_record(
+    client: AsyncSidecarClient,
+) -> None:
+    def blob(n: int) -> dict[str, str]:
+        """Return a mebibyte of text."""
+        return {"blob": str(n) * MIB}
+
+    script = [turn("", call(f"b{i}", "blob", n=i % 10)) for i in range(1, 18)] + [turn("done")]
+    events = await collect(client.session("blobs", tools=[blob], script=script), LONG_S)
+    assert_well_formed(events)
+    history = _result_of(events).tool_call_history
+    assert [r.call_id for r in history] == [f"b{i}" for i in range(1, 18)]
+    assert all(len(str(r.output["blob"])) == MIB for r in history)
+
+
+async def test_an_event_that_cannot_fit_fails_the_run_saying_which(
+    make_sidecar: SidecarFactory,
+) -> None:
+    # A 64 KiB limit: the spec (40 kB of bindings) and the model's answer (a 40 kB argument)
+    # each fit, but the call's inputs, which hold both, do not.
+    sidecar = await make_sidecar(max_message_bytes=64 * 1024)
+    spec = run_spec(prompt="sink", run_id="too-large")
+    spec.context.resource_bindings = json.dumps({"big": "b" * 40_000})
+    sink = types_pb2.ToolSpec(name="sink", description="Count the text.")
+    answer = session_pb2.LlmResult(
+        request_id="llm_1",
+        tool_calls=[
+            types_pb2.ToolCall(id="s1", name="sink", arguments=json.dumps({"text": "a" * 40_000}))
+        ],
+    )
+    async with _raw_stub(sidecar.address) as stub:
+        call = stub.Session()
+        await call.write(session_start(spec, sink, client_llm=True))
+        response = await next_response(call)
+        while not response.HasField("llm_invocation"):
+            response = await next_response(call)
+        await call.write(session_pb2.SessionRequest(llm_result=answer))
+        await call.done_writing()
+        messages, code, details = await read_to_status(call)
+        info = await stub.GetRun(service_pb2.GetRunRequest(run_id="too-large"))
+    assert response.llm_invocation.request_id == "llm_1"
+    events = [e for m in messages for e in ([m.event] if m.HasField("event") else m.events)]
+    assert code is grpc.StatusCode.OK, details
+    assert [e.WhichOneof("payload") for e in events] == ["llm_responded", "run_failed"]
+    failed = events[-1].run_failed
+    assert failed.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert "event 4 (tool_call_started)" in failed.message
+    assert "max_message_bytes" in failed.message
+    assert failed.result.stop_reason == types_pb2.STOP_REASON_ERROR
+    assert info.state == types_pb2.RUN_STATE_FAILED
+
+
+async def test_an_llm_invocation_too_large_to_send_fails_the_run_saying_why(
+    make_sidecar: SidecarFactory,
+) -> None:
+    # Without incremental messages every LLM invocation repeats the conversation: two tool
+    # outputs of 35 kB fit one by one, but the third invocation, holding both, does not.
+    sidecar = await make_sidecar(max_message_bytes=64 * 1024)
+    sink = types_pb2.ToolSpec(name="sink", description="Return a lot.")
+    async with _raw_stub(sidecar.address) as stub:
+        call = stub.Session()
+        await call.write(
+            session_start(run_spec(prompt="fill", run_id="conv"), sink, client_llm=True)
+        )
+        for n in (1, 2):
+            response = await next_response(call)
+            while not response.HasField("llm_invocation"):
+                response = await next_response(call)
+            tool_call = types_pb2.ToolCall(id=f"s{n}", name="sink", arguments="{}")
+            answer = session_pb2.LlmResult(request_id=f"llm_{n}", tool_calls=[tool_call])
+            await call.write(session_pb2.SessionRequest(llm_result=answer))
+            invocation = await read_until_invocation(call)
+            await call.write(tool_result(invocation.call_id, json.dumps({"x": "y" * 35_000})))
+        await call.done_writing()
+        messages, code, details = await read_to_status(call)
+    events = [e for m in messages for e in ([m.event] if m.HasField("event") else m.events)]
+    assert not any(m.HasField("llm_invocation") for m in messages)
+    assert code is grpc.StatusCode.OK, details
+    assert events[-1].WhichOneof("payload") == "run_failed"
+    failed = events[-1].run_failed
+    assert failed.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert "LLM invocation of iteration 3" in failed.message
+    assert "max_message_bytes" in failed.message

@@ -9,6 +9,7 @@ woken) once the store holds that event, like every frame before it reaches a rea
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -153,7 +154,8 @@ class Run:
             if not isinstance(event, _TERMINAL_EVENTS):
                 return  # the run is being stopped: nothing after the event that did not fit
             error = SidecarError(grpc.StatusCode.RESOURCE_EXHAUSTED, self._too_large)
-            event = RunFailed(self._too_large, event.result, error)
+            result = dataclasses.replace(event.result, stop_reason=StopReason.ERROR)
+            event = RunFailed(self._too_large, result, error)
         status = status_of(event.error) if isinstance(event, RunFailed) else None
         try:
             item = self._encode(self.log.next_sequence, event, status.value[0] if status else 0)

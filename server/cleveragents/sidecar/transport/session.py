@@ -59,6 +59,7 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
         host = ClientHost(
             service.config.default_tool_timeout_s,
             incremental_messages=opening.incremental_messages,
+            max_message_bytes=service.frame_limit,
         )
         run = service.start_run(
             opening.request,
