@@ -78,3 +78,17 @@ describe('a run whose result is bigger than one message', () => {
     assert.deepEqual(rest.events, []);
   });
 });
+
+describe('a session whose result is bigger than one message', () => {
+  test('its result holds every record, from the events it carried', async () => {
+    const blob = (inputs) => ({ blob: String(inputs.n).repeat(MIB) });
+    const turns = [];
+    for (let i = 1; i <= READS; i += 1) turns.push(callTurn('', [`b${i}`, 'blob', { n: i % 10 }]));
+    turns.push({ content: 'done' });
+    const run = client.session({ prompt: 'blobs', tools: { blob }, llm: script(...turns) });
+    const result = await run.result;
+    assert.equal(result.history_omitted, true);
+    assert.deepEqual(result.tool_call_history.map((r) => r.call_id), turns.slice(0, READS).map((t) => t.tool_calls[0].id));
+    assert.ok(result.tool_call_history.every((r) => r.output.blob.length === MIB));
+  });
+});
