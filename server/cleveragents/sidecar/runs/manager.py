@@ -80,7 +80,7 @@ class RunManager:
         restored = []
         for stored in self.store.open():
             try:
-                restored.append(restore(stored, self.store, self.stats))
+                restored.append(restore(stored, self.store, self.stats, self.frame_limit))
             except Exception as exc:  # one bad row must not keep the others from starting
                 log.warning(
                     "run quarantined: its stored log cannot be read back",
