@@ -338,3 +338,40 @@ async def test_an_llm_invocation_too_large_to_send_fails_the_run_saying_why(
     assert failed.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
     assert "LLM invocation of iteration 3" in failed.message
     assert "max_message_bytes" in failed.message
+
+
+async def test_a_result_whose_text_alone_outgrows_a_message_has_its_content_cut_and_flagged(
+    make_sidecar: SidecarFactory,
+) -> None:
+    # Three answers of 30 kB each fit, one by one; the partial result's text joins them all,
+    # which a 64 KiB limit cannot carry even without the records.
+    sidecar = await make_sidecar(max_message_bytes=64 * 1024)
+    noop = types_pb2.ToolSpec(name="noop", description="Do nothing.")
+    start = session_start(run_spec(prompt="talk", max_iterations=3), noop, client_llm=True)
+    start.start.incremental_messages = True
+    texts = [str(n) * 30_000 for n in (1, 2, 3)]
+    async with _raw_stub(sidecar.address) as stub:
+        call = stub.Session()
+        await call.write(start)
+        for n, text in enumerate(texts, 1):
+            response = await next_response(call)
+            while not response.HasField("llm_invocation"):
+                response = await next_response(call)
+            tool_call = types_pb2.ToolCall(id=f"n{n}", name="noop", arguments="{}")
+            answer = session_pb2.LlmResult(
+                request_id=f"llm_{n}", content=text, tool_calls=[tool_call]
+            )
+            await call.write(session_pb2.SessionRequest(llm_result=answer))
+            invocation = await read_until_invocation(call)
+            await call.write(tool_result(invocation.call_id, "{}"))
+        await call.done_writing()
+        messages, code, details = await read_to_status(call)
+    assert code is grpc.StatusCode.OK, details
+    terminal = [e for m in messages for e in ([m.event] if m.HasField("event") else m.events)][-1]
+    result = terminal.run_completed.result
+    assert result.stop_reason == types_pb2.STOP_REASON_MAX_ITERATIONS
+    assert result.history_omitted
+    assert result.tool_call_count == 3
+    assert result.content_truncated
+    assert "\n".join(texts).startswith(result.content)
+    assert 30_000 < len(result.content) < 64 * 1024
