@@ -469,8 +469,9 @@ class GetRunHistoryRequest(_message.Message):
     """
     max_bytes: _builtins.int
     """The page's events together stay under this many bytes, but a page holds
-    at least one event. 0 (or more than the sidecar allows) means the
-    sidecar's page size, 256 KiB or half its max_message_bytes if smaller.
+    at least one event. 0 means the sidecar's page size: 256 KiB, or half its
+    max_message_bytes if that is smaller. More than one message can carry is
+    cut to what it can. Negative: INVALID_ARGUMENT.
     """
     def __init__(
         self,
