@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
-from cleveragents.client import AsyncSidecarClient, SidecarClient, StreamedEvent
+from cleveragents.client import AsyncSidecarClient, RunFailedError, SidecarClient, StreamedEvent
 from cleveragents.sandbox import file_tools
 from cleveragents.tool import (
     RunCompleted,
@@ -375,3 +375,20 @@ async def test_a_result_whose_text_alone_outgrows_a_message_has_its_content_cut_
     assert result.content_truncated
     assert "\n".join(texts).startswith(result.content)
     assert 30_000 < len(result.content) < 64 * 1024
+
+
+async def test_a_failed_run_raises_with_every_record_of_its_partial_result(
+    make_sidecar: SidecarFactory, server_tools: ServerTools, sandbox: Path
+) -> None:
+    # The script runs out after 17 reads: the run fails, and its partial result (17 MiB of
+    # records) comes in the failed call's trailer without them.
+    server_tools.registry.include(file_tools())
+    sidecar = await make_sidecar()
+    script = _reads_script(17)[:-1]
+    context = ToolActorContext(sandbox_root=str(sandbox))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        with pytest.raises(RunFailedError) as raised:
+            await client.run_tool_loop("read", script=script, context=context, timeout=LONG_S)
+    assert raised.value.history_omitted
+    history = raised.value.result.tool_call_history
+    assert [r.call_id for r in history] == [f"r{i}" for i in range(1, 18)]

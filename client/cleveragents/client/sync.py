@@ -23,7 +23,7 @@ from cleveragents.client._requests import (
     with_history,
 )
 from cleveragents.client._session import SessionApprover, SessionLogic
-from cleveragents.client.errors import rpc_errors
+from cleveragents.client.errors import RunFailedError, rpc_errors
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
@@ -95,8 +95,13 @@ class SidecarClient:
     ) -> ToolCallRunResult:
         """Run the loop with the sidecar's tools and LLM profile; return the result."""
         request = service_pb2.RunToolLoopRequest(spec=run_spec(prompt, detach=detach, **options))
-        with rpc_errors():
-            response = self._stub.RunToolLoop(request, metadata=self._metadata, timeout=timeout)
+        try:
+            with rpc_errors():
+                response = self._stub.RunToolLoop(request, metadata=self._metadata, timeout=timeout)
+        except RunFailedError as exc:
+            if exc.history_omitted:  # the partial result's records, read by pages
+                exc.result = with_history(exc.result, self._records(exc.result.run_id))
+            raise
         if omits_history(response.result):  # too large for one message: read by pages
             return with_history(response.result, self._records(response.result.run_id))
         return result_from_pb(response.result)

@@ -86,12 +86,16 @@ export class SidecarClient {
    */
   async runToolLoop(spec, options = {}) {
     const request = { spec: this.codec.encodeSpec(spec) };
+    let response;
     try {
-      const response = await this.#unary('RunToolLoop', request, options);
-      return await this.#complete(this.codec.decodeResult(response.result), options);
+      response = await this.#unary('RunToolLoop', request, options);
     } catch (err) {
-      throw this.#runError(err);
+      const error = this.#runError(err);
+      // A partial result comes without its records when they are too many for one message.
+      if (error instanceof RunFailedError) error.result = await this.#complete(error.result, options);
+      throw error;
     }
+    return this.#complete(this.codec.decodeResult(response.result), options);
   }
 
   /**

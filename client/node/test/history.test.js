@@ -61,6 +61,18 @@ describe('a run whose result is bigger than one message', () => {
     );
   });
 
+  test('a failed run rejects with every record of its partial result', async () => {
+    const spec = readsSpec(runId('failed'));
+    spec.llm.script.pop(); // the script runs out after the reads: the run fails
+    const error = await client.runToolLoop(spec).then(
+      () => assert.fail('the run should have failed'),
+      (err) => err,
+    );
+    assert.equal(error.name, 'RunFailedError');
+    assert.equal(error.result.history_omitted, true);
+    assert.deepEqual(error.result.tool_call_history.map((r) => r.call_id), callIds);
+  });
+
   test('getRunHistory pages stay small when asked, and say where the log ends', async () => {
     const id = runId('pages');
     await client.runToolLoop({
