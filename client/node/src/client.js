@@ -3,6 +3,7 @@ import grpc from '@grpc/grpc-js';
 
 import { Codec, normaliseTools, wireEvents } from './codec.js';
 import { RunFailedError, Status, toSidecarError } from './errors.js';
+import { pagedEvents, withRecords } from './history.js';
 import { loadService } from './proto.js';
 import { SessionRun } from './session.js';
 
@@ -178,23 +179,14 @@ export class SidecarClient {
 
   /**
    * Every event of a run's log after `afterSequence` that is stored now, read page by page
-   * with `getRunHistory`. Each page is one bounded message, so any run can be read back this
-   * way however long it was: a result too large for one message leaves out its records
-   * (`history_omitted`), and this is where they are.
+   * with `getRunHistory`: each page is one bounded message, so any run can be read back.
    *
    * @param {string} runId
    * @param {CallOptions & {afterSequence?: number, maxBytes?: number}} [options]
    * @returns {AsyncGenerator<import('./codec.js').RunEvent, void, undefined>}
    */
   async *runHistory(runId, options = {}) {
-    let after = options.afterSequence ?? 0;
-    for (;;) {
-      const page = await this.getRunHistory(runId, { ...options, afterSequence: after });
-      yield* page.events;
-      if (page.events.length === 0) return;
-      after = page.events[page.events.length - 1].sequence;
-      if (page.finished && after >= page.last_sequence) return;
-    }
+    yield* pagedEvents((after) => this.getRunHistory(runId, { ...options, afterSequence: after }), options.afterSequence ?? 0);
   }
 
   /**
@@ -277,16 +269,8 @@ export class SidecarClient {
   // -- plumbing ----------------------------------------------------------------------------
 
   /** `result` with its records put back when it came without them (too large for a message). */
-  async #complete(result, options = {}, seen = null) {
-    if (!result?.history_omitted) return result;
-    let records = seen;
-    if (!records || records.length !== result.tool_call_count) {
-      records = [];
-      for await (const event of this.runHistory(result.run_id, { metadata: options.metadata })) {
-        if (event.payload === 'tool_call_completed') records.push(event.tool_call_completed.record);
-      }
-    }
-    return { ...result, tool_call_history: records };
+  #complete(result, options = {}, seen = null) {
+    return withRecords(result, () => this.runHistory(result.run_id, { metadata: options.metadata }), seen);
   }
 
   #metadata(options) {
