@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict
@@ -10,20 +11,40 @@ from cleveragents.client.types import StreamedEvent
 from cleveragents.tool import (
     LLMResponse,
     RunBudget,
+    RunCancelled,
+    RunCompleted,
+    RunEvent,
+    RunFailed,
     ToolActorContext,
     ToolCallRecord,
+    ToolCallRunResult,
     ToolRegistry,
 )
-from cleveragents.toolruntime.v1 import events_pb2, types_pb2
+from cleveragents.toolruntime.v1 import events_pb2, service_pb2, types_pb2
 from cleveragents.wire import (
     LlmChoice,
     RunRequest,
     event_from_pb,
     record_from_pb,
+    result_from_pb,
     run_spec_to_pb,
 )
 
-__all__ = ["EventDecoder", "RunOptions", "Script", "Tools", "as_registry", "auth_metadata"]
+__all__ = [
+    "EventDecoder",
+    "RunOptions",
+    "Script",
+    "Tools",
+    "as_registry",
+    "auth_metadata",
+    "event_with_history",
+    "history_records",
+    "next_page_after",
+    "omits_history",
+    "with_history",
+]
+
+_TERMINALS = ("run_completed", "run_failed", "run_cancelled")
 
 Script = Sequence[LLMResponse | Mapping[str, Any]]
 Tools = ToolRegistry | Iterable[Callable[..., Any]]
@@ -115,22 +136,39 @@ class EventDecoder:
 
     A run's terminal event repeats in its result every record that its ``tool_call_completed``
     events carried. Those seen on this stream are reused instead of decoded again, as an
-    in-process run shares them: a long run's last event then costs what one event costs.
+    in-process run shares them: a long run's last event then costs what one event costs. A
+    result too large for one message comes without them (``history_omitted``): the records
+    this stream carried fill it in when they are all of them; ``missing_history`` says when
+    they are not (a watch that joined late), and the client reads them with GetRunHistory.
     """
 
-    __slots__ = ("_seen",)
+    __slots__ = ("_completed", "_seen")
 
     def __init__(self) -> None:
         self._seen: dict[bytes, ToolCallRecord] = {}
+        self._completed: list[ToolCallRecord] = []
 
     def __call__(self, event: events_pb2.RunEvent) -> StreamedEvent:
         at = event.time
-        return StreamedEvent(
-            event.run_id,
-            event.sequence,
-            at.seconds + at.nanos / 1e9,
-            event_from_pb(event, self._record),
-        )
+        core = event_from_pb(event, self._record)
+        kind = event.WhichOneof("payload")
+        if kind == "tool_call_completed":
+            self._completed.append(core.record)  # type: ignore[union-attr]
+        elif (
+            kind in _TERMINALS
+            and getattr(event, kind).result.history_omitted
+            and not self.missing_history(event)
+        ):
+            core = event_with_history(core, self._completed)
+        return StreamedEvent(event.run_id, event.sequence, at.seconds + at.nanos / 1e9, core)
+
+    def missing_history(self, event: events_pb2.RunEvent) -> bool:
+        """Whether ``event`` ends its run with a result whose records this stream lacks."""
+        kind = event.WhichOneof("payload")
+        if kind not in _TERMINALS:
+            return False
+        result = getattr(event, kind).result
+        return bool(result.history_omitted) and len(self._completed) != result.tool_call_count
 
     def _record(self, pb: types_pb2.ToolCallRecord) -> ToolCallRecord:
         # The sidecar encodes a record the same way wherever it appears: equal bytes, equal
@@ -140,6 +178,46 @@ class EventDecoder:
         if record is None:
             record = self._seen[key] = record_from_pb(pb)
         return record
+
+
+def omits_history(result: types_pb2.ToolCallRunResult) -> bool:
+    """Whether a result came without its records, being too large for one message."""
+    return bool(result.history_omitted)
+
+
+def history_records(events: Iterable[events_pb2.RunEvent]) -> list[ToolCallRecord]:
+    """The records a run's ``tool_call_completed`` events carry, in order."""
+    return [
+        record_from_pb(e.tool_call_completed.record)
+        for e in events
+        if e.WhichOneof("payload") == "tool_call_completed"
+    ]
+
+
+def next_page_after(page: service_pb2.GetRunHistoryResponse, after: int) -> int | None:
+    """Where the next GetRunHistory page starts, or ``None`` when ``page`` was the last."""
+    if not page.events:
+        return None
+    last = page.events[-1].sequence
+    if page.finished and last >= page.last_sequence:
+        return None
+    return last
+
+
+def with_history(
+    result: types_pb2.ToolCallRunResult | ToolCallRunResult, records: Sequence[ToolCallRecord]
+) -> ToolCallRunResult:
+    """A result with ``records`` as its history."""
+    if isinstance(result, types_pb2.ToolCallRunResult):
+        result = result_from_pb(result)
+    return dataclasses.replace(result, tool_call_history=tuple(records))
+
+
+def event_with_history(event: RunEvent, records: Sequence[ToolCallRecord]) -> RunEvent:
+    """A terminal event whose result has ``records`` as its history (another: as it is)."""
+    if isinstance(event, RunCompleted | RunFailed | RunCancelled):
+        return dataclasses.replace(event, result=with_history(event.result, records))
+    return event
 
 
 def describe(exc: BaseException) -> str:

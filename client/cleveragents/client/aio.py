@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Sequence
+import dataclasses
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any, Unpack
 
 import grpc
@@ -13,13 +14,18 @@ from cleveragents.client._requests import (
     RunOptions,
     Tools,
     auth_metadata,
+    event_with_history,
+    history_records,
+    next_page_after,
+    omits_history,
     run_spec,
+    with_history,
 )
 from cleveragents.client._session import Job, SessionApprover, SessionLogic
-from cleveragents.client.errors import rpc_errors
+from cleveragents.client.errors import RunFailedError, rpc_errors
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
-from cleveragents.tool import LLMCaller, ToolCallRunResult, ToolSpec
-from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc, session_pb2
+from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec
+from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
 from cleveragents.wire import (
     events_of,
     result_from_pb,
@@ -89,10 +95,17 @@ class AsyncSidecarClient:
     ) -> ToolCallRunResult:
         """Run the loop with the sidecar's tools and LLM profile; return the result."""
         request = service_pb2.RunToolLoopRequest(spec=run_spec(prompt, detach=detach, **options))
-        with rpc_errors():
-            response = await self._stub.RunToolLoop(
-                request, metadata=self._metadata, timeout=timeout
-            )
+        try:
+            with rpc_errors():
+                response = await self._stub.RunToolLoop(
+                    request, metadata=self._metadata, timeout=timeout
+                )
+        except RunFailedError as exc:
+            if exc.history_omitted:  # the partial result's records, read by pages
+                exc.result = with_history(exc.result, await self._records(exc.result.run_id))
+            raise
+        if omits_history(response.result):  # too large for one message: read by pages
+            return with_history(response.result, await self._records(response.result.run_id))
         return result_from_pb(response.result)
 
     async def stream_tool_loop(
@@ -132,7 +145,38 @@ class AsyncSidecarClient:
             response = await self._stub.GetRun(
                 service_pb2.GetRunRequest(run_id=run_id), metadata=self._metadata
             )
-        return run_info_from_pb(response)
+        info = run_info_from_pb(response)
+        if info.result is not None and omits_history(response.result):
+            records = await self._records(run_id)
+            info = dataclasses.replace(info, result=with_history(info.result, records))
+        return info
+
+    async def run_history(
+        self, run_id: str, *, after_sequence: int = 0, max_bytes: int = 0
+    ) -> AsyncGenerator[StreamedEvent, None]:
+        """The events of a run's log after ``after_sequence``, as stored now, read page by
+        page (GetRunHistory, ``max_bytes`` a page; 0: the sidecar's page size). Every page is
+        one bounded message: any run can be read back this way, however long it was."""
+        decode = EventDecoder()
+        async for event in self._history(run_id, after_sequence, max_bytes):
+            yield decode(event)
+
+    async def _history(
+        self, run_id: str, after: int | None, max_bytes: int = 0
+    ) -> AsyncIterator[events_pb2.RunEvent]:
+        while after is not None:
+            request = service_pb2.GetRunHistoryRequest(
+                run_id=run_id, after_sequence=after, max_bytes=max_bytes
+            )
+            with rpc_errors():
+                page = await self._stub.GetRunHistory(request, metadata=self._metadata)
+            for event in page.events:
+                yield event
+            after = next_page_after(page, after)
+
+    async def _records(self, run_id: str) -> list[ToolCallRecord]:
+        """Every record of a run, from its history (for a result that came without them)."""
+        return history_records([event async for event in self._history(run_id, 0)])
 
     async def cancel_run(self, run_id: str, *, reason: str = "") -> str:
         """Cancel a run; returns its state afterwards (``cancelled`` unless it had ended)."""
@@ -239,6 +283,12 @@ class AsyncSidecarClient:
             with rpc_errors():
                 async for response in call:
                     for event in events_of(response):
-                        yield decode(event)
+                        streamed = decode(event)
+                        if decode.missing_history(event):
+                            records = await self._records(event.run_id)
+                            streamed = dataclasses.replace(
+                                streamed, event=event_with_history(streamed.event, records)
+                            )
+                        yield streamed
         finally:
             call.cancel()

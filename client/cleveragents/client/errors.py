@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 
 from cleveragents.tool import ToolCallRunResult, ToolRuntimeError
-from cleveragents.wire import result_from_trailers
+from cleveragents.wire import result_from_pb, result_from_trailers
 
 __all__ = ["RunFailedError", "SidecarRpcError", "rpc_error", "rpc_errors"]
 
@@ -31,20 +31,34 @@ class SidecarRpcError(ToolRuntimeError):
 
 
 class RunFailedError(SidecarRpcError):
-    """A run ended with ``run_failed``; ``result`` holds what it did before failing."""
+    """A run ended with ``run_failed``; ``result`` holds what it did before failing.
 
-    def __init__(self, code: grpc.StatusCode, details: str, result: ToolCallRunResult) -> None:
+    ``history_omitted``: the sidecar sent the result without its records, too many for one
+    message (the clients' ``run_tool_loop`` puts them back before raising).
+    """
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        details: str,
+        result: ToolCallRunResult,
+        *,
+        history_omitted: bool = False,
+    ) -> None:
         super().__init__(code, details)
         self.result = result
+        self.history_omitted = history_omitted
 
 
 def rpc_error(error: grpc.RpcError) -> SidecarRpcError:
     """A ``RunFailedError`` when the status carries a run's partial result, else the status."""
     wrapped = SidecarRpcError.from_rpc_error(error)
     trailers: Any = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
-    result = result_from_trailers(trailers)
-    if result is not None:
-        return RunFailedError(wrapped.code, wrapped.details, result)
+    pb = result_from_trailers(trailers)
+    if pb is not None:
+        return RunFailedError(
+            wrapped.code, wrapped.details, result_from_pb(pb), history_omitted=pb.history_omitted
+        )
     return wrapped
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import queue
 from collections.abc import Generator, Iterator, Sequence
 from typing import Any, Unpack
@@ -14,13 +15,18 @@ from cleveragents.client._requests import (
     RunOptions,
     Tools,
     auth_metadata,
+    event_with_history,
+    history_records,
+    next_page_after,
+    omits_history,
     run_spec,
+    with_history,
 )
 from cleveragents.client._session import SessionApprover, SessionLogic
-from cleveragents.client.errors import rpc_errors
+from cleveragents.client.errors import RunFailedError, rpc_errors
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
-from cleveragents.tool import LLMCaller, ToolCallRunResult, ToolSpec
-from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc, session_pb2
+from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec
+from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
 from cleveragents.wire import (
     events_of,
     result_from_pb,
@@ -89,8 +95,15 @@ class SidecarClient:
     ) -> ToolCallRunResult:
         """Run the loop with the sidecar's tools and LLM profile; return the result."""
         request = service_pb2.RunToolLoopRequest(spec=run_spec(prompt, detach=detach, **options))
-        with rpc_errors():
-            response = self._stub.RunToolLoop(request, metadata=self._metadata, timeout=timeout)
+        try:
+            with rpc_errors():
+                response = self._stub.RunToolLoop(request, metadata=self._metadata, timeout=timeout)
+        except RunFailedError as exc:
+            if exc.history_omitted:  # the partial result's records, read by pages
+                exc.result = with_history(exc.result, self._records(exc.result.run_id))
+            raise
+        if omits_history(response.result):  # too large for one message: read by pages
+            return with_history(response.result, self._records(response.result.run_id))
         return result_from_pb(response.result)
 
     def stream_tool_loop(
@@ -128,7 +141,36 @@ class SidecarClient:
             response = self._stub.GetRun(
                 service_pb2.GetRunRequest(run_id=run_id), metadata=self._metadata
             )
-        return run_info_from_pb(response)
+        info = run_info_from_pb(response)
+        if info.result is not None and omits_history(response.result):
+            records = self._records(run_id)
+            info = dataclasses.replace(info, result=with_history(info.result, records))
+        return info
+
+    def run_history(
+        self, run_id: str, *, after_sequence: int = 0, max_bytes: int = 0
+    ) -> Iterator[StreamedEvent]:
+        """The events of a run's log after ``after_sequence``, as stored now, read page by
+        page (GetRunHistory, ``max_bytes`` a page; 0: the sidecar's page size). Every page is
+        one bounded message: any run can be read back this way, however long it was."""
+        decode = EventDecoder()
+        return (decode(e) for e in self._history(run_id, after_sequence, max_bytes))
+
+    def _history(
+        self, run_id: str, after: int | None, max_bytes: int = 0
+    ) -> Iterator[events_pb2.RunEvent]:
+        while after is not None:
+            request = service_pb2.GetRunHistoryRequest(
+                run_id=run_id, after_sequence=after, max_bytes=max_bytes
+            )
+            with rpc_errors():
+                page = self._stub.GetRunHistory(request, metadata=self._metadata)
+            yield from page.events
+            after = next_page_after(page, after)
+
+    def _records(self, run_id: str) -> list[ToolCallRecord]:
+        """Every record of a run, from its history (for a result that came without them)."""
+        return history_records(self._history(run_id, 0))
 
     def cancel_run(self, run_id: str, *, reason: str = "") -> str:
         """Cancel a run; returns its state afterwards (``cancelled`` unless it had ended)."""
@@ -216,6 +258,12 @@ class SidecarClient:
             with rpc_errors():
                 for response in call:
                     for event in events_of(response):
-                        yield decode(event)
+                        streamed = decode(event)
+                        if decode.missing_history(event):
+                            records = self._records(event.run_id)
+                            streamed = dataclasses.replace(
+                                streamed, event=event_with_history(streamed.event, records)
+                            )
+                        yield streamed
         finally:
             call.cancel()

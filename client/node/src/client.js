@@ -3,6 +3,7 @@ import grpc from '@grpc/grpc-js';
 
 import { Codec, normaliseTools, wireEvents } from './codec.js';
 import { RunFailedError, Status, toSidecarError } from './errors.js';
+import { pagedEvents, withRecords } from './history.js';
 import { loadService } from './proto.js';
 import { SessionRun } from './session.js';
 
@@ -86,12 +87,16 @@ export class SidecarClient {
    */
   async runToolLoop(spec, options = {}) {
     const request = { spec: this.codec.encodeSpec(spec) };
+    let response;
     try {
-      const response = await this.#unary('RunToolLoop', request, options);
-      return this.codec.decodeResult(response.result);
+      response = await this.#unary('RunToolLoop', request, options);
     } catch (err) {
-      throw this.#runError(err);
+      const error = this.#runError(err);
+      // A partial result comes without its records when they are too many for one message.
+      if (error instanceof RunFailedError) error.result = await this.#complete(error.result, options);
+      throw error;
     }
+    return this.#complete(this.codec.decodeResult(response.result), options);
   }
 
   /**
@@ -147,10 +152,41 @@ export class SidecarClient {
   async getRun(runId, options = {}) {
     try {
       const response = await this.#unary('GetRun', { run_id: runId }, options);
-      return { ...response, result: this.codec.decodeResult(response.result) };
+      return { ...response, result: await this.#complete(this.codec.decodeResult(response.result), options) };
     } catch (err) {
       throw toSidecarError(err);
     }
+  }
+
+  /**
+   * One page of a run's log (GetRunHistory): the events after `afterSequence`, oldest first,
+   * as many as fit in `maxBytes` (0: the sidecar's page size), with `last_sequence` (the
+   * newest event stored) and `finished` (the run had ended).
+   *
+   * @param {string} runId
+   * @param {CallOptions & {afterSequence?: number, maxBytes?: number}} [options]
+   * @returns {Promise<{events: import('./codec.js').RunEvent[], last_sequence: number, finished: boolean}>}
+   */
+  async getRunHistory(runId, options = {}) {
+    const request = { run_id: runId, after_sequence: options.afterSequence ?? 0, max_bytes: options.maxBytes ?? 0 };
+    try {
+      const page = await this.#unary('GetRunHistory', request, options);
+      return { ...page, events: page.events.map((e) => this.codec.decodeEvent(e)) };
+    } catch (err) {
+      throw toSidecarError(err);
+    }
+  }
+
+  /**
+   * Every event of a run's log after `afterSequence` that is stored now, read page by page
+   * with `getRunHistory`: each page is one bounded message, so any run can be read back.
+   *
+   * @param {string} runId
+   * @param {CallOptions & {afterSequence?: number, maxBytes?: number}} [options]
+   * @returns {AsyncGenerator<import('./codec.js').RunEvent, void, undefined>}
+   */
+  async *runHistory(runId, options = {}) {
+    yield* pagedEvents((after) => this.getRunHistory(runId, { ...options, afterSequence: after }), options.afterSequence ?? 0);
   }
 
   /**
@@ -232,6 +268,11 @@ export class SidecarClient {
 
   // -- plumbing ----------------------------------------------------------------------------
 
+  /** `result` with its records put back when it came without them (too large for a message). */
+  #complete(result, options = {}, seen = null) {
+    return withRecords(result, () => this.runHistory(result.run_id, { metadata: options.metadata }), seen);
+  }
+
   #metadata(options) {
     const metadata = new grpc.Metadata();
     for (const [key, value] of Object.entries({ ...this.metadata, ...options.metadata })) {
@@ -280,7 +321,9 @@ export class SidecarClient {
 
   #eventStream(open, current, signal, watch) {
     const codec = this.codec;
+    const complete = (result, seen) => this.#complete(result, {}, seen);
     async function* events() {
+      const seen = []; // the records this stream carried, for a result that leaves them out
       const detach = onAbort(signal, () => current()?.cancel());
       let fruitless = 0; // reconnections in a row that brought no event
       try {
@@ -294,6 +337,9 @@ export class SidecarClient {
               // actually yielded (a drop surfaces only after the batch in hand is yielded).
               for (const wire of wireEvents(message)) {
                 const event = codec.decodeEvent(wire);
+                if (event.payload === 'tool_call_completed') seen.push(event.tool_call_completed.record);
+                const terminal = event[event.payload];
+                if (terminal?.result?.history_omitted) terminal.result = await complete(terminal.result, seen);
                 if (watch) watch.state.last = event.sequence;
                 yield event;
               }

@@ -50,6 +50,8 @@ export class SessionRun {
   #halfClosed = false;
   #error = null;
   #terminal = null;
+  /** The records this session's events carried: a result too large for a message omits them. */
+  #records = [];
   #inflight = new Set();
   #writes = Promise.resolve();
   #settle;
@@ -130,7 +132,10 @@ export class SessionRun {
       for (const wire of wireEvents(message)) {
         const event = this.#codec.decodeEvent(wire);
         if (event.payload === 'run_started') this.runId = event.run_id;
+        if (event.payload === 'tool_call_completed') this.#records.push(event.tool_call_completed.record);
         if (TERMINAL.includes(event.payload)) {
+          const result = event[event.payload].result;
+          if (result?.history_omitted) result.tool_call_history = this.#records;
           this.#terminal = event;
           this.#halfClose(); // nothing more to say: the run is over
         }

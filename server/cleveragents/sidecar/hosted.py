@@ -64,8 +64,12 @@ class ClientHost:
         default_tool_timeout_s: float,
         incremental_messages: bool = False,
         llm_timeout_s: float = 300.0,
+        max_message_bytes: int = 0,
     ) -> None:
         self.outbox = FrameQueue()
+        #: The largest invocation one message may carry (0: no limit); a larger one is not
+        #: sent, and its call (or LLM turn) fails saying why, instead of the whole stream.
+        self.max_message_bytes = max_message_bytes
         #: Whether the client keeps the conversation (each LLM invocation sends only news).
         self.incremental_messages = incremental_messages
         self._deliver: Callable[[bytes], None] = self.outbox.push
@@ -122,6 +126,16 @@ class ClientHost:
         before it."""
         self._deliver(Message(response))
 
+    def too_large(self, response: bytes, what: str) -> str | None:
+        """Why ``response`` (an invocation for ``what``) cannot be sent, or ``None`` if it can."""
+        limit = self.max_message_bytes
+        if not limit or len(response) <= limit:
+            return None
+        return (
+            f"{what} is {len(response)} bytes, more than the {limit} bytes one message to the "
+            f"client may carry (the sidecar's max_message_bytes, less room for the message)"
+        )
+
     def _late(self, kind: str, key: str) -> bool:
         """Whether ``key`` is a ``kind`` invocation that timed out (its answer, once, is late)."""
         if (kind, key) not in self._expired:
@@ -149,11 +163,12 @@ class ClientHost:
             timeout_s = scope.timeout_s or self.default_tool_timeout_s
             future: asyncio.Future[ToolAnswer] = asyncio.get_running_loop().create_future()
             self.pending_tools[call_id] = future
-            self.send(
-                tool_invocation(
-                    call_id, spec.name, inputs, scope.iteration, time.time() + timeout_s
-                )
+            invocation = tool_invocation(
+                call_id, spec.name, inputs, scope.iteration, time.time() + timeout_s
             )
+            if (why := self.too_large(invocation, f"the invocation of {spec.name!r}")) is not None:
+                raise ToolRuntimeError(f"{why}: it was not sent")
+            self.send(invocation)
             try:
                 answer = await future
             finally:
@@ -180,10 +195,16 @@ class ClientLLMCaller:
     async def call(self, request: LLMRequest) -> LLMResponse:
         """Send the conversation to the client and wait for its answer."""
         request_id = f"llm_{request.iteration}"
+        timeout_s = self._host.llm_timeout_s
+        invocation = self._encoder.encode(request_id, request, time.time() + timeout_s)
+        why = self._host.too_large(
+            invocation, f"the LLM invocation of iteration {request.iteration}"
+        )
+        if why is not None:
+            raise SidecarError(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
         future: asyncio.Future[LlmAnswer] = asyncio.get_running_loop().create_future()
         self._host.pending_llm[request_id] = future
-        timeout_s = self._host.llm_timeout_s
-        self._host.send(self._encoder.encode(request_id, request, time.time() + timeout_s))
+        self._host.send(invocation)
         try:
             async with asyncio.timeout(timeout_s):
                 answer = await future

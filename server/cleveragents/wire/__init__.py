@@ -9,6 +9,13 @@ session's opening), ``events`` (run events, and a run's events encoded once as f
 result), ``jsonfields`` and ``timestamps``.
 """
 
+from cleveragents.wire.bounds import (
+    MESSAGE_HEADROOM,
+    OversizedEvent,
+    event_limit,
+    fit_frame,
+    spec_limit,
+)
 from cleveragents.wire.events import (
     EventEncoder,
     LoggedEvent,
@@ -26,8 +33,10 @@ from cleveragents.wire.frames import (
     batch,
     batch_limit,
     frame,
+    history_page,
     session_messages,
     single,
+    take_frames,
     unframe,
 )
 from cleveragents.wire.jsonfields import dumps, parse_json, parse_json_object
@@ -96,6 +105,7 @@ from cleveragents.wire.values import (
 __all__ = [
     "BATCH_BYTES",
     "MAX_TRAILER_BYTES",
+    "MESSAGE_HEADROOM",
     "RESULT_TRAILER",
     "Conversation",
     "EventEncoder",
@@ -104,6 +114,7 @@ __all__ = [
     "LlmInvocationEncoder",
     "LoggedEvent",
     "Message",
+    "OversizedEvent",
     "RecordDecoder",
     "RunInfo",
     "RunRequest",
@@ -125,10 +136,13 @@ __all__ = [
     "dumps",
     "duration",
     "event_from_pb",
+    "event_limit",
     "event_to_pb",
     "events_of",
     "fill_record",
+    "fit_frame",
     "frame",
+    "history_page",
     "llm_answer_from_pb",
     "llm_result_request",
     "message_from_pb",
@@ -155,12 +169,14 @@ __all__ = [
     "set_time",
     "single",
     "spec_from_pb",
+    "spec_limit",
     "spec_to_pb",
     "started_spec",
     "stop_reason_from_pb",
     "stop_reason_to_pb",
     "summary_from_pb",
     "summary_to_pb",
+    "take_frames",
     "timestamp",
     "tool_answer_from_pb",
     "tool_invocation",

@@ -26,6 +26,7 @@ from cleveragents.tool import (
     ToolCallStarted,
 )
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2, types_pb2
+from cleveragents.wire.bounds import fit_frame
 from cleveragents.wire.frames import frame, unframe
 from cleveragents.wire.jsonfields import dumps, parse_json_object
 from cleveragents.wire.requests import RunRequest, run_request_from_pb, started_spec
@@ -57,21 +58,27 @@ __all__ = [
 class EventEncoder:
     """Encodes the events of one run as frames, each stamped with its sequence and the time.
 
-    ``accepted`` is the request as the sidecar accepted it: ``run_started`` carries it.
+    ``accepted`` is the request as the sidecar accepted it: ``run_started`` carries it. A
+    frame over ``limit`` bytes (0: no limit) is made to fit (``cleveragents.wire.bounds``);
+    ``OversizedEvent`` when it cannot be. A frame under it costs nothing more.
     """
 
-    __slots__ = ("_accepted", "_run_id")
+    __slots__ = ("_accepted", "_limit", "_run_id")
 
-    def __init__(self, run_id: str, accepted: RunRequest) -> None:
+    def __init__(self, run_id: str, accepted: RunRequest, limit: int = 0) -> None:
         self._run_id = run_id
         self._accepted = accepted
+        self._limit = limit
 
     def encode(self, sequence: int, event: RunEvent, failure_code: int = 0) -> bytes:
         """The frame of ``event``; ``failure_code`` is the status code a ``RunFailed`` carries."""
         pb = events_pb2.RunEvent(run_id=self._run_id, sequence=sequence)
         set_time(pb.time)
         event_to_pb(event, pb, failure_code=failure_code, accepted=self._accepted)
-        return frame(pb)
+        item = frame(pb)
+        if self._limit and len(item) > self._limit:
+            return fit_frame(pb, self._limit)
+        return item
 
 
 def event_to_pb(

@@ -22,8 +22,10 @@ __all__ = [
     "batch",
     "batch_limit",
     "frame",
+    "history_page",
     "session_messages",
     "single",
+    "take_frames",
     "unframe",
 ]
 
@@ -87,6 +89,35 @@ def batch(frames: Sequence[bytes], tag: bytes = EVENTS_TAG) -> bytes:
     A single frame goes in ``event``, as for any client: one that asked for batches reads both.
     """
     return single(frames[0]) if len(frames) == 1 else tag + tag.join(frames)
+
+
+def history_page(frames: Sequence[bytes], last_sequence: int, *, finished: bool) -> bytes:
+    """A whole ``GetRunHistoryResponse``: ``frames`` in ``events`` (field 1), then
+    ``last_sequence`` (field 2) and ``finished`` (field 3), without decoding any frame."""
+    tail = bytearray(b"\x10")
+    value = last_sequence
+    while value > 0x7F:
+        tail.append((value & 0x7F) | 0x80)
+        value >>= 7
+    tail.append(value)
+    if finished:
+        tail += b"\x18\x01"
+    body = _EVENT_TAG + _EVENT_TAG.join(frames) if frames else b""
+    return body + bytes(tail)
+
+
+def take_frames(frames: Sequence[bytes], start: int, stop: int, max_bytes: int) -> list[bytes]:
+    """``frames[start:stop]``, cut short where (each with its one tag byte) they would pass
+    ``max_bytes`` in all; at least one frame when there is one."""
+    taken: list[bytes] = []
+    size = 0
+    for index in range(start, stop):
+        item = frames[index]
+        size += len(item) + 1
+        if taken and size > max_bytes:
+            break
+        taken.append(item)
+    return taken
 
 
 class Message(bytes):

@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from cleveragents.tool import ToolCallRunResult
 from cleveragents.toolruntime.v1 import types_pb2
-from cleveragents.wire.values import result_from_pb
 
 __all__ = ["MAX_TRAILER_BYTES", "RESULT_TRAILER", "result_from_trailers", "result_trailer"]
 
@@ -23,9 +21,12 @@ def result_trailer(result: types_pb2.ToolCallRunResult) -> tuple[tuple[str, byte
     return ((RESULT_TRAILER, partial),) if len(partial) <= MAX_TRAILER_BYTES else ()
 
 
-def result_from_trailers(trailers: Iterable[tuple[str, Any]] | None) -> ToolCallRunResult | None:
-    """The partial result in a call's trailing metadata, if the sidecar sent one."""
+def result_from_trailers(
+    trailers: Iterable[tuple[str, Any]] | None,
+) -> types_pb2.ToolCallRunResult | None:
+    """The partial result in a call's trailing metadata, if the sidecar sent one, still as
+    protobuf: its ``history_omitted`` says whether its records were left out."""
     for key, value in tuple(trailers or ()):
         if key == RESULT_TRAILER and isinstance(value, bytes):
-            return result_from_pb(types_pb2.ToolCallRunResult.FromString(value))
+            return types_pb2.ToolCallRunResult.FromString(value)
     return None

@@ -54,7 +54,9 @@ class RunToolLoopResponse(_message.Message):
     RESULT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def result(self) -> _types_pb2.ToolCallRunResult:
-        """The finished run's result."""
+        """The finished run's result. A result too large for one message comes with
+        history_omitted (and, rarer, content_truncated) set: GetRunHistory has it all.
+        """
 
     def __init__(
         self,
@@ -243,7 +245,10 @@ class GetRunResponse(_message.Message):
     """Sequence number of the newest event in the run's log so far."""
     @_builtins.property
     def result(self) -> _types_pb2.ToolCallRunResult:
-        """The run's result; set only once the run has ended."""
+        """The run's result; set only once the run has ended. It is the one the
+        terminal event carries, so it always fits in one message: see
+        ToolCallRunResult.history_omitted.
+        """
 
     def __init__(
         self,
@@ -446,6 +451,76 @@ class ListRunsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListRunsResponse: _TypeAlias = ListRunsResponse  # noqa: Y015
+
+@_typing.final
+class GetRunHistoryRequest(_message.Message):
+    """Request of GetRunHistory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """Identifier of the run to read."""
+    after_sequence: _builtins.int
+    """Only events whose sequence is greater than this are returned; 0 starts
+    at run_started.
+    """
+    max_bytes: _builtins.int
+    """The page's events together stay under this many bytes, but a page holds
+    at least one event. 0 means the sidecar's page size: 256 KiB, or half its
+    max_message_bytes if that is smaller. More than one message can carry is
+    cut to what it can. Negative: INVALID_ARGUMENT.
+    """
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        after_sequence: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "max_bytes", b"max_bytes", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRunHistoryRequest: _TypeAlias = GetRunHistoryRequest  # noqa: Y015
+
+@_typing.final
+class GetRunHistoryResponse(_message.Message):
+    """Response of GetRunHistory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    LAST_SEQUENCE_FIELD_NUMBER: _builtins.int
+    FINISHED_FIELD_NUMBER: _builtins.int
+    last_sequence: _builtins.int
+    """Sequence number of the newest event stored when the page was read."""
+    finished: _builtins.bool
+    """True when the run had ended: the log's last event is its terminal event."""
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[_events_pb2.RunEvent]:
+        """The next events of the run's log, oldest first, with no gaps; empty when
+        after_sequence is the last event stored so far.
+        """
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[_events_pb2.RunEvent] | None = ...,
+        last_sequence: _builtins.int = ...,
+        finished: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "finished", b"finished", "last_sequence", b"last_sequence"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRunHistoryResponse: _TypeAlias = GetRunHistoryResponse  # noqa: Y015
 
 @_typing.final
 class RunSummary(_message.Message):

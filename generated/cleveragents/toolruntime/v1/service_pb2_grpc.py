@@ -83,6 +83,11 @@ class ToolRuntimeServiceStub:
                 request_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListRunsRequest.SerializeToString,
                 response_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListRunsResponse.FromString,
                 _registered_method=True)
+        self.GetRunHistory = channel.unary_unary(
+                '/cleveragents.toolruntime.v1.ToolRuntimeService/GetRunHistory',
+                request_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.GetRunHistoryRequest.SerializeToString,
+                response_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.GetRunHistoryResponse.FromString,
+                _registered_method=True)
 
 
 class ToolRuntimeServiceServicer:
@@ -162,6 +167,17 @@ class ToolRuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRunHistory(self, request, context):
+        """Reads a run's log page by page, oldest first: the events after
+        after_sequence, as many as fit in max_bytes (at least one). Every record,
+        text and result of a run can be read back this way, however long the run:
+        ask again with after_sequence set to the last event received until the
+        page holds the terminal event (finished and no more events).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolRuntimeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -209,6 +225,11 @@ def add_ToolRuntimeServiceServicer_to_server(servicer, server):
                     servicer.ListRuns,
                     request_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListRunsRequest.FromString,
                     response_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'GetRunHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRunHistory,
+                    request_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.GetRunHistoryRequest.FromString,
+                    response_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.GetRunHistoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -457,6 +478,33 @@ class ToolRuntimeService:
             '/cleveragents.toolruntime.v1.ToolRuntimeService/ListRuns',
             cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListRunsRequest.SerializeToString,
             cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRunHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cleveragents.toolruntime.v1.ToolRuntimeService/GetRunHistory',
+            cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.GetRunHistoryRequest.SerializeToString,
+            cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.GetRunHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -68,6 +68,13 @@ class ToolRuntimeServiceStub:
     """
     ListRuns: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListRunsRequest, _service_pb2.ListRunsResponse]
     """The live runs and the finished runs the sidecar still keeps, newest first."""
+    GetRunHistory: _grpc.UnaryUnaryMultiCallable[_service_pb2.GetRunHistoryRequest, _service_pb2.GetRunHistoryResponse]
+    """Reads a run's log page by page, oldest first: the events after
+    after_sequence, as many as fit in max_bytes (at least one). Every record,
+    text and result of a run can be read back this way, however long the run:
+    ask again with after_sequence set to the last event received until the
+    page holds the terminal event (finished and no more events).
+    """
 
 @_typing.type_check_only
 class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
@@ -108,6 +115,13 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     """
     ListRuns: _aio.UnaryUnaryMultiCallable[_service_pb2.ListRunsRequest, _service_pb2.ListRunsResponse]  # type: ignore[assignment]
     """The live runs and the finished runs the sidecar still keeps, newest first."""
+    GetRunHistory: _aio.UnaryUnaryMultiCallable[_service_pb2.GetRunHistoryRequest, _service_pb2.GetRunHistoryResponse]  # type: ignore[assignment]
+    """Reads a run's log page by page, oldest first: the events after
+    after_sequence, as many as fit in max_bytes (at least one). Every record,
+    text and result of a run can be read back this way, however long the run:
+    ask again with after_sequence set to the last event received until the
+    page holds the terminal event (finished and no more events).
+    """
 
 class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     """ToolRuntimeService runs LLM tool-calling loops on behalf of clients
@@ -199,5 +213,18 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.ListRunsResponse, _abc.Awaitable[_service_pb2.ListRunsResponse]]:
         """The live runs and the finished runs the sidecar still keeps, newest first."""
+
+    @_abc_1.abstractmethod
+    def GetRunHistory(
+        self,
+        request: _service_pb2.GetRunHistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.GetRunHistoryResponse, _abc.Awaitable[_service_pb2.GetRunHistoryResponse]]:
+        """Reads a run's log page by page, oldest first: the events after
+        after_sequence, as many as fit in max_bytes (at least one). Every record,
+        text and result of a run can be read back this way, however long the run:
+        ask again with after_sequence set to the last event received until the
+        page holds the terminal event (finished and no more events).
+        """
 
 def add_ToolRuntimeServiceServicer_to_server(servicer: ToolRuntimeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -349,6 +349,8 @@ class ToolCallRecord(_message.Message):
     CALL_ID_FIELD_NUMBER: _builtins.int
     STARTED_AT_FIELD_NUMBER: _builtins.int
     ERROR_KIND_FIELD_NUMBER: _builtins.int
+    OUTPUT_TRUNCATED_FIELD_NUMBER: _builtins.int
+    OUTPUT_BYTES_FIELD_NUMBER: _builtins.int
     tool_name: _builtins.str
     """Name of the tool that was called."""
     inputs: _builtins.str
@@ -371,6 +373,16 @@ class ToolCallRecord(_message.Message):
     """The id the model gave this tool call."""
     error_kind: Global___ErrorKind.ValueType
     """Failure category; ERROR_KIND_UNSPECIFIED when the call succeeded."""
+    output_truncated: _builtins.bool
+    """True when the event carrying this record would not have fit in one message
+    of the sidecar (its max_message_bytes): output then is the JSON object
+    {"truncated_output": "<the start of the output's JSON text>"} and
+    output_bytes the size of the whole output. The model saw the whole output.
+    """
+    output_bytes: _builtins.int
+    """The size in bytes of the tool's whole output JSON text; set only with
+    output_truncated.
+    """
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp:
         """When the call began executing."""
@@ -388,10 +400,12 @@ class ToolCallRecord(_message.Message):
         call_id: _builtins.str = ...,
         started_at: _timestamp_pb2.Timestamp | None = ...,
         error_kind: Global___ErrorKind.ValueType = ...,
+        output_truncated: _builtins.bool = ...,
+        output_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_error", b"_error", "error", b"error", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error", b"_error", "call_id", b"call_id", "duration_ms", b"duration_ms", "error", b"error", "error_kind", b"error_kind", "inputs", b"inputs", "iteration", b"iteration", "output", b"output", "started_at", b"started_at", "success", b"success", "tool_name", b"tool_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error", b"_error", "call_id", b"call_id", "duration_ms", b"duration_ms", "error", b"error", "error_kind", b"error_kind", "inputs", b"inputs", "iteration", b"iteration", "output", b"output", "output_bytes", b"output_bytes", "output_truncated", b"output_truncated", "started_at", b"started_at", "success", b"success", "tool_name", b"tool_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__error: _TypeAlias = _typing.Literal["error"]  # noqa: Y015
     _WhichOneofArgType__error: _TypeAlias = _typing.Literal["_error", b"_error"]  # noqa: Y015
@@ -412,6 +426,9 @@ class ToolCallRunResult(_message.Message):
     TERMINATED_BY_LIMIT_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     STOP_REASON_FIELD_NUMBER: _builtins.int
+    HISTORY_OMITTED_FIELD_NUMBER: _builtins.int
+    TOOL_CALL_COUNT_FIELD_NUMBER: _builtins.int
+    CONTENT_TRUNCATED_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """Identifier of the run that produced this result."""
     content: _builtins.str
@@ -428,6 +445,18 @@ class ToolCallRunResult(_message.Message):
     """
     stop_reason: Global___StopReason.ValueType
     """Why the run ended."""
+    history_omitted: _builtins.bool
+    """True when tool_call_history is left empty because the result with it would
+    not fit in one message of the sidecar (its max_message_bytes). The records
+    are still there, each in the run's tool_call_completed event: GetRunHistory
+    reads them page by page, and a stream has already carried them.
+    """
+    tool_call_count: _builtins.int
+    """How many records tool_call_history would hold; set only with history_omitted."""
+    content_truncated: _builtins.bool
+    """True when content holds only the start of the text because the whole text
+    would not fit in one message (its parts are the llm_responded events).
+    """
     @_builtins.property
     def tool_call_history(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolCallRecord]:
         """Every tool call record of the run, in the order the model asked for them."""
@@ -446,10 +475,13 @@ class ToolCallRunResult(_message.Message):
         terminated_by_limit: _builtins.bool = ...,
         usage: Global___Usage | None = ...,
         stop_reason: Global___StopReason.ValueType = ...,
+        history_omitted: _builtins.bool = ...,
+        tool_call_count: _builtins.int = ...,
+        content_truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "iterations", b"iterations", "run_id", b"run_id", "stop_reason", b"stop_reason", "terminated_by_limit", b"terminated_by_limit", "tool_call_history", b"tool_call_history", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "content_truncated", b"content_truncated", "history_omitted", b"history_omitted", "iterations", b"iterations", "run_id", b"run_id", "stop_reason", b"stop_reason", "terminated_by_limit", b"terminated_by_limit", "tool_call_count", b"tool_call_count", "tool_call_history", b"tool_call_history", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -54,6 +54,7 @@ class RunManager:
         watcher_queue_size: int,
         store: EventStore | None = None,
         observers: Sequence[RunObserver] = (),
+        frame_limit: int = 0,
     ) -> None:
         self.store: EventStore = store if store is not None else MemoryEventStore()
         self.observers = list(observers)
@@ -62,6 +63,8 @@ class RunManager:
         self.max_finished_runs = max_finished_runs
         self.finished_run_ttl_s = finished_run_ttl_s
         self.watcher_queue_size = watcher_queue_size
+        #: The largest frame a run may log, so that one message carries it (0: no limit).
+        self.frame_limit = frame_limit
         self.accepting = True
         self._live: dict[str, Run] = {}
         self._finished: collections.OrderedDict[str, Run] = collections.OrderedDict()
@@ -77,7 +80,7 @@ class RunManager:
         restored = []
         for stored in self.store.open():
             try:
-                restored.append(restore(stored, self.store, self.stats))
+                restored.append(restore(stored, self.store, self.stats, self.frame_limit))
             except Exception as exc:  # one bad row must not keep the others from starting
                 log.warning(
                     "run quarantined: its stored log cannot be read back",
@@ -182,7 +185,12 @@ class RunManager:
         if self._finished.pop(run_id, None) is not None:
             self.store.forget(run_id)
         request = dataclasses.replace(assembled.request, run_id=run_id)
-        run = Run(request, RunLog(run_id, self.store, self.stats), self.observers)
+        run = Run(
+            request,
+            RunLog(run_id, self.store, self.stats),
+            self.observers,
+            frame_limit=self.frame_limit,
+        )
         run.approvals = assembled.approvals
         run_log, answering = run.log, sink if sink_answers_approvals else None
 

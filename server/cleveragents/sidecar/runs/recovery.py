@@ -30,6 +30,7 @@ from cleveragents.wire import (
     check_frame,
     decode_frame,
     request_of_started,
+    result_message,
 )
 
 __all__ = ["CRASHED_MESSAGE", "restore"]
@@ -37,9 +38,10 @@ __all__ = ["CRASHED_MESSAGE", "restore"]
 CRASHED_MESSAGE = "the sidecar stopped while this run was live; its log was recovered at restart"
 
 
-def restore(stored: StoredRun, store: EventStore, stats: LogStats) -> Run:
+def restore(stored: StoredRun, store: EventStore, stats: LogStats, frame_limit: int = 0) -> Run:
     """The run ``stored`` holds, finished: as its log ends, or failed if it never ended.
 
+    ``frame_limit`` bounds the terminal event logged for a run that never ended (see ``Run``).
     ``ValueError`` (or another exception) when a frame of the log cannot be read back.
     """
     for sequence, item in enumerate(stored.frames, 1):
@@ -47,7 +49,12 @@ def restore(stored: StoredRun, store: EventStore, stats: LogStats) -> Run:
     first = decode_frame(stored.frames[0])
     run_log = RunLog(stored.run_id, store, stats)
     run_log.restore(list(stored.frames))
-    run = Run(request_of_started(stored.frames[0]), run_log, started_at=first.time)
+    run = Run(
+        request_of_started(stored.frames[0]),
+        run_log,
+        started_at=first.time,
+        frame_limit=frame_limit,
+    )
     last = decode_frame(stored.frames[-1])
     event = last.event
     if isinstance(event, RunCompleted):
@@ -60,6 +67,10 @@ def restore(stored: StoredRun, store: EventStore, stats: LogStats) -> Run:
         error = SidecarError(grpc.StatusCode.UNAVAILABLE, CRASHED_MESSAGE)
         run.emit(RunFailed(CRASHED_MESSAGE, partial_result(run.run_id, stored.frames), error))
         run.logger.warning("run was live at a crash", events=len(stored.frames))
+        return run
+    ended = result_message(stored.frames[-1])
+    if ended is not None and ended.history_omitted:  # its records are in its events only
+        run.tool_calls = ended.tool_call_count
     return run
 
 

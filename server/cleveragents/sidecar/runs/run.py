@@ -9,6 +9,7 @@ woken) once the store holds that event, like every frame before it reaches a rea
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import grpc
 import structlog
 
 from cleveragents.sidecar.approvals import ApprovalBroker
+from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.runs.log import RunLog
 from cleveragents.sidecar.status import status_of
 from cleveragents.tool import (
@@ -30,7 +32,7 @@ from cleveragents.tool import (
     ToolCallCompleted,
     ToolCallRunResult,
 )
-from cleveragents.wire import EventEncoder, RunRequest, RunState
+from cleveragents.wire import EventEncoder, OversizedEvent, RunRequest, RunState
 
 __all__ = ["Run", "RunObserver", "Terminal"]
 
@@ -68,12 +70,18 @@ class Run:
     (and the runtime has logged ``run_started``). Once finished, ``stop_reason``,
     ``iterations`` and ``tool_calls`` are the result's; the result itself is kept only once,
     encoded in the log's last frame.
+
+    Each frame stays under ``frame_limit`` bytes (0: no limit), so that one message can carry
+    it: a result too large leaves out its history, a tool output too large is cut (both
+    flagged). Any other event too large stops the run, which fails with RESOURCE_EXHAUSTED
+    naming the event; the log keeps the events before it.
     """
 
     __slots__ = (
         "_done",
         "_encode",
         "_terminal",
+        "_too_large",
         "approvals",
         "begun",
         "detach",
@@ -100,6 +108,7 @@ class Run:
         observers: Sequence[RunObserver] = (),
         *,
         started_at: float | None = None,
+        frame_limit: int = 0,
     ) -> None:
         self.run_id = run_log.run_id
         self.request = request
@@ -119,7 +128,8 @@ class Run:
         self.tool_calls = 0
         self._terminal: Terminal | None = None
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._encode = EventEncoder(self.run_id, request).encode
+        self._too_large: str | None = None
+        self._encode = EventEncoder(self.run_id, request, frame_limit).encode
         self.logger = log.bind(run_id=self.run_id)
 
     @property
@@ -140,8 +150,18 @@ class Run:
         """Log a core event (the runtime's ``on_event`` sink); nothing after the terminal one."""
         if self.ended:
             return
+        if self._too_large is not None:
+            if not isinstance(event, _TERMINAL_EVENTS):
+                return  # the run is being stopped: nothing after the event that did not fit
+            error = SidecarError(grpc.StatusCode.RESOURCE_EXHAUSTED, self._too_large)
+            result = dataclasses.replace(event.result, stop_reason=StopReason.ERROR)
+            event = RunFailed(self._too_large, result, error)
         status = status_of(event.error) if isinstance(event, RunFailed) else None
-        item = self._encode(self.log.next_sequence, event, status.value[0] if status else 0)
+        try:
+            item = self._encode(self.log.next_sequence, event, status.value[0] if status else 0)
+        except OversizedEvent as exc:
+            self._stop_too_large(str(exc))
+            return
         if isinstance(event, ToolCallCompleted):
             self.tool_calls += 1
         elif isinstance(event, LLMResponded):
@@ -164,6 +184,13 @@ class Run:
             self.end(item, Terminal(state, event.result, failure, time.time()))
         else:
             self.log.append(item)
+
+    def _stop_too_large(self, message: str) -> None:
+        """An event could not be sent: stop the run, which then fails saying why."""
+        self._too_large = f"{message}; the run was stopped"
+        self.logger.warning("event too large for one message", error=message)
+        if self.task is not None:
+            self.task.cancel(self._too_large)
 
     def end(self, item: bytes, terminal: Terminal) -> None:
         """Log the terminal frame ``item``; the run finishes as ``terminal`` once it is stored."""

@@ -27,6 +27,8 @@ SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["ToolRuntimeService"].ful
 _UNARY = ("RunToolLoop", "GetRun", "CancelRun", "DecideApproval", "ListRuns", "ListTools")
 #: Server-streaming RPCs, which send pre-encoded frames.
 _STREAMING = ("StreamToolLoop", "WatchRun")
+#: Unary RPCs whose response is already encoded (frames joined behind their tags).
+_UNARY_FRAMES = ("GetRunHistory",)
 
 
 class Malformed:
@@ -74,6 +76,12 @@ def generic_handler(service: ToolRuntimeService) -> grpc.GenericRpcHandler:
         )
         for name in _UNARY
     }
+    for name in _UNARY_FRAMES:
+        handlers[name] = grpc.unary_unary_rpc_method_handler(
+            _guarded(getattr(service, name)),
+            request_deserializer=_lenient(getattr(pb, f"{name}Request")),
+            response_serializer=_identity,
+        )
     for name in _STREAMING:
         handlers[name] = grpc.unary_stream_rpc_method_handler(
             _guarded(getattr(service, name)),

@@ -27,6 +27,7 @@ from cleveragents.sidecar.transport.auth import TokenAuthInterceptor
 from cleveragents.sidecar.transport.handlers import SERVICE_NAME, generic_handler
 from cleveragents.sidecar.transport.service import ToolRuntimeService
 from cleveragents.tool import ToolRegistry
+from cleveragents.wire import event_limit
 
 if TYPE_CHECKING:  # imported at run time only when tracing or metrics are on
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
@@ -95,6 +96,7 @@ class Sidecar:
             watcher_queue_size=config.watcher_queue_size,
             store=SqliteEventStore(config.event_store) if config.event_store else None,
             observers=observers,
+            frame_limit=event_limit(config.max_message_bytes),
         )
         if self.metrics is not None:
             self.metrics.track(self.manager)

@@ -22,6 +22,7 @@ from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.runs import FrameQueue, FrameSink, Run, RunManager
 from cleveragents.sidecar.transport import session
+from cleveragents.sidecar.transport.bounds import check_started_fits
 from cleveragents.sidecar.transport.calls import (
     DEADLINE_SLACK_S,
     Context,
@@ -37,16 +38,23 @@ from cleveragents.wire import (
     RunSummary,
     batch,
     batch_limit,
+    event_limit,
+    history_page,
     result_message,
     result_trailer,
     run_state_to_pb,
     spec_to_pb,
     summary_to_pb,
+    take_frames,
 )
 
 __all__ = ["ToolRuntimeService"]
 
 _CANCEL_WAIT_S = 5.0
+#: A spec this much under the frame limit cannot make ``run_started`` too large, whatever
+#: the sidecar adds (a run id, an iteration limit, up to thousands of tool names): only a
+#: spec nearer the limit is measured exactly.
+_SPEC_SLACK = 512 * 1024
 
 
 class ToolRuntimeService:
@@ -58,6 +66,8 @@ class ToolRuntimeService:
         self.manager = manager
         self.assembler = RunAssembler(config, registry)
         self.batch_limit = batch_limit(config.max_message_bytes)
+        #: The largest event, or page of a run's history, one message may carry.
+        self.frame_limit = event_limit(config.max_message_bytes)
 
     # -- unary -----------------------------------------------------------------------------
 
@@ -65,7 +75,9 @@ class ToolRuntimeService:
         self, request: service_pb2.RunToolLoopRequest, context: Context
     ) -> service_pb2.RunToolLoopResponse:
         try:
-            run = self.start_run(request_of(request.spec), context)
+            run = self.start_run(
+                request_of(request.spec), context, spec_bytes=request.spec.ByteSize()
+            )
         except SidecarError as exc:
             await abort(context, exc)
         try:
@@ -91,6 +103,24 @@ class ToolRuntimeService:
         if run.finished and (result := result_message(run.log.frames[-1])) is not None:
             response.result.CopyFrom(result)
         return response
+
+    async def GetRunHistory(
+        self, request: service_pb2.GetRunHistoryRequest, context: Context
+    ) -> bytes:
+        run = await self._require(request.run_id, context)
+        after, released = request.after_sequence, run.log.released
+        if request.max_bytes < 0:
+            await abort(context, SidecarError.invalid("max_bytes must not be negative"))
+        if after > released and run.finished:
+            await abort(
+                context,
+                SidecarError.invalid(
+                    f"after_sequence {after} is past the run's last event ({released})"
+                ),
+            )
+        limit = min(request.max_bytes, self.frame_limit) if request.max_bytes else self.batch_limit
+        page = take_frames(run.log.frames, min(after, released), released, limit)
+        return history_page(page, released, finished=run.finished)
 
     async def CancelRun(
         self, request: service_pb2.CancelRunRequest, context: Context
@@ -137,7 +167,12 @@ class ToolRuntimeService:
     ) -> None:
         stream = FrameQueue()
         try:
-            run = self.start_run(request_of(request.spec), context, sink=stream)
+            run = self.start_run(
+                request_of(request.spec),
+                context,
+                sink=stream,
+                spec_bytes=request.spec.ByteSize(),
+            )
         except SidecarError as exc:
             await abort(context, exc)
         limit = self.batch_limit if request.batch_events else 0
@@ -191,11 +226,15 @@ class ToolRuntimeService:
         client_tools: Sequence[ToolSpec] = (),
         client_llm: bool = False,
         answers_approvals: bool = True,
+        spec_bytes: int = 0,
     ) -> Run:
         """Assemble and start the run ``request`` asks for; ``SidecarError`` if it cannot.
 
         ``answers_approvals``: whether the stream behind ``sink`` can answer approvals (a
-        Session that did not set ``handles_approvals`` cannot)."""
+        Session that did not set ``handles_approvals`` cannot). ``spec_bytes`` is the size of
+        the ``RunSpec`` it came in: one that may be too large for its ``run_started`` event to
+        fit in a message is measured exactly, and refused.
+        """
         assembled = self.assembler.assemble(
             request,
             call_deadline_s=context.time_remaining(),
@@ -203,6 +242,8 @@ class ToolRuntimeService:
             client_tools=client_tools,
             client_llm=client_llm,
         )
+        if spec_bytes + _SPEC_SLACK > self.frame_limit:
+            check_started_fits(assembled, self.frame_limit, self.config.max_message_bytes)
         metadata = {
             str(key): value
             for key, value in (context.invocation_metadata() or ())

@@ -68,6 +68,7 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
             config.default_tool_timeout_s,
             incremental_messages=opening.incremental_messages,
             llm_timeout_s=config.client_llm_timeout_s,
+            max_message_bytes=service.frame_limit,
         )
         run = service.start_run(
             opening.request,
@@ -77,6 +78,7 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
             client_tools=opening.tools,
             client_llm=opening.client_llm,
             answers_approvals=opening.handles_approvals,
+            spec_bytes=first.start.spec.ByteSize(),
         )
     except SidecarError as exc:
         await abort(context, exc)
