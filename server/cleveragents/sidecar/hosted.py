@@ -66,14 +66,36 @@ class ClientHost:
         self.pending_llm: dict[str, asyncio.Future[LlmAnswer]] = {}
         self._expired: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.violation: SidecarError | None = None
+        self._prepared: ToolRegistry | None = None
 
     @property
     def has_pending(self) -> bool:
         """Whether the run waits on the client."""
         return bool(self.pending_tools or self.pending_llm)
 
+    def prepare_tools(self, specs: Sequence[ToolSpec]) -> None:
+        """Build (and compile the schemas of) the proxies of ``specs`` ahead of the run.
+
+        Safe in a worker thread: compiling schemas is the costly part of opening a session.
+        ``ValueError`` names a schema that does not compile.
+        """
+        prepared = ToolRegistry()
+        for spec in specs:
+            prepared.register(spec, self._proxy(spec))
+        self._prepared = prepared
+
     def register_tools(self, registry: ToolRegistry, specs: Sequence[ToolSpec]) -> None:
-        """Add a proxy to ``registry`` for each client-hosted tool."""
+        """Add a proxy to ``registry`` for each client-hosted tool (those prepared already
+        are added as they are)."""
+        prepared = self._prepared
+        ready = [] if prepared is None else prepared.specs()
+        if (
+            prepared is not None
+            and len(ready) == len(specs)
+            and all(mine is theirs for mine, theirs in zip(ready, specs, strict=True))
+        ):
+            registry.include(prepared)
+            return
         for spec in specs:
             registry.register(spec, self._proxy(spec))
 

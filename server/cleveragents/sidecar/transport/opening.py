@@ -1,0 +1,90 @@
+"""A ``Session``'s first message read into an opening and a host, its client tools checked.
+
+A client's tool schemas are measured before anything is compiled: text over
+``max_schema_bytes`` is refused unparsed; a schema nesting deeper than ``max_schema_depth``,
+expanding to more than ``max_schema_expansion`` subschemas, or referring outside itself is
+refused (``INVALID_ARGUMENT`` naming the tool and the limit). Parsing, measuring and compiling
+a session's tools run in a worker thread, so a thousand large schemas arriving together
+delay other runs by a GIL switch interval, not by the whole batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from cleveragents.sidecar.config import SidecarConfig
+from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.hosted import ClientHost
+from cleveragents.tool import ToolSpec
+from cleveragents.tool.execution.schemacost import SchemaCostError, measure_schema
+from cleveragents.toolruntime.v1 import session_pb2
+from cleveragents.wire import SessionOpening, session_opening_from_pb
+
+__all__ = ["open_session", "read_opening"]
+
+
+async def read_opening(
+    start: session_pb2.SessionStart, config: SidecarConfig
+) -> tuple[SessionOpening, ClientHost]:
+    """:func:`open_session`, in a worker thread when the client declares tools."""
+    if not start.tools:
+        return open_session(start, config)
+    return await asyncio.to_thread(open_session, start, config)
+
+
+def open_session(
+    start: session_pb2.SessionStart, config: SidecarConfig
+) -> tuple[SessionOpening, ClientHost]:
+    """The opening ``start`` asks for, and the host of its tools with their schemas compiled;
+    ``SidecarError`` (``INVALID_ARGUMENT``) names what is refused."""
+    declared, cap = len(start.tools), config.max_session_tools
+    if declared > cap:
+        raise SidecarError.invalid(
+            f"start.tools declares {declared} tools, more than this sidecar's "
+            f"max_session_tools of {cap}"
+        )
+    _check_sizes(start, config.max_schema_bytes)
+    try:
+        opening = session_opening_from_pb(start)
+    except ValueError as exc:
+        raise SidecarError.invalid(str(exc)) from None
+    _check_costs(opening.tools, config)
+    host = ClientHost(
+        config.default_tool_timeout_s, incremental_messages=opening.incremental_messages
+    )
+    try:
+        host.prepare_tools(opening.tools)
+    except ValueError as exc:
+        raise SidecarError.invalid(f"start.tools: {exc}") from None
+    return opening, host
+
+
+def _check_sizes(start: session_pb2.SessionStart, cap: int) -> None:
+    for index, tool in enumerate(start.tools):
+        text = tool.input_schema
+        if len(text) > cap // 4 and (size := len(text.encode("utf-8", "replace"))) > cap:
+            raise SidecarError.invalid(
+                f"start.tools[{index}] ({_short(tool.name)!r}) has an input_schema of {size} "
+                f"bytes, more than this sidecar's max_schema_bytes of {cap}"
+            )
+
+
+def _check_costs(tools: Sequence[ToolSpec], config: SidecarConfig) -> None:
+    for index, spec in enumerate(tools):
+        try:
+            measure_schema(
+                spec.input_schema,
+                max_depth=config.max_schema_depth,
+                max_expansion=config.max_schema_expansion,
+            )
+        except SchemaCostError as exc:
+            limit = exc.limit
+            why = f" (this sidecar's {limit} is {getattr(config, limit)})" if limit else ""
+            raise SidecarError.invalid(
+                f"start.tools[{index}] ({_short(spec.name)!r}) has an input_schema that {exc}{why}"
+            ) from None
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 64 else name[:64] + "…"
