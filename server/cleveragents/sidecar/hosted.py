@@ -73,15 +73,18 @@ class ClientHost:
         """Whether the run waits on the client."""
         return bool(self.pending_tools or self.pending_llm)
 
-    def prepare_tools(self, specs: Sequence[ToolSpec]) -> None:
-        """Build (and compile the schemas of) the proxies of ``specs`` ahead of the run.
+    def prepare_tools(
+        self, specs: Sequence[ToolSpec], caps: Sequence[int | None] | None = None
+    ) -> None:
+        """Build (and compile the schemas of) the proxies of ``specs`` ahead of the run; a
+        call of ``specs[i]`` may carry at most ``caps[i]`` JSON values (``None``: any number).
 
         Safe in a worker thread: compiling schemas is the costly part of opening a session.
         ``ValueError`` names a schema that does not compile.
         """
         prepared = ToolRegistry()
-        for spec in specs:
-            prepared.register(spec, self._proxy(spec))
+        for spec, cap in zip(specs, caps or [None] * len(specs), strict=True):
+            prepared.register(spec, self._proxy(spec), max_argument_values=cap)
         self._prepared = prepared
 
     def register_tools(self, registry: ToolRegistry, specs: Sequence[ToolSpec]) -> None:

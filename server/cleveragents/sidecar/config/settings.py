@@ -83,6 +83,8 @@ class SidecarConfig:
     max_schema_bytes: int = 256 * 1024
     max_schema_depth: int = 64
     max_schema_expansion: int = 10_000
+    #: Schema nodes times argument values one call's validation may visit (about 25 ms).
+    max_validation_steps: int = 1_000_000
     default_tool_timeout_s: float = 60.0
     finished_run_ttl_s: float = 900.0
     max_finished_runs: int = 1000
@@ -120,6 +122,7 @@ class SidecarConfig:
             "max_schema_bytes",
             "max_schema_depth",
             "max_schema_expansion",
+            "max_validation_steps",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")

@@ -3,7 +3,10 @@
 A client's tool schemas are measured before anything is compiled: text over
 ``max_schema_bytes`` is refused unparsed; a schema nesting deeper than ``max_schema_depth``,
 expanding to more than ``max_schema_expansion`` subschemas, or referring outside itself is
-refused (``INVALID_ARGUMENT`` naming the tool and the limit). Parsing, measuring and compiling
+refused (``INVALID_ARGUMENT`` naming the tool and the limit). Validating one call then costs
+about the expansion times the number of JSON values in its arguments, so a call of a costly
+schema may carry at most ``max_validation_steps`` / expansion values (more is a failed record,
+``invalid_arguments``). Parsing, measuring and compiling
 a session's tools run in a worker thread, so a thousand large schemas arriving together
 delay other runs by a GIL switch interval, not by the whole batch.
 """
@@ -22,6 +25,10 @@ from cleveragents.toolruntime.v1 import session_pb2
 from cleveragents.wire import SessionOpening, session_opening_from_pb
 
 __all__ = ["open_session", "read_opening"]
+
+#: A schema expanding to at most this many subschemas costs about what parsing the arguments
+#: did: its calls' arguments are not counted.
+_CHEAP_EXPANSION = 32
 
 
 async def read_opening(
@@ -49,12 +56,14 @@ def open_session(
         opening = session_opening_from_pb(start)
     except ValueError as exc:
         raise SidecarError.invalid(str(exc)) from None
-    _check_costs(opening.tools, config)
+    costs = _check_costs(opening.tools, config)
     host = ClientHost(
         config.default_tool_timeout_s, incremental_messages=opening.incremental_messages
     )
+    steps = config.max_validation_steps
+    caps = [steps // cost if cost > _CHEAP_EXPANSION else None for cost in costs]
     try:
-        host.prepare_tools(opening.tools)
+        host.prepare_tools(opening.tools, caps)
     except ValueError as exc:
         raise SidecarError.invalid(f"start.tools: {exc}") from None
     return opening, host
@@ -70,10 +79,12 @@ def _check_sizes(start: session_pb2.SessionStart, cap: int) -> None:
             )
 
 
-def _check_costs(tools: Sequence[ToolSpec], config: SidecarConfig) -> None:
+def _check_costs(tools: Sequence[ToolSpec], config: SidecarConfig) -> list[int]:
+    """Each schema's expansion; ``SidecarError`` for the first over a limit."""
+    costs = []
     for index, spec in enumerate(tools):
         try:
-            measure_schema(
+            cost = measure_schema(
                 spec.input_schema,
                 max_depth=config.max_schema_depth,
                 max_expansion=config.max_schema_expansion,
@@ -84,6 +95,8 @@ def _check_costs(tools: Sequence[ToolSpec], config: SidecarConfig) -> None:
             raise SidecarError.invalid(
                 f"start.tools[{index}] ({_short(spec.name)!r}) has an input_schema that {exc}{why}"
             ) from None
+        costs.append(cost.expansion)
+    return costs
 
 
 def _short(name: str) -> str:

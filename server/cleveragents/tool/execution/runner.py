@@ -251,6 +251,12 @@ def _without_reserved(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 def _validation_problem(entry: RegisteredTool, arguments: dict[str, Any]) -> str | None:
     validator = entry.validator
+    cap = entry.max_argument_values
+    if cap is not None and _more_values_than(arguments, cap):
+        return (
+            f"the arguments hold more than {cap} JSON values, the most this tool's schema may "
+            "be checked against in one call"
+        )
     try:
         if validator.is_valid(arguments):
             return None
@@ -260,6 +266,22 @@ def _validation_problem(entry: RegisteredTool, arguments: dict[str, Any]) -> str
     path = "/".join(str(part) for part in error.instance_path)
     message = str(error.message)
     return f"at '{path}': {message}" if path else message
+
+
+def _more_values_than(value: Any, cap: int) -> bool:
+    """Whether ``value`` holds more than ``cap`` JSON values; stops counting past ``cap``."""
+    count = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > cap:
+            return True
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
 
 
 def _describe(exc: BaseException) -> str:

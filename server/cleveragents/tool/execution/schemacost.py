@@ -26,6 +26,12 @@ from typing import Any
 __all__ = ["SchemaCost", "SchemaCostError", "measure_schema"]
 
 _REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
+#: Keywords whose value maps names (not keywords) to subschemas.
+_NAME_MAPS = frozenset(
+    {"properties", "patternProperties", "dependentSchemas", "dependencies", "$defs", "definitions"}
+)
+#: Where definitions live: applied to a value only through a reference to them.
+_DEFINITIONS = frozenset({"$defs", "definitions"})
 _ANCHOR_KEYS = ("$anchor", "$dynamicAnchor")
 
 
@@ -53,8 +59,10 @@ def measure_schema(schema: Mapping[str, Any], *, max_depth: int, max_expansion: 
     The walk stops as soon as a limit is passed, so measuring costs at most the schema's size
     plus ``max_expansion`` steps.
     """
-    depth, anchors = _depth_and_anchors(schema, max_depth)
+    depth, anchors, referring = _walk(schema, max_depth)
     resolver = _Resolver(schema, anchors)
+    for node in referring:  # every reference, used or not: the validator resolves them all
+        resolver.targets(node)
     expansion = _expansion(schema, resolver, max_expansion)
     if expansion > max_expansion:
         raise SchemaCostError(
@@ -64,9 +72,11 @@ def measure_schema(schema: Mapping[str, Any], *, max_depth: int, max_expansion: 
     return SchemaCost(depth, expansion)
 
 
-def _depth_and_anchors(schema: Any, max_depth: int) -> tuple[int, dict[str, list[Any]]]:
-    """The nesting depth (``SchemaCostError`` past ``max_depth``) and the named anchors."""
+def _walk(schema: Any, max_depth: int) -> tuple[int, dict[str, list[Any]], list[Any]]:
+    """The nesting depth (``SchemaCostError`` past ``max_depth``), the named anchors, and the
+    objects holding a reference."""
     anchors: dict[str, list[Any]] = {}
+    referring: list[Any] = []
     deepest = 0
     stack: list[tuple[Any, int]] = [(schema, 1)]
     while stack:
@@ -81,6 +91,8 @@ def _depth_and_anchors(schema: Any, max_depth: int) -> tuple[int, dict[str, list
             for key in _ANCHOR_KEYS:
                 if isinstance(name := node.get(key), str):
                     anchors.setdefault(name, []).append(node)
+            if any(isinstance(node.get(key), str) for key in _REF_KEYS):
+                referring.append(node)
             if node is not schema and isinstance(node.get("$id"), str):
                 raise SchemaCostError(
                     f"has an embedded resource ($id {_short(node['$id'])!r}); only the root "
@@ -88,7 +100,7 @@ def _depth_and_anchors(schema: Any, max_depth: int) -> tuple[int, dict[str, list
                 )
         for child in _containers(node):
             stack.append((child, level + 1))
-    return deepest, anchors
+    return deepest, anchors, referring
 
 
 def _containers(node: Any) -> Iterator[Any]:
@@ -150,10 +162,10 @@ def _expansion(root: Any, resolver: _Resolver, cap: int) -> int:
     memo: dict[int, int] = {}
     on_path: set[int] = {id(root)}
     # Each frame: the node, an iterator over what it leads to, and its running total.
-    stack: list[list[Any]] = [[root, _edges(root, resolver), 1]]
+    stack: list[list[Any]] = [[root, _edges(root, False, resolver), 1]]
     while stack:
         frame = stack[-1]
-        for child in frame[1]:
+        for child, names in frame[1]:
             key = id(child)
             if key in memo:
                 frame[2] += memo[key]
@@ -161,7 +173,7 @@ def _expansion(root: Any, resolver: _Resolver, cap: int) -> int:
                 frame[2] += 1
             else:
                 on_path.add(key)
-                stack.append([child, _edges(child, resolver), 1])
+                stack.append([child, _edges(child, names, resolver), 1])
                 break
             if frame[2] > cap:
                 return cap + 1
@@ -178,10 +190,18 @@ def _expansion(root: Any, resolver: _Resolver, cap: int) -> int:
     return 1  # pragma: no cover - the loop returns when the root is done
 
 
-def _edges(node: Any, resolver: _Resolver) -> Iterator[Any]:
-    yield from _containers(node)
-    if isinstance(node, dict):
-        yield from resolver.targets(node)
+def _edges(node: Any, names: bool, resolver: _Resolver) -> Iterator[tuple[Any, bool]]:
+    """What validating against ``node`` may visit, each with whether its keys are names (the
+    value of ``properties`` and the like) rather than keywords. Definitions are left out:
+    they are visited through the references to them."""
+    if isinstance(node, list):
+        yield from ((item, False) for item in node if isinstance(item, dict | list))
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(value, dict | list) and (names or key not in _DEFINITIONS):
+                yield value, not names and key in _NAME_MAPS
+        if not names:
+            yield from ((target, False) for target in resolver.targets(node))
 
 
 def _short(text: str) -> str:
