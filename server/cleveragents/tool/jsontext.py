@@ -52,8 +52,8 @@ def _float(text: str) -> float:
 _decoder = json.JSONDecoder(parse_constant=_constant, parse_float=_float)
 #: The C scanner the strict decoder set up in its constructor.
 _scan: Callable[[str, int], tuple[Any, int]] = vars(_decoder)["scan_once"]
-#: A hint that a text may hold a lone surrogate: an escape of one, or a raw one.
-_SURROGATE_HINT = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+#: An escape of a surrogate: a hint that a text may hold a lone one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _LONE_ESCAPE = re.compile(
     r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])|(?<![0-9a-fA-F]{4})\\u[dD][c-fC-F]"
@@ -112,7 +112,7 @@ def loads(text: str | bytes) -> Any:
         found = _LONG_INT.search(text)
         why = f"an integer has more than {MAX_INT_DIGITS} digits"
         raise json.JSONDecodeError(why, text, found.start() if found else 0) from None
-    if _SURROGATE_HINT.search(text) is not None:
+    if _may_hold_surrogate(text):
         lone = find_surrogate(value)
         if lone is not None:
             found = _LONE_ESCAPE.search(text)
@@ -145,6 +145,19 @@ def find_surrogate(value: Any) -> str | None:
             if (lone := find_surrogate(item)) is not None:
                 return lone
     return None
+
+
+def _may_hold_surrogate(text: str) -> bool:
+    """Whether ``text`` has a surrogate's escape or a raw surrogate (cheap tests first)."""
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text) is not None:
+        return True
+    if text.isascii():
+        return False
+    try:  # a raw surrogate (only a Python caller can pass one) has no UTF-8 form
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _parse(text: str) -> Any:
