@@ -9,10 +9,11 @@ import time
 from typing import Any
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cleveragents.client import AsyncSidecarClient
-from cleveragents.sidecar import SidecarConfig
+from cleveragents.sidecar import ConfigError, SidecarConfig, load_config
 from cleveragents.tool import ToolCallCompleted
 from cleveragents.tool.execution.schemacost import SchemaCostError, measure_schema
 from cleveragents.toolruntime.v1 import service_pb2_grpc, types_pb2
@@ -202,3 +203,32 @@ async def test_a_schema_referring_to_a_url_is_refused_before_anything_fetches_it
         "start.tools[0] ('t') has an input_schema that has a $ref "
         "'http://192.0.2.1/schema.json' that points outside the schema"
     )
+
+
+def test_the_schema_limits_are_settings_checked_when_built() -> None:
+    for name in ("max_schema_bytes", "max_schema_depth", "max_schema_expansion"):
+        with pytest.raises(ConfigError, match=f"{name} must be at least 1"):
+            SidecarConfig(**{name: 0})
+    with pytest.raises(ConfigError, match="max_validation_steps must be at least 1"):
+        SidecarConfig(max_validation_steps=0)
+    env = {
+        "CLEVERAGENTS_SIDECAR_MAX_SCHEMA_EXPANSION": "50",
+        "CLEVERAGENTS_SIDECAR_MAX_VALIDATION_STEPS": "500",
+    }
+    config = load_config(env=env)
+    assert (config.max_schema_expansion, config.max_validation_steps) == (50, 500)
+
+
+async def test_configured_limits_apply_to_schemas_and_arguments(make_sidecar: Any) -> None:
+    sidecar = await make_sidecar(max_schema_expansion=50, max_validation_steps=500)
+    async with grpc.aio.insecure_channel(sidecar.address) as channel:
+        stub = service_pb2_grpc.ToolRuntimeServiceStub(channel)
+        details = await _refusal(stub, json.dumps(doubling(4)))
+        assert details.endswith("(this sidecar's max_schema_expansion is 50)")
+        script = [turn("", call("w1", "wide", x=["a"] * 20)), turn("done")]
+        session = stub.Session()
+        await session.write(session_start(run_spec(script), tool("wide", doubling(3, items=True))))
+        events = await drain_session(session)
+    (record,) = [e.tool_call_completed.record for e in events if e.HasField("tool_call_completed")]
+    assert record.error_kind == types_pb2.ERROR_KIND_INVALID_ARGUMENTS
+    assert "the arguments hold more than 12 JSON values" in record.error
