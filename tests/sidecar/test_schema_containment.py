@@ -4,9 +4,10 @@ start naming the limit, and the largest accepted one validates while other runs 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
@@ -29,6 +30,11 @@ from .conftest import (
     tool_result,
     turn,
 )
+
+if TYPE_CHECKING:
+    from cleveragents.toolruntime.v1.service_pb2_grpc import ToolRuntimeServiceAsyncStub as Stub
+else:
+    Stub = Any
 
 #: How long each step of the steady run waits, and how far behind its events may fall.
 STEP_S = 0.01
@@ -66,7 +72,7 @@ def tool(name: str, schema: dict[str, Any]) -> types_pb2.ToolSpec:
     return types_pb2.ToolSpec(name=name, input_schema=json.dumps(schema))
 
 
-async def refused_at_31_levels(stub: service_pb2_grpc.ToolRuntimeServiceStub) -> str:
+async def refused_at_31_levels(stub: Stub) -> str:
     """A session declaring the 31-level schema (and a call of it): the status details."""
     script = [turn("", call("d1", "deep", x="a")), turn("done")]
     session = stub.Session()
@@ -76,9 +82,7 @@ async def refused_at_31_levels(stub: service_pb2_grpc.ToolRuntimeServiceStub) ->
     return details
 
 
-async def validated_at_the_limit(
-    stub: service_pb2_grpc.ToolRuntimeServiceStub, levels: int
-) -> list[Any]:
+async def validated_at_the_limit(stub: Stub, levels: int) -> list[Any]:
     """A session with the largest accepted schema, called with arguments it validates, and
     with arguments too many to validate: the records."""
     fits = ["a"] * 150
@@ -107,8 +111,8 @@ async def test_no_schema_a_client_sends_holds_up_another_run_or_the_health_check
         AsyncSidecarClient(address) as client,
         grpc.aio.insecure_channel(address) as channel,
     ):
-        stub = service_pb2_grpc.ToolRuntimeServiceStub(channel)
-        health = health_pb2_grpc.HealthStub(channel)
+        stub: Any = service_pb2_grpc.ToolRuntimeServiceStub(channel)
+        health: Any = health_pb2_grpc.HealthStub(channel)
         first_event = asyncio.Event()
         attacked = asyncio.Event()
         gaps: list[float] = []
@@ -207,8 +211,9 @@ async def test_a_schema_referring_to_a_url_is_refused_before_anything_fetches_it
 
 def test_the_schema_limits_are_settings_checked_when_built() -> None:
     for name in ("max_schema_bytes", "max_schema_depth", "max_schema_expansion"):
+        zero: dict[str, Any] = {name: 0}
         with pytest.raises(ConfigError, match=f"{name} must be at least 1"):
-            SidecarConfig(**{name: 0})
+            dataclasses.replace(DEFAULTS, **zero)
     with pytest.raises(ConfigError, match="max_validation_steps must be at least 1"):
         SidecarConfig(max_validation_steps=0)
     env = {
@@ -222,7 +227,7 @@ def test_the_schema_limits_are_settings_checked_when_built() -> None:
 async def test_configured_limits_apply_to_schemas_and_arguments(make_sidecar: Any) -> None:
     sidecar = await make_sidecar(max_schema_expansion=50, max_validation_steps=500)
     async with grpc.aio.insecure_channel(sidecar.address) as channel:
-        stub = service_pb2_grpc.ToolRuntimeServiceStub(channel)
+        stub: Any = service_pb2_grpc.ToolRuntimeServiceStub(channel)
         details = await _refusal(stub, json.dumps(doubling(4)))
         assert details.endswith("(this sidecar's max_schema_expansion is 50)")
         script = [turn("", call("w1", "wide", x=["a"] * 20)), turn("done")]
