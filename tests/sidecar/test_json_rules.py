@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from cleveragents.client import AsyncSidecarClient
+from cleveragents.tool import LLMRequest, LLMResponse, RunFailed, ToolCall, ToolCallStarted
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2, types_pb2
 
 from .conftest import (
@@ -153,3 +155,26 @@ async def _llm_invocation(
             return response.llm_invocation
         if response.HasField("event"):
             events.append(response.event)
+
+
+async def test_a_python_client_llm_answer_the_wire_cannot_carry_fails_the_run_clearly(
+    client: AsyncSidecarClient,
+) -> None:
+    answers = {
+        "content": LLMResponse(content="cut \ud83d"),
+        "arguments": LLMResponse(tool_calls=[ToolCall("c1", "echo", {"text": float("nan")})]),
+    }
+    for what, answer in answers.items():
+
+        class Unsendable:
+            async def call(self, request: LLMRequest, answer: LLMResponse = answer) -> LLMResponse:
+                return answer
+
+        events = [e async for e in client.session("go", llm=Unsendable())]
+        failed = events[-1].event
+        assert isinstance(failed, RunFailed), what
+        assert "the client's LLM failed: " in failed.message
+        assert ("UnicodeEncodeError" if what == "content" else "not JSON compliant") in (
+            failed.message
+        )
+        assert not any(isinstance(e.event, ToolCallStarted) for e in events)
