@@ -84,6 +84,7 @@ class ClientHost:
         """
         prepared = ToolRegistry()
         for spec, cap in zip(specs, caps or [None] * len(specs), strict=True):
+            time.sleep(0)  # in a worker thread: let the event loop take the GIL between tools
             prepared.register(spec, self._proxy(spec), max_argument_values=cap)
         self._prepared = prepared
 

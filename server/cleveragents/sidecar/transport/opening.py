@@ -14,6 +14,7 @@ delay other runs by a GIL switch interval, not by the whole batch.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 from cleveragents.sidecar.config import SidecarConfig
@@ -83,6 +84,7 @@ def _check_costs(tools: Sequence[ToolSpec], config: SidecarConfig) -> list[int]:
     """Each schema's expansion; ``SidecarError`` for the first over a limit."""
     costs = []
     for index, spec in enumerate(tools):
+        time.sleep(0)  # hand the GIL to the event loop if it waits: between tools, not 5 ms later
         try:
             cost = measure_schema(
                 spec.input_schema,
