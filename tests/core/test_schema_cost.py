@@ -135,3 +135,27 @@ def test_references_inside_the_schema_resolve() -> None:
     }
 
     assert measure_schema(schema, **LIMITS).expansion > 8
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "pattern": "^(a|a)+(?=b)$"},
+        {"items": {"pattern": "(?<!x)y"}},
+        {"patternProperties": {"^(\\w+)\\1$": {}}},
+        {"propertyNames": {"pattern": "^(?!admin)"}},
+    ],
+)
+def test_a_pattern_only_a_backtracking_engine_runs_is_refused(schema: dict[str, Any]) -> None:
+    with pytest.raises(SchemaCostError, match="that is not RE2 syntax") as caught:
+        measure_schema(schema, **LIMITS)
+    assert caught.value.limit is None
+
+
+def test_patterns_in_re2_syntax_pass_and_a_property_named_pattern_is_a_schema() -> None:
+    schema = {
+        "properties": {"pattern": {"type": "string", "pattern": "^[a-z]{2,5}\\d+$"}},
+        "patternProperties": {"^x-\\p{L}+$": {"type": "integer"}},
+    }
+
+    assert measure_schema(schema, **LIMITS).expansion == 5

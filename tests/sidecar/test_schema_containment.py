@@ -237,3 +237,15 @@ async def test_configured_limits_apply_to_schemas_and_arguments(make_sidecar: An
     (record,) = [e.tool_call_completed.record for e in events if e.HasField("tool_call_completed")]
     assert record.error_kind == types_pb2.ERROR_KIND_INVALID_ARGUMENTS
     assert "the arguments hold more than 12 JSON values" in record.error
+
+
+async def test_a_backtracking_pattern_is_refused_before_it_can_stall_validation(
+    stub: Any,
+) -> None:
+    # With 100 different strings to check, this pattern held the event loop for 1.2 s.
+    schema = {"type": "array", "items": {"type": "string", "pattern": "^(a|a)+(?=b)$"}}
+    details = await _refusal(stub, json.dumps({"properties": {"x": schema}}))
+    assert details.startswith(
+        "start.tools[0] ('t') has an input_schema that has a pattern '^(a|a)+(?=b)$' that is "
+        "not RE2 syntax (invalid perl operator: (?=)"
+    )

@@ -9,6 +9,9 @@ loop. So a schema from outside is measured first, statically, in time linear in 
 - ``$ref``, ``$dynamicRef`` and ``$recursiveRef`` must point inside the schema (a JSON pointer
   ``#/...``, a ``#anchor``, or the root's own ``$id``): the validator would otherwise fetch a
   URL over the network, while every run waits;
+- ``pattern`` and ``patternProperties`` regular expressions must be RE2 syntax (no lookaround,
+  no backreferences): the validator's regex engine backtracks through those, up to about
+  50 ms for each string it checks, and then gives up;
 - ``expansion``: how many schema nodes validating one value can visit, counted on the
   reference graph as if every reference were copied in place (shared definitions count once
   per use, which is what makes doubling visible). A reference back into its own ancestry
@@ -23,6 +26,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import re2
+
 __all__ = ["SchemaCost", "SchemaCostError", "measure_schema"]
 
 _REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
@@ -33,6 +38,8 @@ _NAME_MAPS = frozenset(
 #: Where definitions live: applied to a value only through a reference to them.
 _DEFINITIONS = frozenset({"$defs", "definitions"})
 _ANCHOR_KEYS = ("$anchor", "$dynamicAnchor")
+#: RE2's memory for one pattern: far more than any sane pattern needs.
+_PATTERN_MAX_MEM = 8 << 20
 
 
 class SchemaCostError(ValueError):
@@ -93,6 +100,11 @@ def _walk(schema: Any, max_depth: int) -> tuple[int, dict[str, list[Any]], list[
                     anchors.setdefault(name, []).append(node)
             if any(isinstance(node.get(key), str) for key in _REF_KEYS):
                 referring.append(node)
+            if isinstance(pattern := node.get("pattern"), str):
+                _check_pattern(pattern)
+            if isinstance(patterns := node.get("patternProperties"), dict):
+                for pattern in patterns:
+                    _check_pattern(pattern)
             if node is not schema and isinstance(node.get("$id"), str):
                 raise SchemaCostError(
                     f"has an embedded resource ($id {_short(node['$id'])!r}); only the root "
@@ -101,6 +113,24 @@ def _walk(schema: Any, max_depth: int) -> tuple[int, dict[str, list[Any]], list[
         for child in _containers(node):
             stack.append((child, level + 1))
     return deepest, anchors, referring
+
+
+def _check_pattern(pattern: str) -> None:
+    """Refuse a regular expression that only a backtracking engine can run."""
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = _PATTERN_MAX_MEM
+    try:
+        re2.compile(pattern, options)
+    except re2.error as exc:
+        detail = exc.args[0] if exc.args else exc
+        if isinstance(detail, bytes):
+            detail = detail.decode("utf-8", "replace")
+        raise SchemaCostError(
+            f"has a pattern {_short(pattern)!r} that is not RE2 syntax ({detail}); patterns "
+            "with lookaround or backreferences make the validator backtrack, up to 50 ms per "
+            "string"
+        ) from None
 
 
 def _containers(node: Any) -> Iterator[Any]:
