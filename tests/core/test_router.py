@@ -362,3 +362,32 @@ def test_anthropic_assistant_text_comes_before_its_tool_use_blocks() -> None:
         {"type": "text", "text": "Looking."},
         {"type": "tool_use", "id": "call_2", "name": "now", "input": {}},
     ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ('{"a": NaN}', "NaN is not a JSON number"),
+        ('{"a": 1e400}', "the number 1e400 is out of range"),
+        ('{"path": "x\\ud83d"}', "a string holds a lone surrogate \\ud83d"),
+        ("[" * 100_000, "arguments are nested too deeply"),
+    ],
+)
+def test_arguments_that_are_not_standard_json_set_arguments_error(
+    arguments: str, problem: str
+) -> None:
+    (call,) = ToolCallRouter("openai").parse_tool_calls([openai_call_with_arguments(arguments)])
+
+    assert call.arguments == {}
+    assert call.arguments_error is not None
+    assert problem in call.arguments_error
+
+
+def test_a_usage_count_beyond_int64_is_held_at_the_int64_maximum() -> None:
+    body = {**OPENAI_COMPLETION, "usage": {"prompt_tokens": 10**30, "completion_tokens": 5}}
+
+    usage = ToolCallRouter("openai").parse_response(body).usage
+
+    assert usage == Usage(input_tokens=2**63 - 1, output_tokens=5)
+    assert usage is not None
+    assert (usage + usage).input_tokens == 2**63 - 1  # sums stop there too: int64 fields

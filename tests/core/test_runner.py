@@ -573,3 +573,38 @@ async def test_on_started_is_called_once_for_early_failures_too(
 
     assert started == ["c1"]
     assert record.success is False
+
+
+@pytest.mark.parametrize(
+    ("output", "problem"),
+    [
+        (float("nan"), "tool output has the number nan, which JSON cannot carry"),
+        ({"x": [float("inf")]}, "tool output has the number inf"),
+        ("🙂🙂🙂"[:2] + "\ud83d", "tool output has a string with a lone surrogate \\ud83d"),
+        ({"k\udcff": 1}, "tool output has a string with a lone surrogate \\udcff"),
+    ],
+)
+async def test_an_output_json_cannot_carry_is_a_failed_record(output: Any, problem: str) -> None:
+    registry = ToolRegistry()
+    registry.register(ToolSpec("bad", "", {"type": "object"}), lambda inputs: output)
+
+    record = await ToolRunner(registry).run(ToolCall("c1", "bad", {}), iteration=1)
+
+    assert not record.success
+    assert record.error_kind is ErrorKind.EXCEPTION
+    assert record.error == f"ValueError: {problem}" or problem in (record.error or "")
+    assert record.output == {}
+
+
+async def test_an_error_text_with_a_lone_surrogate_is_escaped_in_the_record() -> None:
+    def fails(inputs: Mapping[str, Any]) -> None:
+        raise FileNotFoundError("no such file: 'a\udcff'")  # a name os.listdir gave
+
+    registry = ToolRegistry()
+    registry.register(ToolSpec("fails", "", {"type": "object"}), fails)
+
+    record = await ToolRunner(registry).run(ToolCall("c1", "fails", {}), iteration=1)
+
+    assert record.error == "FileNotFoundError: no such file: 'a\\udcff'"
+    assert record.error is not None
+    assert record.error.encode("utf-8")

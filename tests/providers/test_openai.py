@@ -328,7 +328,8 @@ async def test_a_body_that_is_not_json_is_a_provider_error(
 ) -> None:
     provider.queue(Reply(200, b"<html>gateway</html>"))
 
-    with pytest.raises(ProviderError, match="not a JSON object: <html>gateway</html>"):
+    expected = r"not standard JSON \(Expecting value at position 0\): <html>gateway</html>"
+    with pytest.raises(ProviderError, match=expected):
         await make_caller().call(request())
 
 

@@ -139,9 +139,11 @@ class SessionLogic:
                 response = await response
             if not isinstance(response, LLMResponse):
                 raise TypeError(f"the LLM caller returned {type(response).__name__}")
+            # Built here so that an answer the wire cannot carry (NaN in arguments, a lone
+            # surrogate in text) fails the run with a message, not this client's session.
+            return llm_result_request(invocation.request_id, response, None)
         except Exception as exc:
             return llm_result_request(invocation.request_id, None, describe(exc))
-        return llm_result_request(invocation.request_id, response, None)
 
     async def _decide(self, event: ApprovalRequested) -> session_pb2.SessionRequest:
         assert self.approver is not None

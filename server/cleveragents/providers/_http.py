@@ -23,7 +23,7 @@ from cleveragents.providers._retry import (
     is_retryable_status,
     retry_after_s,
 )
-from cleveragents.tool.jsontext import Encoder
+from cleveragents.tool.jsontext import Encoder, loads
 
 __all__ = ["Reply", "Transport", "new_client"]
 
@@ -155,13 +155,16 @@ class Transport:
             await asyncio.sleep(delay)
 
     def _reply(self, response: httpx2.Response, request_id: str | None) -> Reply:
+        why = "a JSON object"
         try:
-            data = json.loads(response.content)
-        except ValueError:
+            data = loads(response.content)
+        except json.JSONDecodeError as exc:
+            data, why = None, f"standard JSON ({exc.msg} at position {exc.pos})"
+        except (ValueError, RecursionError):
             data = None
         if not isinstance(data, dict):
             raise self._error(
-                f"the response body is not a JSON object: {_snippet(response.text)}",
+                f"the response body is not {why}: {_snippet(response.text)}",
                 status=response.status_code,
                 request_id=request_id,
             )
@@ -187,8 +190,8 @@ def _error_text(response: httpx2.Response) -> str:
     error body, as both OpenAI and Anthropic send it, else the start of the body."""
     reason = response.reason_phrase or "error"
     try:
-        body = json.loads(response.content)
-    except ValueError:
+        body = loads(response.content)
+    except (ValueError, RecursionError):
         body = None
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict) and isinstance(error.get("message"), str):

@@ -80,14 +80,40 @@ class ClientHost:
         self.pending_llm: dict[str, asyncio.Future[LlmAnswer]] = {}
         self._expired: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         self.violation: SidecarError | None = None
+        self._prepared: ToolRegistry | None = None
 
     @property
     def has_pending(self) -> bool:
         """Whether the run waits on the client."""
         return bool(self.pending_tools or self.pending_llm)
 
+    def prepare_tools(
+        self, specs: Sequence[ToolSpec], caps: Sequence[int | None] | None = None
+    ) -> None:
+        """Build (and compile the schemas of) the proxies of ``specs`` ahead of the run; a
+        call of ``specs[i]`` may carry at most ``caps[i]`` JSON values (``None``: any number).
+
+        Safe in a worker thread: compiling schemas is the costly part of opening a session.
+        ``ValueError`` names a schema that does not compile.
+        """
+        prepared = ToolRegistry()
+        for spec, cap in zip(specs, caps or [None] * len(specs), strict=True):
+            time.sleep(0)  # in a worker thread: let the event loop take the GIL between tools
+            prepared.register(spec, self._proxy(spec), max_argument_values=cap)
+        self._prepared = prepared
+
     def register_tools(self, registry: ToolRegistry, specs: Sequence[ToolSpec]) -> None:
-        """Add a proxy to ``registry`` for each client-hosted tool."""
+        """Add a proxy to ``registry`` for each client-hosted tool (those prepared already
+        are added as they are)."""
+        prepared = self._prepared
+        ready = [] if prepared is None else prepared.specs()
+        if (
+            prepared is not None
+            and len(ready) == len(specs)
+            and all(mine is theirs for mine, theirs in zip(ready, specs, strict=True))
+        ):
+            registry.include(prepared)
+            return
         for spec in specs:
             registry.register(spec, self._proxy(spec))
 

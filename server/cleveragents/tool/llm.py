@@ -7,7 +7,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from cleveragents.tool.errors import ScriptExhaustedError
-from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, ToolCall, Usage
+from cleveragents.tool.messages import (
+    MAX_TOKEN_COUNT,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    ToolCall,
+    Usage,
+)
 
 __all__ = ["LLMCaller", "RecordedRequest", "Responder", "ScriptedLLMCaller", "response_from_dict"]
 
@@ -137,5 +144,7 @@ def response_from_dict(turn: Mapping[str, Any], *, turn_number: int = 1) -> LLMR
         tokens = [raw_usage.get("input_tokens", 0), raw_usage.get("output_tokens", 0)]
         if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens):
             raise ValueError("usage token counts must be non-negative integers")
+        if max(tokens) > MAX_TOKEN_COUNT:
+            raise ValueError(f"usage token counts must be at most {MAX_TOKEN_COUNT} (int64)")
         usage = Usage(*tokens)
     return LLMResponse(content=content, tool_calls=calls, usage=usage)

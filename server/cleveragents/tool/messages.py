@@ -7,7 +7,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["LLMRequest", "LLMResponse", "Message", "Role", "ToolCall", "Usage"]
+__all__ = ["MAX_TOKEN_COUNT", "LLMRequest", "LLMResponse", "Message", "Role", "ToolCall", "Usage"]
+
+#: The largest token count a usage may hold: what the API's int64 fields carry.
+MAX_TOKEN_COUNT = 2**63 - 1
 
 
 class Role(enum.StrEnum):
@@ -35,14 +38,15 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts reported by an LLM provider."""
+    """Token counts reported by an LLM provider; sums stop at ``MAX_TOKEN_COUNT``."""
 
     input_tokens: int = 0
     output_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+            min(self.input_tokens + other.input_tokens, MAX_TOKEN_COUNT),
+            min(self.output_tokens + other.output_tokens, MAX_TOKEN_COUNT),
         )
 
     @property

@@ -14,11 +14,15 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from cleveragents.tool.jsontext import Encoder
 from cleveragents.tool.jsontext import loads as json_loads
-from cleveragents.tool.messages import LLMResponse, Message, Role, ToolCall, Usage
+from cleveragents.tool.messages import MAX_TOKEN_COUNT, LLMResponse, Message, Role, ToolCall, Usage
 from cleveragents.tool.spec import ToolSpec
 
 __all__ = ["ToolCallRouter", "ToolFormat", "parse_call", "route_call"]
+
+
+_encode = Encoder()
 
 
 class ToolFormat(enum.StrEnum):
@@ -71,7 +75,7 @@ class ToolCallRouter:
                 {
                     "id": c.id,
                     "type": "function",
-                    "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments))},
+                    "function": {"name": c.name, "arguments": _encode(dict(c.arguments))},
                 }
                 for c in calls
             ]
@@ -260,7 +264,9 @@ def _text(content: Any) -> str:
 
 def _count(usage: Any, key: str) -> int:
     value = usage.get(key) if isinstance(usage, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        return 0
+    return min(value, MAX_TOKEN_COUNT)  # an absurd count still exhausts any token budget
 
 
 def route_call(call: ToolCall) -> ToolCall:
@@ -281,15 +287,12 @@ def parse_call(call_id: str, name: str, raw_arguments: Any) -> ToolCall:
         return ToolCall(call_id, name, arguments)
     if isinstance(arguments, str | bytes):
         try:
-            if not arguments.strip():
-                arguments = {}
-            elif isinstance(arguments, str):
-                arguments = json_loads(arguments)
-            else:
-                arguments = json.loads(arguments)
+            arguments = json_loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
             problem = f"arguments are not valid JSON ({exc.msg} at position {exc.pos})"
             return ToolCall(call_id, name, {}, problem)
+        except RecursionError:
+            return ToolCall(call_id, name, {}, "arguments are nested too deeply")
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, Mapping):

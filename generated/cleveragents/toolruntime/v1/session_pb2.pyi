@@ -142,8 +142,9 @@ class ToolResult(_message.Message):
     call_id: _builtins.str
     """The call_id of the ToolInvocation being answered."""
     output: _builtins.str
-    """UTF-8 JSON text the tool produced; output that is not valid JSON
-    turns the call into a failed record.
+    """UTF-8 JSON text the tool produced; output that is not standard JSON
+    (see types.proto: no NaN, no lone surrogates) turns the call into a
+    failed record.
     """
     error: _builtins.str
     """Failure message; the call becomes a failed record of kind

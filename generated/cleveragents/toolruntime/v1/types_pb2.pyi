@@ -43,7 +43,14 @@ class _ErrorKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorKind.V
     """A policy in force for the run refused to execute the call."""
 
 class ErrorKind(_ErrorKind, metaclass=_ErrorKindEnumTypeWrapper):
-    """ErrorKind classifies why a tool call did not succeed."""
+    """Every field described as JSON text carries standard JSON only: no NaN or
+    Infinity, no number beyond a 64-bit float, no integer of more than 4300
+    digits, and no string holding a lone UTF-16 surrogate (such as "\\ud83d").
+    A request carrying any of them gets INVALID_ARGUMENT naming the field; a
+    tool call's arguments or output carrying them becomes a failed record.
+
+    ErrorKind classifies why a tool call did not succeed.
+    """
 
 ERROR_KIND_UNSPECIFIED: ErrorKind.ValueType  # 0
 """The call succeeded, so there is no error to classify."""
@@ -208,7 +215,9 @@ class ToolSpec(_message.Message):
     """Human-readable explanation shown to the model; may be empty."""
     input_schema: _builtins.str
     """JSON Schema (UTF-8 JSON object text) for the tool's arguments.
-    Empty means {"type": "object"}.
+    Empty means {"type": "object"}. A client's schema may reference only
+    inside itself, and is refused (INVALID_ARGUMENT) over the server's
+    max_schema_bytes, max_schema_depth or max_schema_expansion.
     """
     side_effects: _builtins.bool
     """True for tools that change something (files, services, money). Automation

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from cleveragents.tool import LLMResponse, response_from_dict
+from cleveragents.tool.jsontext import loads
 
 __all__ = ["DEFAULT_SCRIPT", "MAX_SCRIPT_TURNS", "parse_script"]
 
@@ -23,7 +24,7 @@ def parse_script(text: str, where: str, *, max_calls: int | None = None) -> tupl
     a turn asking for more than ``max_calls`` tool calls included.
     """
     try:
-        turns = json.loads(text)
+        turns = loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{where} is not valid JSON ({exc.msg} at position {exc.pos})") from None
     except RecursionError:

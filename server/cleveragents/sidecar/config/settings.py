@@ -78,6 +78,13 @@ class SidecarConfig:
     #: message can make the sidecar do at once (10^5 tools stalled every run for 2.5 s).
     max_session_tools: int = 1024
     max_calls_per_response: int = 256
+    #: What one client tool's JSON Schema may cost (see tool/execution/schemacost.py): a 2 KB
+    #: schema doubling through $ref/allOf froze every run for 25 s before these bounds.
+    max_schema_bytes: int = 256 * 1024
+    max_schema_depth: int = 64
+    max_schema_expansion: int = 10_000
+    #: Schema nodes times argument values one call's validation may visit (about 25 ms).
+    max_validation_steps: int = 1_000_000
     default_tool_timeout_s: float = 60.0
     #: How long a Session's run waits for its client to answer an LLM invocation, and the
     #: longest timeout a client may declare for its tools: a silent client frees its run slot.
@@ -120,6 +127,10 @@ class SidecarConfig:
             "max_iterations_cap",
             "max_session_tools",
             "max_calls_per_response",
+            "max_schema_bytes",
+            "max_schema_depth",
+            "max_schema_expansion",
+            "max_validation_steps",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")

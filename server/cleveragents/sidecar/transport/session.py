@@ -17,12 +17,12 @@ from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.runs import Run
 from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context, abort
+from cleveragents.sidecar.transport.opening import read_opening
 from cleveragents.toolruntime.v1 import session_pb2
 from cleveragents.wire import (
     LlmAnswer,
     llm_answer_from_pb,
     session_messages,
-    session_opening_from_pb,
     tool_answer_from_pb,
 )
 
@@ -46,30 +46,7 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
             f"the first SessionRequest must be 'start', got {kind or 'an empty message'!r}",
         )
     try:
-        declared, cap = len(first.start.tools), service.config.max_session_tools
-        if declared > cap:
-            raise SidecarError.invalid(
-                f"start.tools declares {declared} tools, more than this sidecar's "
-                f"max_session_tools of {cap}"
-            )
-        try:
-            opening = session_opening_from_pb(first.start)
-        except ValueError as exc:
-            raise SidecarError.invalid(str(exc)) from None
-        config = service.config
-        longest = config.max_client_tool_timeout_s
-        for spec in opening.tools:
-            if spec.timeout_s is not None and spec.timeout_s > longest:
-                raise SidecarError.invalid(
-                    f"tools[{spec.name}].timeout of {spec.timeout_s:g}s is longer than this "
-                    f"sidecar's max_client_tool_timeout_s of {longest:g}s"
-                )
-        host = ClientHost(
-            config.default_tool_timeout_s,
-            incremental_messages=opening.incremental_messages,
-            llm_timeout_s=config.client_llm_timeout_s,
-            max_message_bytes=service.frame_limit,
-        )
+        opening, host = await read_opening(first.start, service.config, service.frame_limit)
         run = service.start_run(
             opening.request,
             context,

@@ -35,6 +35,9 @@ class RegisteredTool:
     ``keyword_names`` is ``None`` for handlers that take the inputs dict; for decorated
     functions it is the set of parameters they accept (``"*"`` among them when they take
     ``**kwargs``), so context keys reach only functions that ask for them.
+    ``max_argument_values`` bounds how many JSON values (objects, arrays and scalars) the
+    arguments of one call may hold before validation (``None``: no bound): validating costs
+    the schema's expansion for each value, so a costly schema gets a tighter bound.
     """
 
     spec: ToolSpec
@@ -43,6 +46,7 @@ class RegisteredTool:
     validator: Any
     keyword_names: frozenset[str] | None = None
     enum_params: Mapping[str, type[enum.Enum]] = field(default_factory=dict)
+    max_argument_values: int | None = None
 
 
 class ToolRegistry:
@@ -53,9 +57,18 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, RegisteredTool] = {}
 
-    def register(self, spec: ToolSpec, handler: ToolHandler) -> ToolSpec:
-        """Add a tool whose handler takes the inputs dict. A duplicate name is a ``ValueError``."""
-        self._add(_prepare(spec, handler, keyword_names=None))
+    def register(
+        self, spec: ToolSpec, handler: ToolHandler, *, max_argument_values: int | None = None
+    ) -> ToolSpec:
+        """Add a tool whose handler takes the inputs dict. A duplicate name is a ``ValueError``.
+
+        With ``max_argument_values``, a call whose arguments hold more JSON values than that
+        fails (``invalid_arguments``) without being validated.
+        """
+        entry = _prepare(spec, handler, keyword_names=None)
+        if max_argument_values is not None:
+            entry = dataclasses.replace(entry, max_argument_values=max_argument_values)
+        self._add(entry)
         return spec
 
     @overload

@@ -19,6 +19,7 @@ from cleveragents.tool.context import ToolActorContext
 from cleveragents.tool.errors import ToolDeniedError, ToolError
 from cleveragents.tool.execution.limits import ToolLimits
 from cleveragents.tool.execution.registry import RegisteredTool, ToolRegistry, UnknownToolError
+from cleveragents.tool.jsontext import find_surrogate
 from cleveragents.tool.messages import ToolCall
 from cleveragents.tool.records import ErrorKind, ToolCallRecord
 from cleveragents.tool.spec import RESERVED_INPUT_KEYS, ToolSpec
@@ -250,6 +251,12 @@ def _without_reserved(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 def _validation_problem(entry: RegisteredTool, arguments: dict[str, Any]) -> str | None:
     validator = entry.validator
+    cap = entry.max_argument_values
+    if cap is not None and _more_values_than(arguments, cap):
+        return (
+            f"the arguments hold more than {cap} JSON values, the most this tool's schema may "
+            "be checked against in one call"
+        )
     try:
         if validator.is_valid(arguments):
             return None
@@ -261,8 +268,26 @@ def _validation_problem(entry: RegisteredTool, arguments: dict[str, Any]) -> str
     return f"at '{path}': {message}" if path else message
 
 
+def _more_values_than(value: Any, cap: int) -> bool:
+    """Whether ``value`` holds more than ``cap`` JSON values; stops counting past ``cap``."""
+    count = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > cap:
+            return True
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc)
+    if not text.isascii() and find_surrogate(text) is not None:  # no UTF-8 form: escape it
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if isinstance(exc, ToolError):
         return text or "the tool failed"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -274,10 +299,23 @@ def _as_output(value: Any) -> dict[str, Any]:
     return plain if isinstance(plain, dict) else {"result": plain}
 
 
-_SCALARS = (str, int, float, bool, type(None))
+_SCALARS = (int, bool, type(None))
 
 
 def _jsonable(value: Any) -> Any:
+    """A plain JSON copy of ``value``; what JSON cannot carry is a ``TypeError`` or
+    ``ValueError`` (a failed record), never text that breaks the record later."""
+    if isinstance(value, str):
+        if not value.isascii() and (lone := find_surrogate(value)) is not None:
+            raise ValueError(
+                f"tool output has a string with a lone surrogate \\u{ord(lone):04x} (half of "
+                "a character, as when text is cut inside an emoji), which JSON cannot carry"
+            )
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"tool output has the number {value!r}, which JSON cannot carry")
+        return value
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, Mapping):
@@ -285,7 +323,7 @@ def _jsonable(value: Any) -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"tool output has a non-string key {key!r}")
-            out[key] = _jsonable(item)
+            out[_jsonable(key)] = _jsonable(item)
         return out
     if isinstance(value, list | tuple):
         return [_jsonable(item) for item in value]
