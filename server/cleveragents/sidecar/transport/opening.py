@@ -14,6 +14,7 @@ delay other runs by a GIL switch interval, not by the whole batch.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from collections.abc import Sequence
 
@@ -33,12 +34,20 @@ _CHEAP_EXPANSION = 32
 
 
 async def read_opening(
-    start: session_pb2.SessionStart, config: SidecarConfig, frame_limit: int
+    start: session_pb2.SessionStart,
+    config: SidecarConfig,
+    frame_limit: int,
+    workers: concurrent.futures.Executor,
 ) -> tuple[SessionOpening, ClientHost]:
-    """:func:`open_session`, in a worker thread when the client declares tools."""
+    """:func:`open_session`, in one of ``workers`` when the client declares tools.
+
+    ``workers`` is the sidecar's own pool for openings, not the loop's default one: sync tools
+    run there, and a few stuck ones would otherwise keep every new session from opening.
+    """
     if not start.tools:
         return open_session(start, config, frame_limit)
-    return await asyncio.to_thread(open_session, start, config, frame_limit)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(workers, open_session, start, config, frame_limit)
 
 
 def open_session(

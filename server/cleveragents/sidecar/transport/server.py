@@ -197,6 +197,7 @@ class Sidecar:
         if self._server is not None:
             await self._server.stop(min(grace, 2.0))
         await self.manager.close()
+        self.service.close()
         await close_provider_clients()
         if self._metrics_server is not None:
             await self._metrics_server.stop()

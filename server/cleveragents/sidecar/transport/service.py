@@ -10,6 +10,7 @@ async-generator hops fewer per message (about 8 % of a bare streamed message's c
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 from collections.abc import Sequence
 from typing import Any
@@ -55,6 +56,9 @@ _CANCEL_WAIT_S = 5.0
 #: the sidecar adds (a run id, an iteration limit, up to thousands of tool names): only a
 #: spec nearer the limit is measured exactly.
 _SPEC_SLACK = 512 * 1024
+#: Threads opening Sessions: the work is bounded by the schema limits, and two keep one large
+#: opening from queueing the next.
+_OPENING_WORKERS = 2
 
 
 class ToolRuntimeService:
@@ -68,6 +72,14 @@ class ToolRuntimeService:
         self.batch_limit = batch_limit(config.max_message_bytes)
         #: The largest event, or page of a run's history, one message may carry.
         self.frame_limit = event_limit(config.max_message_bytes)
+        #: Where Session openings parse and measure their client's schemas (see ``opening``).
+        self.openings = concurrent.futures.ThreadPoolExecutor(
+            _OPENING_WORKERS, thread_name_prefix="session-opening"
+        )
+
+    def close(self) -> None:
+        """Let the opening threads go; an opening still running ends on its own (bounded)."""
+        self.openings.shutdown(wait=False, cancel_futures=True)
 
     # -- unary -----------------------------------------------------------------------------
 

@@ -46,7 +46,9 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
             f"the first SessionRequest must be 'start', got {kind or 'an empty message'!r}",
         )
     try:
-        opening, host = await read_opening(first.start, service.config, service.frame_limit)
+        opening, host = await read_opening(
+            first.start, service.config, service.frame_limit, service.openings
+        )
         run = service.start_run(
             opening.request,
             context,
