@@ -1,5 +1,9 @@
 """``RunManager``: admits runs, finds them by id, cancels them, drains at shutdown and forgets
-finished ones in time (by count and age)."""
+finished ones in time (by count and age).
+
+When the store fails to write, every live run ends with ``run_failed`` (``UNAVAILABLE``,
+naming the store's error) and new runs are refused, until the store writes again.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import structlog
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.readers import FrameSink, LogCursor
-from cleveragents.sidecar.runs.recovery import restore
+from cleveragents.sidecar.runs.recovery import partial_result, restore
 from cleveragents.sidecar.runs.run import Run, RunObserver
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore
 from cleveragents.tool import (
@@ -63,8 +67,13 @@ class RunManager:
         self.finished_run_ttl_s = finished_run_ttl_s
         self.watcher_queue_size = watcher_queue_size
         self.accepting = True
+        #: The store's error while it cannot write (runs are refused meanwhile).
+        self.store_failure: str | None = None
+        #: Set whenever ``store_failure`` changes (the server's health follows it).
+        self.store_changed = asyncio.Event()
         self._live: dict[str, Run] = {}
         self._finished: collections.OrderedDict[str, Run] = collections.OrderedDict()
+        self.store.watch(self._store_changed)
 
     # -- the store -----------------------------------------------------------------------------
 
@@ -158,6 +167,12 @@ class RunManager:
         """
         if not self.accepting:
             raise SidecarError(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
+        if self.store_failure is not None:
+            raise SidecarError(
+                grpc.StatusCode.UNAVAILABLE,
+                f"the run store cannot write ({self.store_failure}); new runs are refused "
+                "until it works again: retry later",
+            )
         run_id = assembled.request.run_id or uuid.uuid4().hex
         if len(run_id) > _MAX_RUN_ID:
             raise SidecarError.invalid(f"run_id is longer than {_MAX_RUN_ID} characters")
@@ -192,6 +207,17 @@ class RunManager:
             # Not one step yet: cancelling now would keep its body (and run_started) from
             # ever running. Its first step is already scheduled, so cancel right after it.
             asyncio.get_running_loop().call_soon(self.cancel, run, reason)
+
+    def fail(self, run: Run, message: str) -> None:
+        """End a live run now with ``run_failed`` (``UNAVAILABLE``, ``message``) and stop it."""
+        if run.ended or run.task is None:
+            return
+        if not run.begun:  # its first step logs run_started: fail it right after
+            asyncio.get_running_loop().call_soon(self.fail, run, message)
+            return
+        error = SidecarError(grpc.StatusCode.UNAVAILABLE, message)
+        run.emit(RunFailed(message, partial_result(run.run_id, run.log.frames), error))
+        run.task.cancel(message)  # the loop stops; what it logs now is ignored
 
     def follow(self, run: Run, after_sequence: int) -> LogCursor:
         """A watcher's cursor on ``run``, dropped when it falls too far behind."""
@@ -235,6 +261,14 @@ class RunManager:
                 run.emit(RunFailed(f"internal error: {exc}", result, None))
         finally:
             self._retire(run)
+
+    def _store_changed(self, failure: str | None) -> None:
+        self.store_failure = failure
+        self.store_changed.set()
+        if failure is not None:
+            message = f"the run store failed ({failure}); the run was ended"
+            for run in list(self._live.values()):
+                self.fail(run, message)
 
     # -- retention -----------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -100,6 +101,7 @@ class Sidecar:
         self.health = health.aio.HealthServicer()
         self.address = ""
         self._server: grpc.aio.Server | None = None
+        self._health_task: asyncio.Task[None] | None = None
 
     async def start(self) -> str:
         """Bind the configured address and start serving; returns the address bound."""
@@ -162,8 +164,8 @@ class Sidecar:
                 await server.stop(None)
                 raise
             self._metrics_server = metrics_server
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self._set_health()
+        self._health_task = asyncio.create_task(self._follow_store(), name="store-health")
         log.info(
             "sidecar listening",
             address=self.address,
@@ -181,6 +183,11 @@ class Sidecar:
         Every run ends with its terminal event; streams get a moment to deliver it.
         """
         grace = self.config.shutdown_grace_s if grace_s is None else grace_s
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
+            self._health_task = None
         await self.health.enter_graceful_shutdown()
         log.info("sidecar stopping", live_runs=self.manager.live_count, grace_s=grace)
         await self.manager.drain(grace)
@@ -196,6 +203,24 @@ class Sidecar:
             await asyncio.to_thread(self._owned_tracer_provider.shutdown)
             self._owned_tracer_provider = None
         log.info("sidecar stopped")
+
+    async def _set_health(self) -> None:
+        """``SERVING`` while the run store writes, ``NOT_SERVING`` while it fails."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if self.manager.store_failure is None
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+    async def _follow_store(self) -> None:
+        """Keep health checking in step with the run store, until ``stop``."""
+        changed = self.manager.store_changed
+        while True:
+            await changed.wait()
+            changed.clear()
+            await self._set_health()
 
     async def wait_for_termination(self) -> None:
         """Wait until the server has stopped."""
