@@ -1,5 +1,5 @@
 """``RunManager``: admits runs, finds them by id, cancels them, drains at shutdown and forgets
-finished ones in time (by count and age).
+finished ones in time (by count, total size and age).
 
 When the store fails to write, every live run ends with ``run_failed`` (``UNAVAILABLE``,
 naming the store's error) and new runs are refused, until the store writes again.
@@ -55,6 +55,7 @@ class RunManager:
         max_concurrent_runs: int,
         max_finished_runs: int,
         finished_run_ttl_s: float,
+        max_finished_run_bytes: int = 256 * 1024 * 1024,
         watcher_queue_size: int,
         store: EventStore | None = None,
         observers: Sequence[RunObserver] = (),
@@ -65,6 +66,9 @@ class RunManager:
         self.max_concurrent_runs = max_concurrent_runs
         self.max_finished_runs = max_finished_runs
         self.finished_run_ttl_s = finished_run_ttl_s
+        self.max_finished_run_bytes = max_finished_run_bytes
+        #: The size of the retained runs' logs together (their frames: all a finished run keeps).
+        self.finished_bytes = 0
         self.watcher_queue_size = watcher_queue_size
         self.accepting = True
         #: The store's error while it cannot write (runs are refused meanwhile).
@@ -96,7 +100,7 @@ class RunManager:
                 self.store.quarantine(stored.run_id)
         restored.sort(key=lambda run: run.finished_at or 0.0)
         for run in restored:
-            self._finished[run.run_id] = run
+            self._keep(run)
         self._expire()
         return len(restored)
 
@@ -183,7 +187,8 @@ class RunManager:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"the sidecar already runs {len(self._live)} runs, its limit; retry later",
             )
-        if self._finished.pop(run_id, None) is not None:
+        if (previous := self._finished.pop(run_id, None)) is not None:
+            self.finished_bytes -= _size(previous)
             self.store.forget(run_id)
         request = dataclasses.replace(assembled.request, run_id=run_id)
         run = Run(request, RunLog(run_id, self.store, self.stats), self.observers)
@@ -275,21 +280,35 @@ class RunManager:
     def _retire(self, run: Run) -> None:
         self._live.pop(run.run_id, None)
         if self.max_finished_runs > 0:
-            self._finished[run.run_id] = run
+            self._keep(run)
         self._expire()
 
+    def _keep(self, run: Run) -> None:
+        self._finished[run.run_id] = run
+        self.finished_bytes += _size(run)
+
     def _expire(self) -> None:
-        while len(self._finished) > self.max_finished_runs:
-            self._forget(self._finished.popitem(last=False)[1])
+        """Forget the oldest finished runs beyond the count, the byte budget, or the age."""
         horizon = time.time() - self.finished_run_ttl_s
         while self._finished:
             oldest = next(iter(self._finished.values()))
-            if oldest.finished_at is None or oldest.finished_at > horizon:
+            if (
+                len(self._finished) <= self.max_finished_runs
+                and self.finished_bytes <= self.max_finished_run_bytes
+                and (oldest.finished_at is None or oldest.finished_at > horizon)
+            ):
                 break
-            self._forget(self._finished.popitem(last=False)[1])
+            self._finished.popitem(last=False)
+            self.finished_bytes -= _size(oldest)
+            self._forget(oldest)
 
     def _forget(self, run: Run) -> None:
         self.store.forget(run.run_id)
+
+
+def _size(run: Run) -> int:
+    """What a finished run's log holds, in bytes (its frames no longer change)."""
+    return sum(map(len, run.log.frames))
 
 
 def _ensure_started(run: Run, runtime: ToolCallingRuntime) -> None:

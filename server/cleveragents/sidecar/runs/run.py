@@ -9,6 +9,7 @@ woken) once the store holds that event, like every frame before it reaches a rea
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,9 +33,12 @@ from cleveragents.tool import (
 )
 from cleveragents.wire import EventEncoder, RunRequest, RunState
 
-__all__ = ["Run", "RunObserver", "Terminal"]
+__all__ = ["PROMPT_KEPT", "Run", "RunObserver", "Terminal"]
 
 log = structlog.get_logger("cleveragents.sidecar.runs")
+#: How much of a finished run's prompt its ``request`` keeps (what ``ListRuns`` shows): the
+#: whole spec stays in the log's ``run_started`` frame, and a finished run keeps it only there.
+PROMPT_KEPT = 200
 
 _TERMINAL_EVENTS = (RunCompleted, RunFailed, RunCancelled)
 
@@ -67,7 +71,8 @@ class Run:
     ``started_at`` is when the sidecar accepted it. ``begun`` turns true once its task runs
     (and the runtime has logged ``run_started``). Once finished, ``stop_reason``,
     ``iterations`` and ``tool_calls`` are the result's; the result itself is kept only once,
-    encoded in the log's last frame.
+    encoded in the log's last frame. Likewise the spec: once finished, ``request`` keeps the
+    start of the prompt and no script (``run_started`` holds both).
     """
 
     __slots__ = (
@@ -181,6 +186,8 @@ class Run:
     def _finish(self) -> None:
         terminal, self._terminal = self._terminal, None
         assert terminal is not None
+        self.request = _slim(self.request)
+        self._encode = _ended
         result = terminal.result
         self.state, self.failure, self.finished_at = (
             terminal.state, terminal.failure, terminal.finished_at,
@@ -197,3 +204,15 @@ class Run:
             iterations=self.iterations,
             tool_calls=self.tool_calls,
         )
+
+
+def _slim(request: RunRequest) -> RunRequest:
+    """``request`` without what the log's ``run_started`` frame already holds in full."""
+    if len(request.prompt) <= PROMPT_KEPT and not request.llm.script:
+        return request
+    llm = dataclasses.replace(request.llm, script="")
+    return dataclasses.replace(request, prompt=request.prompt[:PROMPT_KEPT], llm=llm)
+
+
+def _ended(sequence: int, event: RunEvent, failure_code: int = 0) -> bytes:
+    raise AssertionError("a finished run logs nothing more")  # emit returns once ended

@@ -91,6 +91,7 @@ class Sidecar:
             max_concurrent_runs=config.max_concurrent_runs,
             max_finished_runs=config.max_finished_runs,
             finished_run_ttl_s=config.finished_run_ttl_s,
+            max_finished_run_bytes=config.max_finished_run_bytes,
             watcher_queue_size=config.watcher_queue_size,
             store=SqliteEventStore(config.event_store) if config.event_store else None,
             observers=observers,
