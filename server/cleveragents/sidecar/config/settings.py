@@ -84,6 +84,9 @@ class SidecarConfig:
     #: The finished runs kept together may hold this many bytes of logs; oldest go first.
     max_finished_run_bytes: int = 256 * 1024 * 1024
     watcher_queue_size: int = 16384
+    #: A watcher whose write gRPC has not taken for this long (its client stopped reading) is
+    #: dropped with RESOURCE_EXHAUSTED.
+    watcher_stall_s: float = 30.0
     shutdown_grace_s: float = 10.0
     builtin_tools: bool = True
     file_tools: bool = True
@@ -117,7 +120,12 @@ class SidecarConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
-        for name in ("default_tool_timeout_s", "shutdown_grace_s", "finished_run_ttl_s"):
+        for name in (
+            "default_tool_timeout_s",
+            "shutdown_grace_s",
+            "finished_run_ttl_s",
+            "watcher_stall_s",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive number of seconds")
         if self.watcher_queue_size < 1 or self.max_finished_runs < 0:

@@ -76,6 +76,8 @@ class RunManager:
         #: Set whenever ``store_failure`` changes (the server's health follows it).
         self.store_changed = asyncio.Event()
         self._live: dict[str, Run] = {}
+        #: Every watcher's cursor, with its run.
+        self._watchers: dict[LogCursor, Run] = {}
         self._finished: collections.OrderedDict[str, Run] = collections.OrderedDict()
         self.store.watch(self._store_changed)
 
@@ -225,8 +227,36 @@ class RunManager:
         run.task.cancel(message)  # the loop stops; what it logs now is ignored
 
     def follow(self, run: Run, after_sequence: int) -> LogCursor:
-        """A watcher's cursor on ``run``, dropped when it falls too far behind."""
-        return run.log.follow(after_sequence, self.watcher_queue_size)
+        """A watcher's cursor on ``run``, dropped when it falls too far behind or when it
+        stalls in a write (``drop_stalled``); ``unfollow`` it when done."""
+        cursor = run.log.follow(after_sequence, self.watcher_queue_size)
+        self._watchers[cursor] = run
+        return cursor
+
+    def unfollow(self, run: Run, cursor: LogCursor) -> None:
+        """The watcher of ``cursor`` is gone."""
+        run.log.unsubscribe(cursor)
+        self._watchers.pop(cursor, None)
+
+    def drop_stalled(self, stall_s: float) -> int:
+        """Drop the watchers stuck in one write for over ``stall_s``; returns how many.
+
+        Its write is left to gRPC: what the client has not read stays buffered there until it
+        reads (then it gets the status after it) or goes. Once the write completes, the
+        cursor reads nothing more and the handler ends the call.
+        """
+        horizon = time.monotonic() - stall_s
+        dropped = 0
+        for cursor, run in list(self._watchers.items()):
+            since = cursor.busy_since
+            if since is None or since > horizon or cursor.dropped:
+                continue
+            cursor.dropped = cursor.stalled = True
+            self.unfollow(run, cursor)
+            self.stats.dropped_watchers += 1
+            dropped += 1
+            log.warning("watcher dropped", run_id=run.run_id, reason="its client stopped reading")
+        return dropped
 
     async def drain(self, grace_s: float) -> None:
         """Stop accepting runs, let live ones finish within ``grace_s``, then cancel the rest."""

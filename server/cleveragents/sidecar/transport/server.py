@@ -103,6 +103,7 @@ class Sidecar:
         self.address = ""
         self._server: grpc.aio.Server | None = None
         self._health_task: asyncio.Task[None] | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
 
     async def start(self) -> str:
         """Bind the configured address and start serving; returns the address bound."""
@@ -167,6 +168,7 @@ class Sidecar:
             self._metrics_server = metrics_server
         await self._set_health()
         self._health_task = asyncio.create_task(self._follow_store(), name="store-health")
+        self._sweep_task = asyncio.create_task(self._drop_stalled(), name="stalled-watchers")
         log.info(
             "sidecar listening",
             address=self.address,
@@ -184,11 +186,12 @@ class Sidecar:
         Every run ends with its terminal event; streams get a moment to deliver it.
         """
         grace = self.config.shutdown_grace_s if grace_s is None else grace_s
-        if self._health_task is not None:
-            self._health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health_task
-            self._health_task = None
+        for task in (self._health_task, self._sweep_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._health_task = self._sweep_task = None
         await self.health.enter_graceful_shutdown()
         log.info("sidecar stopping", live_runs=self.manager.live_count, grace_s=grace)
         await self.manager.drain(grace)
@@ -222,6 +225,13 @@ class Sidecar:
             await changed.wait()
             changed.clear()
             await self._set_health()
+
+    async def _drop_stalled(self) -> None:
+        """Drop, every so often, the watchers stuck in a write for ``watcher_stall_s``."""
+        stall_s = self.config.watcher_stall_s
+        while True:
+            await asyncio.sleep(min(1.0, stall_s / 4))
+            self.manager.drop_stalled(stall_s)
 
     async def wait_for_termination(self) -> None:
         """Wait until the server has stopped."""
