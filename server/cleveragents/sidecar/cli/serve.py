@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from cleveragents.sidecar.cli.allocator import return_large_blocks
 from cleveragents.sidecar.config import load_config
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import EVENT_LOOPS, loop_factory
@@ -74,6 +75,7 @@ def serve(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"cleveragents-sidecar: {exc}", file=sys.stderr)
         return 2
+    return_large_blocks()
     try:
         with asyncio.Runner(loop_factory=new_loop) as runner:
             runner.run(_serve(Sidecar(config)))

@@ -92,7 +92,12 @@ class SidecarConfig:
     max_client_tool_timeout_s: float = 3600.0
     finished_run_ttl_s: float = 900.0
     max_finished_runs: int = 1000
+    #: The finished runs kept together may hold this many bytes of logs; oldest go first.
+    max_finished_run_bytes: int = 256 * 1024 * 1024
     watcher_queue_size: int = 16384
+    #: A watcher whose write gRPC has not taken for this long (its client stopped reading) is
+    #: dropped with RESOURCE_EXHAUSTED.
+    watcher_stall_s: float = 30.0
     shutdown_grace_s: float = 10.0
     builtin_tools: bool = True
     file_tools: bool = True
@@ -140,6 +145,7 @@ class SidecarConfig:
             "max_client_tool_timeout_s",
             "shutdown_grace_s",
             "finished_run_ttl_s",
+            "watcher_stall_s",
         ):
             if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
                 raise ConfigError(f"{name} must be a positive number of seconds")
@@ -150,6 +156,8 @@ class SidecarConfig:
             )
         if self.watcher_queue_size < 1 or self.max_finished_runs < 0:
             raise ConfigError("watcher_queue_size must be >= 1 and max_finished_runs >= 0")
+        if self.max_finished_run_bytes < 0:
+            raise ConfigError("max_finished_run_bytes must be >= 0")
         if self.log_format not in ("json", "console"):
             raise ConfigError(f"log_format must be 'json' or 'console', not {self.log_format!r}")
         if self.default_profile not in self.all_profiles():

@@ -1,5 +1,9 @@
 """``RunManager``: admits runs, finds them by id, cancels them, drains at shutdown and forgets
-finished ones in time (by count and age)."""
+finished ones in time (by count, total size and age).
+
+When the store fails to write, every live run ends with ``run_failed`` (``UNAVAILABLE``,
+naming the store's error) and new runs are refused, until the store writes again.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import structlog
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.readers import FrameSink, LogCursor
-from cleveragents.sidecar.runs.recovery import restore
+from cleveragents.sidecar.runs.recovery import partial_result, restore
 from cleveragents.sidecar.runs.run import Run, RunObserver
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore
 from cleveragents.tool import (
@@ -51,6 +55,7 @@ class RunManager:
         max_concurrent_runs: int,
         max_finished_runs: int,
         finished_run_ttl_s: float,
+        max_finished_run_bytes: int = 256 * 1024 * 1024,
         watcher_queue_size: int,
         store: EventStore | None = None,
         observers: Sequence[RunObserver] = (),
@@ -62,12 +67,22 @@ class RunManager:
         self.max_concurrent_runs = max_concurrent_runs
         self.max_finished_runs = max_finished_runs
         self.finished_run_ttl_s = finished_run_ttl_s
+        self.max_finished_run_bytes = max_finished_run_bytes
+        #: The size of the retained runs' logs together (their frames: all a finished run keeps).
+        self.finished_bytes = 0
         self.watcher_queue_size = watcher_queue_size
         #: The largest frame a run may log, so that one message carries it (0: no limit).
         self.frame_limit = frame_limit
         self.accepting = True
+        #: The store's error while it cannot write (runs are refused meanwhile).
+        self.store_failure: str | None = None
+        #: Set whenever ``store_failure`` changes (the server's health follows it).
+        self.store_changed = asyncio.Event()
         self._live: dict[str, Run] = {}
+        #: Every watcher's cursor, with its run.
+        self._watchers: dict[LogCursor, Run] = {}
         self._finished: collections.OrderedDict[str, Run] = collections.OrderedDict()
+        self.store.watch(self._store_changed)
 
     # -- the store -----------------------------------------------------------------------------
 
@@ -90,7 +105,7 @@ class RunManager:
                 self.store.quarantine(stored.run_id)
         restored.sort(key=lambda run: run.finished_at or 0.0)
         for run in restored:
-            self._finished[run.run_id] = run
+            self._keep(run)
         self._expire()
         return len(restored)
 
@@ -163,6 +178,12 @@ class RunManager:
         """
         if not self.accepting:
             raise SidecarError(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
+        if self.store_failure is not None:
+            raise SidecarError(
+                grpc.StatusCode.UNAVAILABLE,
+                f"the run store cannot write ({self.store_failure}); new runs are refused "
+                "until it works again: retry later",
+            )
         run_id = assembled.request.run_id or uuid.uuid4().hex
         if len(run_id) > _MAX_RUN_ID:
             raise SidecarError.invalid(f"run_id is longer than {_MAX_RUN_ID} characters")
@@ -182,7 +203,8 @@ class RunManager:
                 f"the sidecar already runs {len(self._live)} runs, its max_concurrent_runs; "
                 "retry later",
             )
-        if self._finished.pop(run_id, None) is not None:
+        if (previous := self._finished.pop(run_id, None)) is not None:
+            self.finished_bytes -= _size(previous)
             self.store.forget(run_id)
         request = dataclasses.replace(assembled.request, run_id=run_id)
         run = Run(
@@ -218,9 +240,48 @@ class RunManager:
             # ever running. Its first step is already scheduled, so cancel right after it.
             asyncio.get_running_loop().call_soon(self.cancel, run, reason)
 
+    def fail(self, run: Run, message: str) -> None:
+        """End a live run now with ``run_failed`` (``UNAVAILABLE``, ``message``) and stop it."""
+        if run.ended or run.task is None:
+            return
+        if not run.begun:  # its first step logs run_started: fail it right after
+            asyncio.get_running_loop().call_soon(self.fail, run, message)
+            return
+        error = SidecarError(grpc.StatusCode.UNAVAILABLE, message)
+        run.emit(RunFailed(message, partial_result(run.run_id, run.log.frames), error))
+        run.task.cancel(message)  # the loop stops; what it logs now is ignored
+
     def follow(self, run: Run, after_sequence: int) -> LogCursor:
-        """A watcher's cursor on ``run``, dropped when it falls too far behind."""
-        return run.log.follow(after_sequence, self.watcher_queue_size)
+        """A watcher's cursor on ``run``, dropped when it falls too far behind or when it
+        stalls in a write (``drop_stalled``); ``unfollow`` it when done."""
+        cursor = run.log.follow(after_sequence, self.watcher_queue_size)
+        self._watchers[cursor] = run
+        return cursor
+
+    def unfollow(self, run: Run, cursor: LogCursor) -> None:
+        """The watcher of ``cursor`` is gone."""
+        run.log.unsubscribe(cursor)
+        self._watchers.pop(cursor, None)
+
+    def drop_stalled(self, stall_s: float) -> int:
+        """Drop the watchers stuck in one write for over ``stall_s``; returns how many.
+
+        Its write is left to gRPC: what the client has not read stays buffered there until it
+        reads (then it gets the status after it) or goes. Once the write completes, the
+        cursor reads nothing more and the handler ends the call.
+        """
+        horizon = time.monotonic() - stall_s
+        dropped = 0
+        for cursor, run in list(self._watchers.items()):
+            since = cursor.busy_since
+            if since is None or since > horizon or cursor.dropped:
+                continue
+            cursor.dropped = cursor.stalled = True
+            self.unfollow(run, cursor)
+            self.stats.dropped_watchers += 1
+            dropped += 1
+            log.warning("watcher dropped", run_id=run.run_id, reason="its client stopped reading")
+        return dropped
 
     async def drain(self, grace_s: float) -> None:
         """Stop accepting runs, let live ones finish within ``grace_s``, then cancel the rest."""
@@ -261,26 +322,48 @@ class RunManager:
         finally:
             self._retire(run)
 
+    def _store_changed(self, failure: str | None) -> None:
+        self.store_failure = failure
+        self.store_changed.set()
+        if failure is not None:
+            message = f"the run store failed ({failure}); the run was ended"
+            for run in list(self._live.values()):
+                self.fail(run, message)
+
     # -- retention -----------------------------------------------------------------------------
 
     def _retire(self, run: Run) -> None:
         self._live.pop(run.run_id, None)
         if self.max_finished_runs > 0:
-            self._finished[run.run_id] = run
+            self._keep(run)
         self._expire()
 
+    def _keep(self, run: Run) -> None:
+        self._finished[run.run_id] = run
+        self.finished_bytes += _size(run)
+
     def _expire(self) -> None:
-        while len(self._finished) > self.max_finished_runs:
-            self._forget(self._finished.popitem(last=False)[1])
+        """Forget the oldest finished runs beyond the count, the byte budget, or the age."""
         horizon = time.time() - self.finished_run_ttl_s
         while self._finished:
             oldest = next(iter(self._finished.values()))
-            if oldest.finished_at is None or oldest.finished_at > horizon:
+            if (
+                len(self._finished) <= self.max_finished_runs
+                and self.finished_bytes <= self.max_finished_run_bytes
+                and (oldest.finished_at is None or oldest.finished_at > horizon)
+            ):
                 break
-            self._forget(self._finished.popitem(last=False)[1])
+            self._finished.popitem(last=False)
+            self.finished_bytes -= _size(oldest)
+            self._forget(oldest)
 
     def _forget(self, run: Run) -> None:
         self.store.forget(run.run_id)
+
+
+def _size(run: Run) -> int:
+    """What a finished run's log holds, in bytes (its frames no longer change)."""
+    return sum(map(len, run.log.frames))
 
 
 def _ensure_started(run: Run, runtime: ToolCallingRuntime) -> None:

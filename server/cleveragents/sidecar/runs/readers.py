@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from typing import Protocol
 
 __all__ = ["FollowedLog", "FrameQueue", "FrameSink", "LogCursor"]
@@ -99,9 +100,13 @@ class LogCursor:
     No watcher keeps a copy of the log, and a release costs nothing per watcher that is busy
     writing. A watcher more than ``limit`` live frames behind (frames that were already
     there when it subscribed do not count) is ``dropped`` by the run: its next read is empty.
+    ``busy_since`` is when the frames it holds were read (``None`` while it waits for more):
+    a watcher busy for long is stuck in a write its client does not read.
     """
 
-    __slots__ = ("_bytes_read", "_log", "cursor", "dropped", "limit", "live_from")
+    __slots__ = (
+        "_bytes_read", "_log", "busy_since", "cursor", "dropped", "limit", "live_from", "stalled"
+    )  # fmt: skip
 
     def __init__(self, log: FollowedLog, cursor: int, limit: int) -> None:
         self._log = log
@@ -109,6 +114,9 @@ class LogCursor:
         self.limit = limit
         self.live_from = log.released
         self.dropped = False
+        #: Set with ``dropped`` when the watcher was dropped for not taking its frames.
+        self.stalled = False
+        self.busy_since: float | None = None
         #: The size of ``frames[:cursor]``, known once the cursor's frames exist.
         self._bytes_read: int | None = None
 
@@ -123,6 +131,7 @@ class LogCursor:
         Empty once the log has finished and every frame was read, or once dropped.
         """
         log = self._log
+        self.busy_since = None
         while self.cursor >= log.released and not self.dropped:
             if log.finished:
                 return []
@@ -143,4 +152,5 @@ class LogCursor:
             end = stop
         self.cursor = end
         self._bytes_read += size
+        self.busy_since = time.monotonic()
         return frames[start:end]

@@ -34,9 +34,12 @@ from cleveragents.tool import (
 )
 from cleveragents.wire import EventEncoder, OversizedEvent, RunRequest, RunState
 
-__all__ = ["Run", "RunObserver", "Terminal"]
+__all__ = ["PROMPT_KEPT", "Run", "RunObserver", "Terminal"]
 
 log = structlog.get_logger("cleveragents.sidecar.runs")
+#: How much of a finished run's prompt its ``request`` keeps (what ``ListRuns`` shows): the
+#: whole spec stays in the log's ``run_started`` frame, and a finished run keeps it only there.
+PROMPT_KEPT = 200
 
 _TERMINAL_EVENTS = (RunCompleted, RunFailed, RunCancelled)
 
@@ -69,7 +72,8 @@ class Run:
     ``started_at`` is when the sidecar accepted it. ``begun`` turns true once its task runs
     (and the runtime has logged ``run_started``). Once finished, ``stop_reason``,
     ``iterations`` and ``tool_calls`` are the result's; the result itself is kept only once,
-    encoded in the log's last frame.
+    encoded in the log's last frame. Likewise the spec: once finished, ``request`` keeps the
+    start of the prompt and no script (``run_started`` holds both).
 
     Each frame stays under ``frame_limit`` bytes (0: no limit), so that one message can carry
     it: a result too large leaves out its history, a tool output too large is cut (both
@@ -208,6 +212,8 @@ class Run:
     def _finish(self) -> None:
         terminal, self._terminal = self._terminal, None
         assert terminal is not None
+        self.request = _slim(self.request)
+        self._encode = _ended
         result = terminal.result
         self.state, self.failure, self.finished_at = (
             terminal.state, terminal.failure, terminal.finished_at,
@@ -224,3 +230,15 @@ class Run:
             iterations=self.iterations,
             tool_calls=self.tool_calls,
         )
+
+
+def _slim(request: RunRequest) -> RunRequest:
+    """``request`` without what the log's ``run_started`` frame already holds in full."""
+    if len(request.prompt) <= PROMPT_KEPT and not request.llm.script:
+        return request
+    llm = dataclasses.replace(request.llm, script="")
+    return dataclasses.replace(request, prompt=request.prompt[:PROMPT_KEPT], llm=llm)
+
+
+def _ended(sequence: int, event: RunEvent, failure_code: int = 0) -> bytes:
+    raise AssertionError("a finished run logs nothing more")  # emit returns once ended

@@ -4,19 +4,25 @@ The SQLite store commits frames in batches on a writer thread (group commit: wha
 while one commit runs goes into the next) and calls back after each commit, so after a
 ``kill -9`` the file holds every event any client was sent, and the events of any run are a
 gap-free prefix of what the run produced.
+
+A commit that fails (a full disk, a file gone read-only) does not stop the writer: the store
+turns *failing*, tells its listeners (the run manager ends the live runs and refuses new
+ones), releases what it holds so that no reader hangs, and tries the same batch again every
+``retry_interval_s`` until a commit succeeds; then it tells its listeners it works again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import structlog
 
 from cleveragents.sidecar.errors import ConfigError
-from cleveragents.sidecar.runs.store import LogOwner, StoredRun
+from cleveragents.sidecar.runs.store import LogOwner, StoredRun, StoreListener
 from cleveragents.wire.frames import single
 
 __all__ = ["SqliteEventStore"]
@@ -39,6 +45,11 @@ _QUARANTINE = (
 )
 #: A forgotten run: its rows go.
 _FORGET = ("DELETE FROM events WHERE run_id = ?",)
+#: How often a failing store tries its unwritten batch again.
+RETRY_INTERVAL_S = 1.0
+
+#: What the writer stores: a frame (owner, sequence, frame), or statements on a run's rows.
+_Item = tuple[LogOwner, int, bytes] | tuple[str, tuple[str, ...]]
 
 
 class SqliteEventStore:
@@ -51,10 +62,14 @@ class SqliteEventStore:
     still lose the last commits.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, retry_interval_s: float = RETRY_INTERVAL_S) -> None:
         self.path = path
+        self.retry_interval_s = retry_interval_s
+        #: The error of the commit that failed, while the store cannot write (loop's view).
+        self.failure: str | None = None
+        self._listeners: list[StoreListener] = []
         #: Frames to store (owner, sequence, frame), and statements to run on a run's rows.
-        self._pending: list[tuple[LogOwner, int, bytes] | tuple[str, tuple[str, ...]]] = []
+        self._pending: list[_Item] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
@@ -85,6 +100,11 @@ class SqliteEventStore:
             self._pending.append((owner, sequence, frame))
         if not self._wake.is_set():
             self._wake.set()
+        if self.failure is not None:  # kept to write once the store works; released now
+            owner.release(sequence)
+
+    def watch(self, listener: StoreListener) -> None:
+        self._listeners.append(listener)
 
     def forget(self, run_id: str) -> None:
         self._on_rows(run_id, _FORGET)
@@ -113,27 +133,67 @@ class SqliteEventStore:
         return connection
 
     def _write_loop(self) -> None:
-        connection = self._connect()
+        connection: sqlite3.Connection | None = None
+        unwritten: list[_Item] = []  # the batch a failed commit left: it goes first, again
         try:
             while True:
-                self._wake.wait()
+                self._wake.wait(self.retry_interval_s if unwritten else None)
                 self._wake.clear()
                 with self._lock:
-                    batch, self._pending = self._pending, []
+                    batch, self._pending = unwritten + self._pending, []
                 if batch:
-                    self._commit(connection, batch)
+                    try:
+                        if connection is None:
+                            connection = self._connect()
+                        self._commit(connection, batch)
+                    except sqlite3.Error as exc:
+                        _discard(connection)  # a fresh connection for the next try
+                        connection = None
+                        if not unwritten:
+                            self._tell(self._failed, f"{type(exc).__name__}: {exc}")
+                        self._tell(_release_all, _marks(batch))  # readers must not wait
+                        unwritten = batch
+                        if self._stopping:
+                            log.error("event store closed unwritten", frames=len(batch))
+                            return
+                        continue
+                    if unwritten:
+                        unwritten = []
+                        self._tell(self._recovered)
                 if self._stopping and not self._pending:
                     return
         finally:
-            connection.close()
+            _discard(connection)
 
-    def _commit(
-        self,
-        connection: sqlite3.Connection,
-        batch: list[tuple[LogOwner, int, bytes] | tuple[str, tuple[str, ...]]],
-    ) -> None:
+    def _tell(self, callback: Callable[..., None], *args: object) -> None:
+        """Run ``callback`` on the event loop (the writer thread's news for the loop)."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(callback, *args)
+
+    def _failed(self, error: str) -> None:
+        """On the loop: a commit failed. Release what waits, then tell the listeners."""
+        self.failure = error
+        log.error(
+            "event store failed: runs end, new runs are refused until it writes again",
+            path=self.path,
+            error=error,
+            retry_interval_s=self.retry_interval_s,
+        )
+        with self._lock:
+            waiting = _marks(self._pending)
+        _release_all(waiting)
+        for listener in self._listeners:
+            listener(error)
+
+    def _recovered(self) -> None:
+        """On the loop: a commit succeeded after failures."""
+        self.failure = None
+        log.warning("event store writes again: runs are accepted", path=self.path)
+        for listener in self._listeners:
+            listener(None)
+
+    def _commit(self, connection: sqlite3.Connection, batch: list[_Item]) -> None:
         connection.execute("BEGIN")
-        released: dict[int, tuple[LogOwner, int]] = {}
         for item in batch:
             if len(item) == 2:
                 run_id, statements = item
@@ -145,10 +205,27 @@ class SqliteEventStore:
                     "INSERT OR REPLACE INTO events VALUES (?, ?, ?)",
                     (owner.run_id, sequence, single(frame)),
                 )
-                released[id(owner)] = (owner, sequence)
         connection.execute("COMMIT")
-        if released and self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(_release_all, list(released.values()))
+        marks = _marks(batch)
+        if marks:
+            self._tell(_release_all, marks)
+
+
+def _marks(batch: Iterable[_Item]) -> list[tuple[LogOwner, int]]:
+    """Each owner in ``batch`` with the last sequence of its that ``batch`` holds."""
+    released: dict[int, tuple[LogOwner, int]] = {}
+    for item in batch:
+        if len(item) == 3:
+            owner, sequence, _ = item
+            released[id(owner)] = (owner, sequence)
+    return list(released.values())
+
+
+def _discard(connection: sqlite3.Connection | None) -> None:
+    """Close ``connection`` (a transaction left open rolls back)."""
+    if connection is not None:
+        with contextlib.suppress(sqlite3.Error):
+            connection.close()
 
 
 def _release_all(marks: Iterable[tuple[LogOwner, int]]) -> None:

@@ -8,10 +8,15 @@ commit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["EventStore", "LogOwner", "MemoryEventStore", "StoredRun"]
+__all__ = ["EventStore", "LogOwner", "MemoryEventStore", "StoreListener", "StoredRun"]
+
+#: Told (on the event loop) the error when a store stops writing, and ``None`` once it writes
+#: again.
+StoreListener = Callable[[str | None], None]
 
 
 class LogOwner(Protocol):
@@ -52,6 +57,14 @@ class EventStore(Protocol):
         """Set aside a stored run whose log could not be read back (kept, never served)."""
         ...
 
+    def watch(self, listener: StoreListener) -> None:
+        """Tell ``listener`` when the store fails to write, and when it works again.
+
+        While it fails, a store still releases each frame (readers must not hang on it) and
+        keeps trying to write what it holds.
+        """
+        ...
+
     async def close(self) -> None:
         """Store what is pending and stop."""
         ...
@@ -71,6 +84,9 @@ class MemoryEventStore:
 
     def quarantine(self, run_id: str) -> None:
         return None
+
+    def watch(self, listener: StoreListener) -> None:
+        return None  # memory does not fail
 
     async def close(self) -> None:
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -93,6 +94,7 @@ class Sidecar:
             max_concurrent_runs=config.max_concurrent_runs,
             max_finished_runs=config.max_finished_runs,
             finished_run_ttl_s=config.finished_run_ttl_s,
+            max_finished_run_bytes=config.max_finished_run_bytes,
             watcher_queue_size=config.watcher_queue_size,
             store=SqliteEventStore(config.event_store) if config.event_store else None,
             observers=observers,
@@ -104,6 +106,8 @@ class Sidecar:
         self.health = health.aio.HealthServicer()
         self.address = ""
         self._server: grpc.aio.Server | None = None
+        self._health_task: asyncio.Task[None] | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
 
     async def start(self) -> str:
         """Bind the configured address and start serving; returns the address bound."""
@@ -172,8 +176,9 @@ class Sidecar:
                 await server.stop(None)
                 raise
             self._metrics_server = metrics_server
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self._set_health()
+        self._health_task = asyncio.create_task(self._follow_store(), name="store-health")
+        self._sweep_task = asyncio.create_task(self._drop_stalled(), name="stalled-watchers")
         log.info(
             "sidecar listening",
             address=self.address,
@@ -191,6 +196,12 @@ class Sidecar:
         Every run ends with its terminal event; streams get a moment to deliver it.
         """
         grace = self.config.shutdown_grace_s if grace_s is None else grace_s
+        for task in (self._health_task, self._sweep_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._health_task = self._sweep_task = None
         await self.health.enter_graceful_shutdown()
         log.info("sidecar stopping", live_runs=self.manager.live_count, grace_s=grace)
         await self.manager.drain(grace)
@@ -207,6 +218,31 @@ class Sidecar:
             await asyncio.to_thread(self._owned_tracer_provider.shutdown)
             self._owned_tracer_provider = None
         log.info("sidecar stopped")
+
+    async def _set_health(self) -> None:
+        """``SERVING`` while the run store writes, ``NOT_SERVING`` while it fails."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if self.manager.store_failure is None
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+    async def _follow_store(self) -> None:
+        """Keep health checking in step with the run store, until ``stop``."""
+        changed = self.manager.store_changed
+        while True:
+            await changed.wait()
+            changed.clear()
+            await self._set_health()
+
+    async def _drop_stalled(self) -> None:
+        """Drop, every so often, the watchers stuck in a write for ``watcher_stall_s``."""
+        stall_s = self.config.watcher_stall_s
+        while True:
+            await asyncio.sleep(min(1.0, stall_s / 4))
+            self.manager.drop_stalled(stall_s)
 
     async def wait_for_termination(self) -> None:
         """Wait until the server has stopped."""

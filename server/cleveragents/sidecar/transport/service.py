@@ -59,6 +59,9 @@ _SPEC_SLACK = 512 * 1024
 #: Threads opening Sessions: the work is bounded by the schema limits, and two keep one large
 #: opening from queueing the next.
 _OPENING_WORKERS = 2
+#: A watcher's messages stay this small (unless one event is larger): what gRPC holds for a
+#: watcher whose client stopped reading is about two of them.
+WATCH_BATCH_BYTES = 64 * 1024
 
 
 class ToolRuntimeService:
@@ -210,17 +213,22 @@ class ToolRuntimeService:
             )
         # Past the live end, the cursor simply waits for the run to get there.
         cursor = self.manager.follow(run, after)
-        limit = self.batch_limit if request.batch_events else 0
+        limit = min(self.batch_limit, WATCH_BATCH_BYTES) if request.batch_events else 0
         try:
             while items := await cursor.get_many(limit):
                 await context.write(batch(items))
         finally:
-            run.log.unsubscribe(cursor)
+            self.manager.unfollow(run, cursor)
         if cursor.dropped:
+            why = (
+                f"this watcher fell more than {self.manager.watcher_queue_size} events behind"
+                if not cursor.stalled
+                else f"this watcher's client stopped reading (a write waited over "
+                f"{self.config.watcher_stall_s:g} s)"
+            )
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"this watcher fell more than {self.manager.watcher_queue_size} events behind "
-                f"and was dropped; reconnect with after_sequence={cursor.cursor}",
+                f"{why} and was dropped; reconnect with after_sequence={cursor.cursor}",
             )
 
     async def Session(self, request_iterator: Any, context: Context) -> None:

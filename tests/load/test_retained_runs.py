@@ -1,0 +1,102 @@
+"""Finished runs with large specs, kept by a sidecar process: each spec once, and in all no
+more than ``max_finished_run_bytes``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from cleveragents.client import AsyncSidecarClient, SidecarRpcError
+
+MIB = 1024 * 1024
+#: A prompt this large (the default 16 MiB message limit allows it), run on the scripted LLM.
+PROMPT_BYTES = 8 * MIB
+SCRIPT = [{"content": "done"}]
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+Serve = Callable[..., tuple[str, int]]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    processes: list[subprocess.Popen[str]] = []
+
+    def start(**settings: str) -> tuple[str, int]:
+        env = dict(os.environ, CLEVERAGENTS_SIDECAR_FILE_TOOLS="false")
+        env.update({f"CLEVERAGENTS_SIDECAR_{k.upper()}": v for k, v in settings.items()})
+        command = [
+            sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
+            "--listen", "127.0.0.1:0", "--log-level", "warning",
+        ]  # fmt: skip
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+        processes.append(process)
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        return line.rsplit(" ", 1)[1], process.pid
+
+    yield start
+    for process in processes:
+        process.terminate()
+        process.wait(15)
+
+
+async def _runs(client: AsyncSidecarClient, names: list[str]) -> None:
+    for name in names:
+        # Each prompt its own text: nothing may be shared between runs by accident.
+        prompt = name[0] * PROMPT_BYTES
+        await client.run_tool_loop(prompt, script=SCRIPT, run_id=name, timeout=60)
+
+
+@pytest.mark.timeout(180)
+async def test_a_finished_run_keeps_its_spec_once(serve: Serve) -> None:
+    address, pid = serve(max_finished_run_bytes=str(1024 * MIB))
+    async with AsyncSidecarClient(address) as client:
+        await _runs(client, ["warm-up"])  # allocator and gRPC buffers at their working size
+        before = _rss_kib(pid)
+        names = [f"{letter}-run" for letter in "abcdef"]
+        await _runs(client, names)
+        after = _rss_kib(pid)
+        assert [run.run_id for run in await client.list_runs(limit=10)][:6] == names[::-1]
+    per_run = (after - before) * 1024 / len(names)
+    print(f"sidecar RSS per retained run of a {PROMPT_BYTES // MIB} MiB prompt: "
+          f"{per_run / MIB:.1f} MiB ({before} KiB -> {after} KiB)")  # fmt: skip
+    assert per_run < 1.35 * PROMPT_BYTES, per_run
+
+
+@pytest.mark.timeout(180)
+async def test_finished_runs_stay_within_their_byte_budget_oldest_forgotten_first(
+    serve: Serve,
+) -> None:
+    budget = 40 * MIB
+    address, pid = serve(max_finished_run_bytes=str(budget))
+    async with AsyncSidecarClient(address) as client:
+        await _runs(client, ["warm-up"])
+        before = _rss_kib(pid)
+        names = [f"{letter}-run" for letter in "abcdefghijkl"]
+        await _runs(client, names)
+        after = _rss_kib(pid)
+        kept = [run.run_id for run in await client.list_runs(limit=100)]
+        with pytest.raises(SidecarRpcError) as forgotten:
+            await client.get_run("a-run")
+        newest = await client.get_run("l-run")
+    # Each run holds a little more than its prompt: 4 of them fit in 40 MiB.
+    assert kept == names[:-5:-1], kept
+    assert forgotten.value.code == grpc.StatusCode.NOT_FOUND
+    assert newest.state == "completed"
+    growth = (after - before) * 1024
+    print(f"sidecar RSS after 12 runs of {PROMPT_BYTES // MIB} MiB prompts, {budget // MIB} MiB "
+          f"budget: +{growth / MIB:.1f} MiB ({before} KiB -> {after} KiB)")  # fmt: skip
+    assert growth < budget + 16 * MIB, growth

@@ -1,0 +1,162 @@
+"""Watchers whose client stopped reading (a SIGSTOPped process) cost a bounded number of bytes
+each, are dropped with RESOURCE_EXHAUSTED and the sequence to resume from, and resume with no
+gap."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cleveragents.client import AsyncSidecarClient
+
+WATCHERS = 100
+#: What one stalled watcher may cost the server (README: "a watcher that stops reading").
+#: Usually 50-200 KiB; but what gRPC buffers is bounded by the flow-control window the client
+#: granted, and a client that had been reading fast may have grown it to some 13 MB (seen in
+#: about one run in seven), which the sidecar cannot see or limit from Python.
+PER_WATCHER_BYTES = 16 * 1024 * 1024
+TEXT = "y" * (64 * 1024)
+#: A log of about 26 MB: 100 iterations with 64 KiB in each of three events, and the script in
+#: run_started. Large enough that no watcher's socket buffers hold the whole of it (each one
+#: took up to 12 MB before it stalled), so that every watcher stalls.
+SCRIPT: list[dict[str, Any]] = [
+    {"content": f"s{i}", "tool_calls": [{"id": f"c{i}", "name": "echo",
+                                         "arguments": {"text": TEXT}}]}
+    for i in range(100)
+] + [{"content": "done"}]  # fmt: skip
+
+#: The watchers' own process: it opens the streams, says "ready", is stopped, and once told
+#: "go" reads every stream to its end, resumes each from the last sequence it received, and
+#: prints what each saw.
+WATCHER_PROCESS = r"""
+import asyncio, json, sys
+import grpc
+from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc
+
+def sequences(message):
+    events = list(message.events) or [message.event]
+    return [event.sequence for event in events]
+
+async def follow(channel, after):
+    stub = service_pb2_grpc.ToolRuntimeServiceStub(channel)
+    call = stub.WatchRun(service_pb2.WatchRunRequest(run_id="big", after_sequence=after,
+                                                     batch_events=True))
+    return call
+
+async def drain(call):
+    seen = []
+    try:
+        async for message in call:
+            seen += sequences(message)
+        return seen, "OK", ""
+    except grpc.aio.AioRpcError as error:
+        return seen, error.code().name, error.details()
+
+async def main():
+    address, count = sys.argv[1], int(sys.argv[2])
+    options = [("grpc.max_receive_message_length", 1 << 25)]
+    channels = [grpc.aio.insecure_channel(address, options=options) for _ in range(count)]
+    calls = [await follow(channel, 0) for channel in channels]
+    await asyncio.gather(*(call.initial_metadata() for call in calls))
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    results = []
+    for channel, call in zip(channels, calls):
+        seen, code, details = await drain(call)
+        resumed, resumed_code, _ = await drain(await follow(channel, seen[-1] if seen else 0))
+        results.append({"seen": seen, "code": code, "details": details,
+                        "resumed": resumed, "resumed_code": resumed_code})
+    print(json.dumps(results), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture
+def sidecar() -> Iterator[subprocess.Popen[str]]:
+    env = dict(os.environ, CLEVERAGENTS_SIDECAR_FILE_TOOLS="false")
+    env["CLEVERAGENTS_SIDECAR_WATCHER_STALL_S"] = "1"
+    command = [
+        sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
+        "--listen", "127.0.0.1:0", "--log-level", "warning",
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        process.wait(15)
+
+
+def _start_watchers(address: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-c", WATCHER_PROCESS, address, str(WATCHERS)]
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _wait_for_drops(stderr: Any, count: int) -> None:
+    """Read the server's log lines until it has dropped ``count`` watchers."""
+    dropped = 0
+    while dropped < count:
+        line = stderr.readline()
+        assert line, "the sidecar's log ended"
+        if json.loads(line).get("event") == "watcher dropped":
+            dropped += 1
+
+
+@pytest.mark.timeout(240)
+async def test_stalled_watchers_cost_bounded_bytes_and_are_dropped_with_a_resume_point(
+    sidecar: subprocess.Popen[str],
+) -> None:
+    assert sidecar.stdout is not None
+    assert sidecar.stderr is not None
+    address = sidecar.stdout.readline().strip().rsplit(" ", 1)[1]
+    async with AsyncSidecarClient(address) as client:
+        await client.run_tool_loop("go", script=SCRIPT, max_iterations=110, run_id="big")
+        total = (await client.get_run("big")).last_sequence
+    before = _rss_kib(sidecar.pid)
+
+    watchers = _start_watchers(address)
+    assert watchers.stdin is not None
+    assert watchers.stdout is not None
+    try:
+        assert watchers.stdout.readline().strip() == "ready"
+        watchers.send_signal(signal.SIGSTOP)  # the client stops reading its sockets
+        await asyncio.to_thread(_wait_for_drops, sidecar.stderr, WATCHERS)
+        stalled = _rss_kib(sidecar.pid)
+        watchers.send_signal(signal.SIGCONT)
+        watchers.stdin.write("go\n")
+        watchers.stdin.flush()
+        results = json.loads(await asyncio.to_thread(watchers.stdout.readline))
+    finally:
+        watchers.kill()
+        watchers.wait(15)
+
+    growth = (stalled - before) * 1024
+    print(f"{WATCHERS} stalled watchers of a {total}-event log: +{growth / 1024 / 1024:.1f} MiB "
+          f"server RSS, {growth / WATCHERS / 1024:.0f} KiB each")  # fmt: skip
+    assert growth < WATCHERS * PER_WATCHER_BYTES, growth
+    for result in results:
+        seen = result["seen"]
+        assert result["code"] == "RESOURCE_EXHAUSTED", result["details"]
+        point = int(result["details"].split("after_sequence=")[1].split()[0])
+        assert point == len(seen)  # the status follows the last event gRPC took
+        assert seen + result["resumed"] == list(range(1, total + 1))
+        assert result["resumed_code"] == "OK"
