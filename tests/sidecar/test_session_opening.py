@@ -1,5 +1,5 @@
-"""A Session opens on the sidecar's own threads: sync tools that hold every thread of the
-event loop's default pool cannot keep new sessions from starting."""
+"""A Session with large schemas opens on the sidecar's own threads: sync tools that hold every
+thread of the event loop's default pool cannot keep new sessions from starting."""
 
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ async def test_a_session_opens_while_sync_tools_hold_every_default_thread(
             async with asyncio.timeout(WAIT_S):
                 for _ in range(POOL_THREADS):
                     await holding.get()
-            schema = {"type": "object", "properties": {"x": {"type": "string"}}}
+            # Over 8 KiB of schema: opened on a thread, not inline on the loop.
+            schema = {"type": "object", "properties": {"x": {"description": "d" * 9000}}}
             tool = types_pb2.ToolSpec(name="mine", input_schema=json.dumps(schema))
             session = stub.Session()
             await session.write(session_start(run_spec([turn("done")]), tool))

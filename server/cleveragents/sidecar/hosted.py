@@ -88,17 +88,21 @@ class ClientHost:
         return bool(self.pending_tools or self.pending_llm)
 
     def prepare_tools(
-        self, specs: Sequence[ToolSpec], caps: Sequence[int | None] | None = None
+        self,
+        specs: Sequence[ToolSpec],
+        caps: Sequence[int | None] | None = None,
+        pause: Callable[[], None] = lambda: None,
     ) -> None:
         """Build (and compile the schemas of) the proxies of ``specs`` ahead of the run; a
         call of ``specs[i]`` may carry at most ``caps[i]`` JSON values (``None``: any number).
 
-        Safe in a worker thread: compiling schemas is the costly part of opening a session.
+        Safe in a worker thread: compiling schemas is the costly part of opening a session;
+        ``pause`` is called between tools there, to let the event loop have the GIL.
         ``ValueError`` names a schema that does not compile.
         """
         prepared = ToolRegistry()
         for spec, cap in zip(specs, caps or [None] * len(specs), strict=True):
-            time.sleep(0)  # in a worker thread: let the event loop take the GIL between tools
+            pause()
             prepared.register(spec, self._proxy(spec), max_argument_values=cap)
         self._prepared = prepared
 
