@@ -73,7 +73,9 @@ async def test_a_finished_run_keeps_its_spec_once(serve: Serve) -> None:
     per_run = (after - before) * 1024 / len(names)
     print(f"sidecar RSS per retained run of a {PROMPT_BYTES // MIB} MiB prompt: "
           f"{per_run / MIB:.1f} MiB ({before} KiB -> {after} KiB)")  # fmt: skip
-    assert per_run < 1.35 * PROMPT_BYTES, per_run
+    # Kept once it is about 1.1-1.5 prompts (heap and gRPC buffers vary from run to run); a
+    # spec kept twice is at least 2 (it measured 3.4).
+    assert per_run < 1.8 * PROMPT_BYTES, per_run
 
 
 @pytest.mark.timeout(180)
