@@ -392,3 +392,20 @@ async def test_a_failed_run_raises_with_every_record_of_its_partial_result(
     assert raised.value.history_omitted
     history = raised.value.result.tool_call_history
     assert [r.call_id for r in history] == [f"r{i}" for i in range(1, 18)]
+
+
+async def test_a_failed_run_whose_partial_result_outgrows_the_trailer_still_raises_with_it(
+    make_sidecar: SidecarFactory,
+) -> None:
+    sidecar = await make_sidecar()
+    # Ten 2 kB echoes: far from a message's limit, but over the 6 KiB that gRPC's metadata
+    # allows the result trailer, which used to be left out (a bare SidecarRpcError).
+    text = "e" * 2000
+    script = [turn("", call(f"e{i}", "echo", text=text)) for i in range(10)]
+    async with AsyncSidecarClient(sidecar.address) as client:
+        with pytest.raises(RunFailedError) as raised:
+            await client.run_tool_loop("echo", script=script, timeout=LONG_S)
+    assert raised.value.history_omitted
+    history = raised.value.result.tool_call_history
+    assert [r.call_id for r in history] == [f"e{i}" for i in range(10)]
+    assert all(r.output == {"text": text} for r in history)

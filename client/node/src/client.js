@@ -113,7 +113,7 @@ export class SidecarClient {
       call = this.stub.StreamToolLoop(request, this.#metadata(options), this.#options(options));
       return call;
     };
-    return this.#eventStream(open, () => call, options.signal, null);
+    return this.#eventStream(open, () => call, options, null);
   }
 
   /**
@@ -135,7 +135,7 @@ export class SidecarClient {
       call = this.stub.WatchRun(request, this.#metadata(options), {});
       return call;
     };
-    return this.#eventStream(open, () => call, options.signal, {
+    return this.#eventStream(open, () => call, options, {
       state,
       resume: options.resume ?? true,
     });
@@ -319,12 +319,12 @@ export class SidecarClient {
     );
   }
 
-  #eventStream(open, current, signal, watch) {
+  #eventStream(open, current, options, watch) {
     const codec = this.codec;
-    const complete = (result, seen) => this.#complete(result, {}, seen);
+    const complete = (result, seen) => this.#complete(result, options, seen);
     async function* events() {
       const seen = []; // the records this stream carried, for a result that leaves them out
-      const detach = onAbort(signal, () => current()?.cancel());
+      const detach = onAbort(options.signal, () => current()?.cancel());
       let fruitless = 0; // reconnections in a row that brought no event
       try {
         for (;;) {
@@ -350,7 +350,7 @@ export class SidecarClient {
             if (watch) {
               fruitless = watch.state.last > start ? 0 : fruitless + 1;
               const dropped = error.code === Status.RESOURCE_EXHAUSTED;
-              if (watch.resume && dropped && fruitless <= MAX_FRUITLESS && !signal?.aborted) {
+              if (watch.resume && dropped && fruitless <= MAX_FRUITLESS && !options.signal?.aborted) {
                 // Dropped for falling behind: reconnect after the last event we have, giving
                 // the run a moment when the last attempt brought nothing.
                 if (fruitless) await sleep(10 * 2 ** fruitless);

@@ -16,9 +16,27 @@ MAX_TRAILER_BYTES = 6 * 1024
 
 
 def result_trailer(result: types_pb2.ToolCallRunResult) -> tuple[tuple[str, bytes], ...]:
-    """The trailing metadata carrying ``result``, or nothing when it would not fit."""
+    """The trailing metadata carrying ``result``.
+
+    A result too large for it leaves out its records (``history_omitted``: clients read them
+    with ``GetRunHistory``), then has its ``content`` cut (``content_truncated``), so that a
+    failed run of any length still gives its client the partial result.
+    """
     partial = result.SerializeToString()
-    return ((RESULT_TRAILER, partial),) if len(partial) <= MAX_TRAILER_BYTES else ()
+    if len(partial) > MAX_TRAILER_BYTES:
+        bounded = types_pb2.ToolCallRunResult()
+        bounded.CopyFrom(result)
+        if bounded.tool_call_history:
+            bounded.tool_call_count = len(bounded.tool_call_history)
+            bounded.history_omitted = True
+            del bounded.tool_call_history[:]
+        over = bounded.ByteSize() - MAX_TRAILER_BYTES
+        if over > 0:
+            data = bounded.content.encode()
+            bounded.content = data[: max(len(data) - over - 16, 0)].decode("utf-8", "ignore")
+            bounded.content_truncated = True
+        partial = bounded.SerializeToString()
+    return ((RESULT_TRAILER, partial),)
 
 
 def result_from_trailers(
