@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -11,9 +12,18 @@ import pytest
 from cleveragents.sidecar import ConfigError, SidecarConfig, load_config
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost, ClientLLMCaller
-from cleveragents.tool import LLMRequest, LLMResponse, Message, Role
+from cleveragents.tool import (
+    LLMRequest,
+    LLMResponse,
+    Message,
+    Role,
+    ToolCall,
+    ToolRegistry,
+    ToolRunner,
+    ToolSpec,
+)
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc, session_pb2, types_pb2
-from cleveragents.wire import LlmAnswer
+from cleveragents.wire import LlmAnswer, ToolAnswer
 
 from .conftest import (
     SidecarFactory,
@@ -157,3 +167,38 @@ def test_client_timeouts_must_be_positive_and_consistent(settings: dict[str, Any
 def test_the_client_llm_timeout_comes_from_the_environment() -> None:
     config = load_config(env={"CLEVERAGENTS_SIDECAR_CLIENT_LLM_TIMEOUT_S": "12.5"})
     assert config.client_llm_timeout_s == 12.5
+
+
+async def test_a_late_llm_answer_after_a_cancelled_call_is_ignored_once() -> None:
+    # A budget or CancelRun may end the run while the client's LLM still answers.
+    host = ClientHost(60.0, llm_timeout_s=60.0)
+    caller = ClientLLMCaller(host)
+    call = asyncio.create_task(caller.call(LLMRequest([Message(Role.USER, "go")], [], 1)))
+    assert await host.outbox.get_many(1 << 20)  # the invocation went out
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+
+    host.resolve_llm(LlmAnswer("llm_1", LLMResponse("too late")))  # ignored, not a violation
+    with pytest.raises(SidecarError) as twice:
+        host.resolve_llm(LlmAnswer("llm_1", LLMResponse("again")))
+    assert twice.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_an_invocation_too_large_to_send_leaves_no_call_waiting() -> None:
+    # Its call fails, and the model may use the id again: the next call is sent.
+    host = ClientHost(60.0, max_message_bytes=2000)
+    spec = ToolSpec("mine", "A client tool.")
+    registry = ToolRegistry()
+    host.register_tools(registry, [spec])
+    runner = ToolRunner(registry)
+    too_large = await runner.run(ToolCall("c1", "mine", {"text": "x" * 5000}), iteration=1)
+    assert not too_large.success
+    assert "it was not sent" in (too_large.error or "")
+    assert not host.has_pending
+
+    again = asyncio.create_task(runner.run(ToolCall("c1", "mine", {"text": "x"}), iteration=2))
+    assert await host.outbox.get_many(1 << 20)  # sent, not refused as a reused id
+    host.resolve_tool(ToolAnswer("c1", output='{"ok": true}'))
+    record = await again
+    assert record.success, record.error

@@ -22,6 +22,7 @@ from cleveragents.sandbox import file_tools
 from cleveragents.tool import (
     RunCompleted,
     ToolActorContext,
+    ToolCallCompleted,
     ToolCallRunResult,
     ToolSpec,
 )
@@ -409,3 +410,28 @@ async def test_a_failed_run_whose_partial_result_outgrows_the_trailer_still_rais
     history = raised.value.result.tool_call_history
     assert [r.call_id for r in history] == [f"e{i}" for i in range(10)]
     assert all(r.output == {"text": text} for r in history)
+
+
+async def test_records_put_back_keep_the_order_the_model_asked_not_the_order_they_finished(
+    make_sidecar: SidecarFactory, server_tools: ServerTools
+) -> None:
+    # Each turn asks for a slow call, then a fast one: they finish fast first. Over a 64 KiB
+    # limit the result leaves its records out, and the clients put them back.
+    async def nap(inputs: Any) -> dict[str, Any]:
+        await asyncio.sleep(0.05)
+        return {}
+
+    server_tools.registry.register(ToolSpec("nap", "Takes a moment."), nap)
+    sidecar = await make_sidecar(max_message_bytes=64 * 1024)
+    text = "e" * 8000
+    script = [turn("", call(f"s{i}", "nap"), call(f"e{i}", "echo", text=text)) for i in range(5)]
+    asked = [call_id for i in range(5) for call_id in (f"s{i}", f"e{i}")]
+    async with AsyncSidecarClient(sidecar.address) as client:
+        result = await client.run_tool_loop("go", script=script, max_iterations=5, timeout=LONG_S)
+        assert [r.call_id for r in result.tool_call_history] == asked  # read by paging
+        events = [e async for e in client.stream_tool_loop("go", script=script, max_iterations=5)]
+    finished = [e.event.record.call_id for e in events if isinstance(e.event, ToolCallCompleted)]
+    assert finished[:2] == ["e0", "s0"]
+    terminal = events[-1].event
+    assert isinstance(terminal, RunCompleted)
+    assert [r.call_id for r in terminal.result.tool_call_history] == asked  # from the stream

@@ -142,11 +142,12 @@ class EventDecoder:
     they are not (a watch that joined late), and the client reads them with GetRunHistory.
     """
 
-    __slots__ = ("_completed", "_seen")
+    __slots__ = ("_asked", "_completed", "_seen")
 
     def __init__(self) -> None:
         self._seen: dict[bytes, ToolCallRecord] = {}
         self._completed: list[ToolCallRecord] = []
+        self._asked = CallOrder()
 
     def __call__(self, event: events_pb2.RunEvent) -> StreamedEvent:
         at = event.time
@@ -154,12 +155,14 @@ class EventDecoder:
         kind = event.WhichOneof("payload")
         if kind == "tool_call_completed":
             self._completed.append(core.record)  # type: ignore[union-attr]
+        elif kind == "llm_responded":
+            self._asked.note(event.llm_responded)
         elif (
             kind in _TERMINALS
             and getattr(event, kind).result.history_omitted
             and not self.missing_history(event)
         ):
-            core = event_with_history(core, self._completed)
+            core = event_with_history(core, self._asked.sorted(self._completed))
         return StreamedEvent(event.run_id, event.sequence, at.seconds + at.nanos / 1e9, core)
 
     def missing_history(self, event: events_pb2.RunEvent) -> bool:
@@ -185,13 +188,46 @@ def omits_history(result: types_pb2.ToolCallRunResult) -> bool:
     return bool(result.history_omitted)
 
 
+_LAST = 1 << 30
+
+
+class CallOrder:
+    """The order in which the model asked for each iteration's calls (``llm_responded``).
+
+    ``tool_call_completed`` events come as calls finish, which for parallel calls is not the
+    order of a result's history (the order the model asked); this puts them back in it.
+    """
+
+    __slots__ = ("_index",)
+
+    def __init__(self) -> None:
+        self._index: dict[tuple[int, str], int] = {}
+
+    def note(self, responded: events_pb2.LlmResponded) -> None:
+        """Remember the order of the calls ``responded`` asks for."""
+        for index, call in enumerate(responded.tool_calls):
+            self._index.setdefault((responded.iteration, call.id), index)
+
+    def sorted(self, records: list[ToolCallRecord]) -> list[ToolCallRecord]:
+        """``records`` by iteration, then as the model asked (calls of unknown order after
+        those of their iteration, as they came)."""
+        index = self._index
+        return sorted(
+            records, key=lambda r: (r.iteration, index.get((r.iteration, r.call_id), _LAST))
+        )
+
+
 def history_records(events: Iterable[events_pb2.RunEvent]) -> list[ToolCallRecord]:
-    """The records a run's ``tool_call_completed`` events carry, in order."""
-    return [
-        record_from_pb(e.tool_call_completed.record)
-        for e in events
-        if e.WhichOneof("payload") == "tool_call_completed"
-    ]
+    """The records a run's ``tool_call_completed`` events carry, in the result's order."""
+    order = CallOrder()
+    records = []
+    for event in events:
+        kind = event.WhichOneof("payload")
+        if kind == "llm_responded":
+            order.note(event.llm_responded)
+        elif kind == "tool_call_completed":
+            records.append(record_from_pb(event.tool_call_completed.record))
+    return order.sorted(records)
 
 
 def next_page_after(page: service_pb2.GetRunHistoryResponse, after: int) -> int | None:

@@ -3,7 +3,7 @@ import grpc from '@grpc/grpc-js';
 
 import { Codec, normaliseTools, wireEvents } from './codec.js';
 import { RunFailedError, Status, toSidecarError } from './errors.js';
-import { pagedEvents, withRecords } from './history.js';
+import { RecordsSeen, pagedEvents, withRecords } from './history.js';
 import { loadService } from './proto.js';
 import { SessionRun } from './session.js';
 
@@ -323,7 +323,7 @@ export class SidecarClient {
     const codec = this.codec;
     const complete = (result, seen) => this.#complete(result, options, seen);
     async function* events() {
-      const seen = []; // the records this stream carried, for a result that leaves them out
+      const seen = new RecordsSeen(); // for a result that leaves its records out
       const detach = onAbort(options.signal, () => current()?.cancel());
       let fruitless = 0; // reconnections in a row that brought no event
       try {
@@ -337,7 +337,7 @@ export class SidecarClient {
               // actually yielded (a drop surfaces only after the batch in hand is yielded).
               for (const wire of wireEvents(message)) {
                 const event = codec.decodeEvent(wire);
-                if (event.payload === 'tool_call_completed') seen.push(event.tool_call_completed.record);
+                seen.add(event);
                 const terminal = event[event.payload];
                 if (terminal?.result?.history_omitted) terminal.result = await complete(terminal.result, seen);
                 if (watch) watch.state.last = event.sequence;

@@ -20,22 +20,49 @@ export async function* pagedEvents(page, afterSequence) {
 }
 
 /**
+ * The records a stream's `tool_call_completed` events carried, and the order the model asked
+ * for each iteration's calls (its `llm_responded` events): parallel calls complete in any
+ * order, and a result's history is in the order asked.
+ */
+export class RecordsSeen {
+  #records = [];
+  #asked = new Map();
+
+  /** Take note of `event` (a decoded `RunEvent`). */
+  add(event) {
+    if (event.payload === 'tool_call_completed') this.#records.push(event.tool_call_completed.record);
+    if (event.payload === 'llm_responded') {
+      const { iteration, tool_calls: calls } = event.llm_responded;
+      calls.forEach((call, index) => this.#asked.set(`${iteration}:${call.id}`, index));
+    }
+  }
+
+  get count() {
+    return this.#records.length;
+  }
+
+  /** The records, by iteration and then as the model asked (calls of unknown order last). */
+  inOrder() {
+    const rank = (r) => this.#asked.get(`${r.iteration}:${r.call_id}`) ?? Number.MAX_SAFE_INTEGER;
+    return [...this.#records].sort((a, b) => a.iteration - b.iteration || rank(a) - rank(b));
+  }
+}
+
+/**
  * `result` with its records put back when the sidecar left them out (`history_omitted`: too
  * many for one message): those in `seen` when they are all of them, else the ones `events`
  * (the run's whole log) carries.
  *
  * @param {any} result  a decoded `ToolCallRunResult`, or null
  * @param {() => AsyncIterable<any>} events
- * @param {any[] | null} [seen]  the records a stream already carried
+ * @param {RecordsSeen | null} [seen]  what a stream already carried
  */
 export async function withRecords(result, events, seen = null) {
   if (!result?.history_omitted) return result;
   let records = seen;
-  if (!records || records.length !== result.tool_call_count) {
-    records = [];
-    for await (const event of events()) {
-      if (event.payload === 'tool_call_completed') records.push(event.tool_call_completed.record);
-    }
+  if (!records || records.count !== result.tool_call_count) {
+    records = new RecordsSeen();
+    for await (const event of events()) records.add(event);
   }
-  return { ...result, tool_call_history: records };
+  return { ...result, tool_call_history: records.inOrder() };
 }

@@ -4,6 +4,7 @@ import { once } from 'node:events';
 
 import { fromTimestamp, normaliseOutput, TERMINAL, wireEvents } from './codec.js';
 import { RunFailedError, SidecarError, ToolError, describeError, toSidecarError } from './errors.js';
+import { RecordsSeen } from './history.js';
 
 /**
  * @typedef {object} LlmRequest  what a client-hosted LLM function receives
@@ -51,7 +52,7 @@ export class SessionRun {
   #error = null;
   #terminal = null;
   /** The records this session's events carried: a result too large for a message omits them. */
-  #records = [];
+  #records = new RecordsSeen();
   #inflight = new Set();
   #writes = Promise.resolve();
   #settle;
@@ -132,10 +133,10 @@ export class SessionRun {
       for (const wire of wireEvents(message)) {
         const event = this.#codec.decodeEvent(wire);
         if (event.payload === 'run_started') this.runId = event.run_id;
-        if (event.payload === 'tool_call_completed') this.#records.push(event.tool_call_completed.record);
+        this.#records.add(event);
         if (TERMINAL.includes(event.payload)) {
           const result = event[event.payload].result;
-          if (result?.history_omitted) result.tool_call_history = this.#records;
+          if (result?.history_omitted) result.tool_call_history = this.#records.inOrder();
           this.#terminal = event;
           this.#halfClose(); // nothing more to say: the run is over
         }

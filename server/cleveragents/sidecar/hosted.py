@@ -191,13 +191,13 @@ class ClientHost:
                     f"call id {call_id!r} is already awaiting the client; the model reused an id"
                 )
             timeout_s = scope.timeout_s or self.default_tool_timeout_s
-            future: asyncio.Future[ToolAnswer] = asyncio.get_running_loop().create_future()
-            self.pending_tools[call_id] = future
             invocation = tool_invocation(
                 call_id, spec.name, inputs, scope.iteration, time.time() + timeout_s
             )
             if (why := self.too_large(invocation, f"the invocation of {spec.name!r}")) is not None:
                 raise ToolRuntimeError(f"{why}: it was not sent")
+            future: asyncio.Future[ToolAnswer] = asyncio.get_running_loop().create_future()
+            self.pending_tools[call_id] = future
             self.send(invocation)
             try:
                 answer = await future
@@ -239,7 +239,6 @@ class ClientLLMCaller:
             async with asyncio.timeout(timeout_s):
                 answer = await future
         except TimeoutError:
-            self._host.forget("llm", request_id)
             raise SidecarError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"the client did not answer LLM invocation {request_id!r} within "
@@ -247,6 +246,8 @@ class ClientLLMCaller:
             ) from None
         finally:
             self._host.pending_llm.pop(request_id, None)
+            if future.cancelled() or not future.done():  # unanswered: a late answer is ignored once
+                self._host.forget("llm", request_id)
         if answer.response is None:
             raise SidecarError(
                 grpc.StatusCode.UNAVAILABLE, f"the client's LLM failed: {answer.error}"

@@ -1,4 +1,5 @@
-// A stream whose result leaves out its records reads them back with the stream's own metadata.
+// Results that leave out their records, on a sidecar with a 64 KiB message limit: streams read
+// them back with their own metadata, and in the order the model asked for the calls.
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -46,4 +47,25 @@ test('streams put the records back with the per-call metadata', async () => {
   const watched = await collect(client.watchRun(spec.run_id, late));
   const history = watched.at(-1).run_completed.result.tool_call_history;
   assert.deepEqual(history.map((r) => r.call_id), ids);
+});
+
+test('records put back keep the order the model asked, not the order they finished', async () => {
+  const text = 'e'.repeat(8_000);
+  const turns = [];
+  const asked = [];
+  for (let i = 0; i < 5; i += 1) {
+    turns.push(callTurn('', [`s${i}`, 'sleep', { seconds: 0.05 }], [`e${i}`, 'echo', { text }]));
+    asked.push(`s${i}`, `e${i}`);
+  }
+  const spec = { prompt: 'go', run_id: runId('order'), max_iterations: 5, llm: script(...turns) };
+  const events = await collect(client.streamToolLoop(spec, { metadata: auth }));
+  const finished = events.filter((e) => e.payload === 'tool_call_completed');
+  assert.deepEqual(
+    finished.slice(0, 2).map((e) => e.tool_call_completed.record.call_id),
+    ['e0', 's0'],
+  );
+  const streamed = events.at(-1).run_completed.result.tool_call_history;
+  assert.deepEqual(streamed.map((r) => r.call_id), asked);
+  const paged = await client.runToolLoop({ ...spec, run_id: runId('order') }, { metadata: auth });
+  assert.deepEqual(paged.tool_call_history.map((r) => r.call_id), asked);
 });
