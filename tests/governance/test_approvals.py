@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import grpc
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
-from cleveragents.sidecar import Sidecar, SidecarConfig
+from cleveragents.sidecar import ConfigError, Sidecar, SidecarConfig
 from cleveragents.tool import (
     ApprovalDecided,
     ApprovalDecision,
@@ -329,3 +330,17 @@ def test_the_unattended_wait_comes_from_the_environment_and_must_not_be_negative
     assert load_config(env={}).approval_timeout_unattended_s == 0.0
     with pytest.raises(ConfigError, match="approval_timeout_unattended_s must be 0"):
         SidecarConfig(approval_timeout_unattended_s=-1)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"approval_timeout_s": math.nan},
+        {"approval_timeout_s": math.inf},
+        {"approval_timeout_unattended_s": math.nan},
+        {"approval_timeout_unattended_s": math.inf},
+    ],
+)
+def test_approval_timeouts_must_be_finite_numbers(setting: dict[str, float]) -> None:
+    with pytest.raises(ConfigError, match="approval_timeout"):
+        SidecarConfig(**setting)

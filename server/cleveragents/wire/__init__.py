@@ -14,7 +14,6 @@ from cleveragents.wire.bounds import (
     OversizedEvent,
     event_limit,
     fit_frame,
-    spec_limit,
 )
 from cleveragents.wire.events import (
     EventEncoder,
@@ -169,7 +168,6 @@ __all__ = [
     "set_time",
     "single",
     "spec_from_pb",
-    "spec_limit",
     "spec_to_pb",
     "started_spec",
     "stop_reason_from_pb",

@@ -22,7 +22,7 @@ from typing import Any
 from cleveragents.toolruntime.v1 import events_pb2, types_pb2
 from cleveragents.wire.frames import frame
 
-__all__ = ["MESSAGE_HEADROOM", "OversizedEvent", "event_limit", "fit_frame", "spec_limit"]
+__all__ = ["MESSAGE_HEADROOM", "OversizedEvent", "event_limit", "fit_frame"]
 
 #: Room for what a response puts around one event or result: field tags and lengths, a run id
 #: (at most 128 characters), a state and a sequence number; generous on purpose.
@@ -38,12 +38,6 @@ class OversizedEvent(ValueError):
 def event_limit(max_message_bytes: int) -> int:
     """The largest frame that still fits in one message of ``max_message_bytes``."""
     return max(max_message_bytes - MESSAGE_HEADROOM, MESSAGE_HEADROOM)
-
-
-def spec_limit(max_message_bytes: int) -> int:
-    """The largest ``RunSpec`` a run may start with: its ``run_started`` event must fit, and
-    the sidecar adds to the spec the tool names it offers and the defaults it applied."""
-    return event_limit(max_message_bytes) - MESSAGE_HEADROOM
 
 
 def fit_frame(event: events_pb2.RunEvent, limit: int) -> bytes:

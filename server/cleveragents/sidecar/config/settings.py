@@ -173,9 +173,10 @@ class SidecarConfig:
                 f"default_automation_profile {self.default_automation_profile!r} is not a known "
                 "automation profile"
             )
-        if self.approval_timeout_s <= 0:
+        if not (self.approval_timeout_s > 0 and math.isfinite(self.approval_timeout_s)):
             raise ConfigError("approval_timeout_s must be a positive number of seconds")
-        if self.approval_timeout_unattended_s < 0:
+        unattended = self.approval_timeout_unattended_s
+        if not (unattended >= 0 and math.isfinite(unattended)):
             raise ConfigError(
                 "approval_timeout_unattended_s must be 0 (decide at once) or more seconds"
             )

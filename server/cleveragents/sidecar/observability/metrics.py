@@ -184,7 +184,7 @@ class _ManagerCollector:
             ),
             CounterMetricFamily(
                 "cleveragents_dropped_watchers",
-                "WatchRun watchers dropped for falling too far behind.",
+                "WatchRun watchers dropped: too far behind, or their client stopped reading.",
                 value=dropped,
             ),
             CounterMetricFamily(

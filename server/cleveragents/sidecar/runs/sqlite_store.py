@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 import structlog
@@ -135,9 +136,18 @@ class SqliteEventStore:
     def _write_loop(self) -> None:
         connection: sqlite3.Connection | None = None
         unwritten: list[_Item] = []  # the batch a failed commit left: it goes first, again
+        retry_at = 0.0
         try:
             while True:
-                self._wake.wait(self.retry_interval_s if unwritten else None)
+                # A failing store is tried again once a retry interval, however often frames
+                # come meanwhile; a working one writes as soon as they do.
+                while unwritten and not self._stopping:
+                    if (delay := retry_at - time.monotonic()) <= 0:
+                        break
+                    self._wake.wait(delay)
+                    self._wake.clear()
+                if not unwritten:
+                    self._wake.wait()
                 self._wake.clear()
                 with self._lock:
                     batch, self._pending = unwritten + self._pending, []
@@ -146,9 +156,10 @@ class SqliteEventStore:
                         if connection is None:
                             connection = self._connect()
                         self._commit(connection, batch)
-                    except sqlite3.Error as exc:
+                    except Exception as exc:  # any failed commit is a store failure, told
                         _discard(connection)  # a fresh connection for the next try
                         connection = None
+                        retry_at = time.monotonic() + self.retry_interval_s
                         if not unwritten:
                             self._tell(self._failed, f"{type(exc).__name__}: {exc}")
                         self._tell(_release_all, _marks(batch))  # readers must not wait

@@ -235,14 +235,20 @@ class Sidecar:
         while True:
             await changed.wait()
             changed.clear()
-            await self._set_health()
+            try:
+                await self._set_health()
+            except Exception:  # a bug here must not stop health from following the store
+                log.exception("could not update health from the run store")
 
     async def _drop_stalled(self) -> None:
         """Drop, every so often, the watchers stuck in a write for ``watcher_stall_s``."""
         stall_s = self.config.watcher_stall_s
         while True:
             await asyncio.sleep(min(1.0, stall_s / 4))
-            self.manager.drop_stalled(stall_s)
+            try:
+                self.manager.drop_stalled(stall_s)
+            except Exception:  # a bug here must not end the sweeps for good
+                log.exception("could not drop stalled watchers")
 
     async def wait_for_termination(self) -> None:
         """Wait until the server has stopped."""
