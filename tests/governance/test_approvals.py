@@ -341,6 +341,6 @@ def test_the_unattended_wait_comes_from_the_environment_and_must_not_be_negative
         {"approval_timeout_unattended_s": math.inf},
     ],
 )
-def test_approval_timeouts_must_be_finite_numbers(setting: dict[str, float]) -> None:
+def test_approval_timeouts_must_be_finite_numbers(setting: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="approval_timeout"):
         SidecarConfig(**setting)
