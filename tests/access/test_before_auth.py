@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc, types_pb2
+
+if TYPE_CHECKING:
+    from tests.conftest import ServedSidecar, ServeSidecar
 
 PEERS = 48
 MESSAGE = 15 * 1024 * 1024
@@ -25,34 +23,14 @@ BOUND_MB = 128
 TOKEN = "s3cret-token"
 
 
-def _status_mb(pid: int, field: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no {field}")
-
-
 @pytest.fixture
-def authed_sidecar() -> Iterator[tuple[str, int]]:
-    """A sidecar process with token auth on; its address and pid."""
-    env = dict(
-        os.environ,
-        SIDECAR_TEST_TOKEN=TOKEN,
-        CLEVERAGENTS_SIDECAR_AUTH_TOKEN_ENV="SIDECAR_TEST_TOKEN",
-        CLEVERAGENTS_SIDECAR_FILE_TOOLS="false",
-    )
-    command = [
-        sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
-        "--listen", "127.0.0.1:0", "--log-level", "warning",
-    ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
-    try:
-        yield line.rsplit(" ", 1)[1], process.pid
-    finally:
-        process.terminate()
-        process.wait(15)
+def authed_sidecar(serve_sidecar: ServeSidecar) -> ServedSidecar:
+    """A sidecar process with token auth on."""
+    return serve_sidecar(env={"SIDECAR_TEST_TOKEN": TOKEN}, auth_token_env="SIDECAR_TEST_TOKEN")
+
+
+def _mb(sidecar: ServedSidecar, field: str) -> float:
+    return sidecar.status_kib(field) / 1024
 
 
 async def _refused(address: str, payload: str, kind: str) -> tuple[grpc.StatusCode, str]:
@@ -90,16 +68,16 @@ async def _authenticated_run(address: str) -> str:
 
 
 async def test_unauthenticated_15_mib_requests_are_refused_without_being_read(
-    authed_sidecar: tuple[str, int],
+    authed_sidecar: ServedSidecar,
 ) -> None:
-    address, pid = authed_sidecar
-    before = _status_mb(pid, "VmRSS")
+    address = authed_sidecar.address
+    before = _mb(authed_sidecar, "VmRSS")
     payload = "x" * MESSAGE
     kinds = ("unary", "streaming")  # a Session's refusal never waited for its message
     attack = [asyncio.create_task(_refused(address, payload, kinds[i % 2])) for i in range(PEERS)]
     served = await _authenticated_run(address)  # while the attack is in flight
     outcomes = await asyncio.gather(*attack)
-    peak = _status_mb(pid, "VmHWM")
+    peak = _mb(authed_sidecar, "VmHWM")
 
     assert served == "still served"
     assert {code for code, _ in outcomes} == {grpc.StatusCode.UNAUTHENTICATED}
@@ -108,22 +86,22 @@ async def test_unauthenticated_15_mib_requests_are_refused_without_being_read(
 
 
 async def test_unauthenticated_health_checks_are_answered_without_reading_them(
-    authed_sidecar: tuple[str, int],
+    authed_sidecar: ServedSidecar,
 ) -> None:
-    address, pid = authed_sidecar
-    before = _status_mb(pid, "VmRSS")
+    address = authed_sidecar.address
+    before = _mb(authed_sidecar, "VmRSS")
     payload = "x" * MESSAGE
     outcomes = await asyncio.gather(*(_refused(address, payload, "health") for _ in range(PEERS)))
-    peak = _status_mb(pid, "VmHWM")
+    peak = _mb(authed_sidecar, "VmHWM")
 
     assert set(outcomes) == {(grpc.StatusCode.OK, "")}  # the whole server's status: SERVING
     assert peak - before < BOUND_MB, f"RSS went from {before:.0f} MB to a peak of {peak:.0f} MB"
 
 
 async def test_an_unauthenticated_health_watch_streams_the_whole_servers_status(
-    authed_sidecar: tuple[str, int],
+    authed_sidecar: ServedSidecar,
 ) -> None:
-    address, _ = authed_sidecar
+    address = authed_sidecar.address
     async with grpc.aio.insecure_channel(address) as channel:
         stub: Any = health_pb2_grpc.HealthStub(channel)
         watch = stub.Watch(health_pb2.HealthCheckRequest(service="not-read"), timeout=10)

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
 
 from cleveragents.toolruntime.v1 import service_pb2_grpc, session_pb2, types_pb2
+
+if TYPE_CHECKING:
+    from tests.conftest import ServeSidecar
 
 SESSIONS = 3000
 RUN_SLOTS = 1000
@@ -28,28 +27,18 @@ HOLD = [
 
 
 @pytest.fixture
-def burst_sidecar(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
+def burst_sidecar(serve_sidecar: ServeSidecar, tmp_path: Path) -> tuple[str, str, Path]:
     """A sidecar process with ``RUN_SLOTS`` run slots and metrics; its address, its metrics
     URL and its log file."""
-    env = dict(os.environ, CLEVERAGENTS_SIDECAR_FILE_TOOLS="false")
-    command = [
-        sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
-        "--listen", "127.0.0.1:0", "--log-level", "warning", "--log-format", "json",
-        "--max-concurrent-runs", str(RUN_SLOTS), "--metrics-listen", "127.0.0.1:0",
-    ]  # fmt: skip
     log_path = tmp_path / "sidecar.log"
     with log_path.open("w") as log_file:
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=log_file, text=True, env=env
-        )
-    assert process.stdout is not None
-    address = process.stdout.readline().strip().rsplit(" ", 1)[1]
-    metrics = process.stdout.readline().strip().rsplit(" ", 1)[1]
-    try:
-        yield address, metrics, log_path
-    finally:
-        process.terminate()
-        process.wait(15)
+        sidecar = serve_sidecar(
+            "--log-format", "json", "--max-concurrent-runs", str(RUN_SLOTS),
+            "--metrics-listen", "127.0.0.1:0", stderr=log_file,
+        )  # fmt: skip
+    assert sidecar.process.stdout is not None
+    metrics = sidecar.process.stdout.readline().strip().rsplit(" ", 1)[1]
+    return sidecar.address, metrics, log_path
 
 
 class Burst:

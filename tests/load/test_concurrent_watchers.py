@@ -3,49 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, StreamedEvent
 from cleveragents.tool import RunStarted
 
+if TYPE_CHECKING:
+    from tests.conftest import ServedSidecar, ServeSidecar
+
 RUNS = 300
 WATCHERS = 3
 ITERATIONS = 8
 
 
-def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 @pytest.fixture
-def sidecar() -> Iterator[tuple[str, int]]:
-    env = dict(
-        os.environ,
-        CLEVERAGENTS_SIDECAR_MAX_FINISHED_RUNS=str(RUNS),
-        CLEVERAGENTS_SIDECAR_FILE_TOOLS="false",
-    )
-    command = [
-        sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
-        "--listen", "127.0.0.1:0", "--log-level", "warning",
-    ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
-    try:
-        yield line.rsplit(" ", 1)[1], process.pid
-    finally:
-        process.terminate()
-        process.wait(15)
+def sidecar(serve_sidecar: ServeSidecar) -> ServedSidecar:
+    return serve_sidecar(max_finished_runs=RUNS)
 
 
 SCRIPT: list[dict[str, Any]] = [
@@ -85,9 +60,9 @@ async def _load(address: str) -> list[list[list[StreamedEvent]]]:
 
 @pytest.mark.timeout(180)
 async def test_every_watcher_sees_every_event_once_in_order_and_memory_returns(
-    sidecar: tuple[str, int],
+    sidecar: ServedSidecar,
 ) -> None:
-    address, pid = sidecar
+    address = sidecar.address
     # Warm-up: allocator arenas and caches reach their working size, and the sidecar keeps
     # its RUNS finished runs. The measured round reuses their ids, so a sidecar that does not
     # grow with load ends where it began. The C allocator hands memory back to the system
@@ -96,11 +71,11 @@ async def test_every_watcher_sees_every_event_once_in_order_and_memory_returns(
     readings = []
     for _ in range(2):
         await _load(address)
-        readings.append(_rss_kib(pid))
+        readings.append(sidecar.status_kib())
     baseline = max(readings)
 
     results = await _load(address)
-    after = _rss_kib(pid)
+    after = sidecar.status_kib()
 
     for streams in results:
         reference = [(e.sequence, e.event) for e in streams[1]]

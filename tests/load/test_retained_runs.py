@@ -3,54 +3,20 @@ more than ``max_finished_run_bytes``."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError
 
+if TYPE_CHECKING:
+    from tests.conftest import ServeSidecar
+
 MIB = 1024 * 1024
 #: A prompt this large (the default 16 MiB message limit allows it), run on the scripted LLM.
 PROMPT_BYTES = 8 * MIB
 SCRIPT = [{"content": "done"}]
-
-
-def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
-Serve = Callable[..., tuple[str, int]]
-
-
-@pytest.fixture
-def serve() -> Iterator[Serve]:
-    processes: list[subprocess.Popen[str]] = []
-
-    def start(**settings: str) -> tuple[str, int]:
-        env = dict(os.environ, CLEVERAGENTS_SIDECAR_FILE_TOOLS="false")
-        env.update({f"CLEVERAGENTS_SIDECAR_{k.upper()}": v for k, v in settings.items()})
-        command = [
-            sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
-            "--listen", "127.0.0.1:0", "--log-level", "warning",
-        ]  # fmt: skip
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
-        processes.append(process)
-        assert process.stdout is not None
-        line = process.stdout.readline().strip()
-        return line.rsplit(" ", 1)[1], process.pid
-
-    yield start
-    for process in processes:
-        process.terminate()
-        process.wait(15)
 
 
 async def _runs(client: AsyncSidecarClient, names: list[str]) -> None:
@@ -61,14 +27,14 @@ async def _runs(client: AsyncSidecarClient, names: list[str]) -> None:
 
 
 @pytest.mark.timeout(180)
-async def test_a_finished_run_keeps_its_spec_once(serve: Serve) -> None:
-    address, pid = serve(max_finished_run_bytes=str(1024 * MIB))
-    async with AsyncSidecarClient(address) as client:
+async def test_a_finished_run_keeps_its_spec_once(serve_sidecar: ServeSidecar) -> None:
+    sidecar = serve_sidecar(max_finished_run_bytes=1024 * MIB)
+    async with AsyncSidecarClient(sidecar.address) as client:
         await _runs(client, ["warm-up"])  # allocator and gRPC buffers at their working size
-        before = _rss_kib(pid)
+        before = sidecar.status_kib()
         names = [f"{letter}-run" for letter in "abcdef"]
         await _runs(client, names)
-        after = _rss_kib(pid)
+        after = sidecar.status_kib()
         assert [run.run_id for run in await client.list_runs(limit=10)][:6] == names[::-1]
     per_run = (after - before) * 1024 / len(names)
     print(f"sidecar RSS per retained run of a {PROMPT_BYTES // MIB} MiB prompt: "
@@ -80,16 +46,16 @@ async def test_a_finished_run_keeps_its_spec_once(serve: Serve) -> None:
 
 @pytest.mark.timeout(180)
 async def test_finished_runs_stay_within_their_byte_budget_oldest_forgotten_first(
-    serve: Serve,
+    serve_sidecar: ServeSidecar,
 ) -> None:
     budget = 40 * MIB
-    address, pid = serve(max_finished_run_bytes=str(budget))
-    async with AsyncSidecarClient(address) as client:
+    sidecar = serve_sidecar(max_finished_run_bytes=budget)
+    async with AsyncSidecarClient(sidecar.address) as client:
         await _runs(client, ["warm-up"])
-        before = _rss_kib(pid)
+        before = sidecar.status_kib()
         names = [f"{letter}-run" for letter in "abcdefghijkl"]
         await _runs(client, names)
-        after = _rss_kib(pid)
+        after = sidecar.status_kib()
         kept = [run.run_id for run in await client.list_runs(limit=100)]
         with pytest.raises(SidecarRpcError) as forgotten:
             await client.get_run("a-run")

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from cleveragents.client import AsyncSidecarClient
+
+if TYPE_CHECKING:
+    from tests.conftest import ServedSidecar, ServeSidecar
 
 WATCHERS = 100
 #: What one stalled watcher may cost the server (README: "a watcher that stops reading").
@@ -81,29 +81,10 @@ asyncio.run(main())
 """
 
 
-def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 @pytest.fixture
-def sidecar() -> Iterator[subprocess.Popen[str]]:
-    env = dict(os.environ, CLEVERAGENTS_SIDECAR_FILE_TOOLS="false")
-    env["CLEVERAGENTS_SIDECAR_WATCHER_STALL_S"] = "1"
-    command = [
-        sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
-        "--listen", "127.0.0.1:0", "--log-level", "warning",
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
-    try:
-        yield process
-    finally:
-        process.terminate()
-        process.wait(15)
+def sidecar(serve_sidecar: ServeSidecar) -> ServedSidecar:
+    """A sidecar that drops a watcher stuck in a write for a second; its log on a pipe."""
+    return serve_sidecar(stderr=subprocess.PIPE, watcher_stall_s=1)
 
 
 def _start_watchers(address: str) -> subprocess.Popen[str]:
@@ -123,15 +104,15 @@ def _wait_for_drops(stderr: Any, count: int) -> None:
 
 @pytest.mark.timeout(240)
 async def test_stalled_watchers_cost_bounded_bytes_and_are_dropped_with_a_resume_point(
-    sidecar: subprocess.Popen[str],
+    sidecar: ServedSidecar,
 ) -> None:
-    assert sidecar.stdout is not None
-    assert sidecar.stderr is not None
-    address = sidecar.stdout.readline().strip().rsplit(" ", 1)[1]
+    log = sidecar.process.stderr
+    assert log is not None
+    address = sidecar.address
     async with AsyncSidecarClient(address) as client:
         await client.run_tool_loop("go", script=SCRIPT, max_iterations=110, run_id="big")
         total = (await client.get_run("big")).last_sequence
-    before = _rss_kib(sidecar.pid)
+    before = sidecar.status_kib()
 
     watchers = _start_watchers(address)
     assert watchers.stdin is not None
@@ -139,8 +120,8 @@ async def test_stalled_watchers_cost_bounded_bytes_and_are_dropped_with_a_resume
     try:
         assert watchers.stdout.readline().strip() == "ready"
         watchers.send_signal(signal.SIGSTOP)  # the client stops reading its sockets
-        await asyncio.to_thread(_wait_for_drops, sidecar.stderr, WATCHERS)
-        stalled = _rss_kib(sidecar.pid)
+        await asyncio.to_thread(_wait_for_drops, log, WATCHERS)
+        stalled = sidecar.status_kib()
         watchers.send_signal(signal.SIGCONT)
         watchers.stdin.write("go\n")
         watchers.stdin.flush()

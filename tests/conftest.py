@@ -1,0 +1,76 @@
+"""Fixtures every test area shares: a ``cleveragents-sidecar serve`` process of the test's own,
+for the tests that measure a real server (its RSS from ``/proc``) or put it under load."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+_LISTENING = "cleveragents-sidecar listening on "
+
+
+@dataclass(frozen=True)
+class ServedSidecar:
+    """A sidecar process started by ``serve_sidecar``, and the address it listens on."""
+
+    process: subprocess.Popen[str]
+    address: str
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def status_kib(self, field: str = "VmRSS") -> int:
+        """A memory figure of the process from ``/proc/PID/status`` (``VmRSS``, ``VmHWM``…)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1])
+        raise AssertionError(f"no {field} in /proc/{self.pid}/status")
+
+
+#: ``serve_sidecar(*flags, env=..., stderr=..., **settings)``: settings become
+#: ``CLEVERAGENTS_SIDECAR_<NAME>`` variables, ``env`` adds others.
+ServeSidecar = Callable[..., ServedSidecar]
+
+
+@pytest.fixture
+def serve_sidecar() -> Iterator[ServeSidecar]:
+    """Start sidecar processes on free loopback ports (file tools off); all are stopped after
+    the test."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(
+        *flags: str,
+        env: Mapping[str, str] | None = None,
+        stderr: int | IO[Any] | None = None,
+        **settings: object,
+    ) -> ServedSidecar:
+        environment = dict(os.environ, CLEVERAGENTS_SIDECAR_FILE_TOOLS="false")
+        environment.update(env or {})
+        environment.update(
+            {f"CLEVERAGENTS_SIDECAR_{k.upper()}": str(v) for k, v in settings.items()}
+        )
+        command = [
+            sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
+            "--listen", "127.0.0.1:0", "--log-level", "warning", *flags,
+        ]  # fmt: skip
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=environment
+        )
+        started.append(process)
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        assert line.startswith(_LISTENING), line
+        return ServedSidecar(process, line.removeprefix(_LISTENING))
+
+    yield start
+    for process in started:
+        process.terminate()
+        process.wait(15)
