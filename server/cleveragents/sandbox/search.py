@@ -15,10 +15,9 @@ import stat
 import time
 from collections.abc import Callable
 
-import re2
-
 from cleveragents.sandbox.paths import Sandbox
 from cleveragents.tool import ToolError, current_call
+from cleveragents.tool.execution.linear_regex import compile_linear
 
 __all__ = ["MAX_SEARCHED_FILE", "MAX_SEARCH_RESULTS", "search_tree"]
 
@@ -90,19 +89,13 @@ def _finder(pattern: str, regex: bool) -> Finder:
             return None if start < 0 else (start, start + len(needle))
 
         return find_text
-    options = re2.Options()
-    options.log_errors = False
-    options.never_nl = True  # a match never spans lines, as if each line were searched alone
-    options.max_mem = _RE2_MAX_MEM
     try:
-        compiled = re2.compile(b"(?m)" + needle, options)
-    except re2.error as exc:
-        detail = exc.args[0] if exc.args else exc
-        if isinstance(detail, bytes):
-            detail = detail.decode("utf-8", "replace")
+        # A match never spans lines, as if each line were searched alone.
+        compiled = compile_linear(b"(?m)" + needle, max_mem=_RE2_MAX_MEM, never_nl=True)
+    except ValueError as exc:
         raise ToolError(
             f"invalid regular expression (RE2 syntax, which has no backreferences or "
-            f"lookaround): {detail}"
+            f"lookaround): {exc}"
         ) from None
 
     def find_expression(data: bytes, pos: int) -> tuple[int, int] | None:

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import re2
+from cleveragents.tool.execution.linear_regex import compile_linear
 
 __all__ = ["SchemaCost", "SchemaCostError", "measure_schema"]
 
@@ -117,17 +117,11 @@ def _walk(schema: Any, max_depth: int) -> tuple[int, dict[str, list[Any]], list[
 
 def _check_pattern(pattern: str) -> None:
     """Refuse a regular expression that only a backtracking engine can run."""
-    options = re2.Options()
-    options.log_errors = False
-    options.max_mem = _PATTERN_MAX_MEM
     try:
-        re2.compile(pattern, options)
-    except re2.error as exc:
-        detail = exc.args[0] if exc.args else exc
-        if isinstance(detail, bytes):
-            detail = detail.decode("utf-8", "replace")
+        compile_linear(pattern, max_mem=_PATTERN_MAX_MEM)
+    except ValueError as exc:
         raise SchemaCostError(
-            f"has a pattern {_short(pattern)!r} that is not RE2 syntax ({detail}); patterns "
+            f"has a pattern {_short(pattern)!r} that is not RE2 syntax ({exc}); patterns "
             "with lookaround or backreferences make the validator backtrack, up to 50 ms per "
             "string"
         ) from None
