@@ -38,6 +38,8 @@ __all__ = [
     "as_registry",
     "auth_metadata",
     "event_with_history",
+    "follow_ack",
+    "follow_start",
     "history_records",
     "next_page_after",
     "omits_history",
@@ -181,6 +183,21 @@ class EventDecoder:
         if record is None:
             record = self._seen[key] = record_from_pb(pb)
         return record
+
+
+def follow_start(run_id: str, after_sequence: int) -> service_pb2.FollowRunRequest:
+    """The first message of a ``FollowRun`` stream (the sidecar's window)."""
+    start = service_pb2.FollowRunStart(run_id=run_id, after_sequence=after_sequence)
+    return service_pb2.FollowRunRequest(start=start)
+
+
+def follow_ack(
+    response: service_pb2.FollowRunResponse, handled: int
+) -> service_pb2.FollowRunRequest | None:
+    """The ack of every event up to ``handled`` if ``FollowRun``'s ``response`` asks for one."""
+    if not response.ack_requested:
+        return None
+    return service_pb2.FollowRunRequest(ack=service_pb2.FollowRunAck(sequence=handled))
 
 
 def omits_history(result: types_pb2.ToolCallRunResult) -> bool:

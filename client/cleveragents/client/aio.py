@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any, Unpack
@@ -15,6 +16,8 @@ from cleveragents.client._requests import (
     Tools,
     auth_metadata,
     event_with_history,
+    follow_ack,
+    follow_start,
     history_records,
     next_page_after,
     omits_history,
@@ -129,14 +132,15 @@ class AsyncSidecarClient:
     async def watch(
         self, run_id: str, *, after_sequence: int = 0
     ) -> AsyncGenerator[StreamedEvent, None]:
-        """Follow a run from ``after_sequence``: what was missed, then live, to its end."""
-        call = self._stub.WatchRun(
-            service_pb2.WatchRunRequest(
-                run_id=run_id, after_sequence=after_sequence, batch_events=True
-            ),
-            metadata=self._metadata,
-        )
-        async for event in self._events(call):
+        """Follow a run from ``after_sequence``: what was missed, then live, to its end.
+
+        Each event counts as handled (and is acknowledged to the sidecar, which sends no more
+        than its window ahead of that) once the next one is asked for.
+        """
+        call = self._stub.FollowRun(metadata=self._metadata)
+        with rpc_errors():
+            await call.write(follow_start(run_id, after_sequence))
+        async for event in self._events(call, follows=True):
             yield event
 
     async def get_run(self, run_id: str) -> RunInfo:
@@ -277,12 +281,16 @@ class AsyncSidecarClient:
             # Every task is awaited: none outlives the session.
             await asyncio.gather(*pending, return_exceptions=True)
 
-    async def _events(self, call: Any) -> AsyncGenerator[StreamedEvent, None]:
-        decode = EventDecoder()
+    async def _events(
+        self, call: Any, *, follows: bool = False
+    ) -> AsyncGenerator[StreamedEvent, None]:
+        """The events of a streaming ``call``; a ``FollowRun`` call (``follows``) is acked."""
+        decode, handled = EventDecoder(), 0
         try:
             with rpc_errors():
                 async for response in call:
-                    for event in events_of(response):
+                    events = response.events if follows else events_of(response)
+                    for event in events:
                         streamed = decode(event)
                         if decode.missing_history(event):
                             records = await self._records(event.run_id)
@@ -290,5 +298,10 @@ class AsyncSidecarClient:
                                 streamed, event=event_with_history(streamed.event, records)
                             )
                         yield streamed
+                        handled = event.sequence
+                    if follows and (ack := follow_ack(response, handled)) is not None:
+                        # The call may have ended meanwhile; reading on reports how.
+                        with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+                            await call.write(ack)
         finally:
             call.cancel()

@@ -16,6 +16,8 @@ from cleveragents.client._requests import (
     Tools,
     auth_metadata,
     event_with_history,
+    follow_ack,
+    follow_start,
     history_records,
     next_page_after,
     omits_history,
@@ -126,14 +128,20 @@ class SidecarClient:
     def watch(
         self, run_id: str, *, after_sequence: int = 0
     ) -> Generator[StreamedEvent, None, None]:
-        """Follow a run from ``after_sequence``: what was missed, then live, to its end."""
-        call = self._stub.WatchRun(
-            service_pb2.WatchRunRequest(
-                run_id=run_id, after_sequence=after_sequence, batch_events=True
-            ),
-            metadata=self._metadata,
-        )
-        return self._events(call)
+        """Follow a run from ``after_sequence``: what was missed, then live, to its end.
+
+        Each event counts as handled (and is acknowledged to the sidecar, which sends no more
+        than its window ahead of that) once the next one is asked for.
+        """
+        outgoing: queue.SimpleQueue[service_pb2.FollowRunRequest | None] = queue.SimpleQueue()
+        outgoing.put(follow_start(run_id, after_sequence))
+
+        def requests() -> Iterator[service_pb2.FollowRunRequest]:
+            while (message := outgoing.get()) is not None:
+                yield message
+
+        call = self._stub.FollowRun(requests(), metadata=self._metadata)
+        return self._events(call, outgoing)
 
     def get_run(self, run_id: str) -> RunInfo:
         """A run's state, last sequence and (once ended) result."""
@@ -252,12 +260,18 @@ class SidecarClient:
             call.cancel()
             loop.close()
 
-    def _events(self, call: Any) -> Generator[StreamedEvent, None, None]:
-        decode = EventDecoder()
+    def _events(
+        self,
+        call: Any,
+        acks: queue.SimpleQueue[service_pb2.FollowRunRequest | None] | None = None,
+    ) -> Generator[StreamedEvent, None, None]:
+        """The events of a streaming ``call``; a ``FollowRun`` call's acks go to ``acks``."""
+        decode, handled = EventDecoder(), 0
         try:
             with rpc_errors():
                 for response in call:
-                    for event in events_of(response):
+                    events = response.events if acks is not None else events_of(response)
+                    for event in events:
                         streamed = decode(event)
                         if decode.missing_history(event):
                             records = self._records(event.run_id)
@@ -265,5 +279,10 @@ class SidecarClient:
                                 streamed, event=event_with_history(streamed.event, records)
                             )
                         yield streamed
+                        handled = event.sequence
+                    if acks is not None and (ack := follow_ack(response, handled)) is not None:
+                        acks.put(ack)
         finally:
+            if acks is not None:
+                acks.put(None)  # ends the thread that sends them
             call.cancel()

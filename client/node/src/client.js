@@ -118,8 +118,10 @@ export class SidecarClient {
 
   /**
    * Follow a run by id: the events after `afterSequence` (replayed), then live ones until the
-   * run ends. When the sidecar drops this watcher for falling too far behind
-   * (`RESOURCE_EXHAUSTED`), it reconnects from the last event it yielded, unless `resume` is
+   * run ends. It follows with acknowledgements (FollowRun): an event counts as handled once
+   * the next one is asked for, and the sidecar sends no more than its window ahead of that.
+   * When the sidecar drops this watcher (`RESOURCE_EXHAUSTED`: it fell too far behind, or
+   * stopped taking events), it reconnects from the last event it yielded, unless `resume` is
    * false; the error then carries `afterSequence` to reconnect with.
    *
    * @param {string} runId
@@ -131,13 +133,20 @@ export class SidecarClient {
     const state = { last: options.afterSequence ?? 0 };
     let call;
     const open = () => {
-      const request = { run_id: runId, after_sequence: state.last, batch_events: true };
-      call = this.stub.WatchRun(request, this.#metadata(options), {});
+      call = this.stub.FollowRun(this.#metadata(options), {});
+      call.write({ start: { run_id: runId, after_sequence: state.last } });
       return call;
     };
     return this.#eventStream(open, () => call, options, {
       state,
       resume: options.resume ?? true,
+      acknowledge: (followed, sequence) => {
+        try {
+          followed.write({ ack: { sequence } });
+        } catch {
+          // The call has ended: reading on reports how.
+        }
+      },
     });
   }
 
@@ -343,6 +352,8 @@ export class SidecarClient {
                 if (watch) watch.state.last = event.sequence;
                 yield event;
               }
+              // Every event of the message is handled: acknowledge them if the sidecar asks.
+              if (watch && message.ack_requested) watch.acknowledge(call, watch.state.last);
             }
             return;
           } catch (err) {

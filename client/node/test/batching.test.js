@@ -1,5 +1,6 @@
-// Batched events: the client asks for them on StreamToolLoop, WatchRun and Session, and unpacks
-// them so that iterating still gives one event per step, each once, in sequence order.
+// Batched events: the client asks for them on StreamToolLoop and Session (FollowRun always
+// batches), and unpacks them so that iterating still gives one event per step, each once, in
+// sequence order.
 //
 // A grpc-js interceptor records what goes over the wire: the requests the client sends, and
 // each response message as the sidecar sent it (so batches can be counted).
@@ -263,7 +264,7 @@ describe('session with batched events', () => {
   });
 });
 
-describe('watchRun with batched events', () => {
+describe('watchRun (FollowRun, batched and acknowledged)', () => {
   test('a watcher sees the whole log in order, live and replayed', async () => {
     const n = 300;
     const id = runId();
@@ -275,7 +276,7 @@ describe('watchRun with batched events', () => {
       llm: burstScript(n),
     });
     for await (const event of start) if (event.payload === 'tool_call_started') break;
-    const already = wire.of('WatchRun').length;
+    const already = wire.of('FollowRun').length;
     const total = 4 * n + 8;
 
     const live = await collect(client.watchRun(id)); // attached during the nap
@@ -287,14 +288,39 @@ describe('watchRun with batched events', () => {
     const tail = await collect(client.watchRun(id, { afterSequence: 700 }));
     assert.deepEqual(tail, live.slice(700));
 
-    const calls = wire.of('WatchRun').slice(already);
+    const calls = wire.of('FollowRun').slice(already);
     assert.equal(calls.length, 3, 'no reconnection');
-    for (const { requests } of calls) assert.equal(requests[0].batch_events, true);
+    for (const { requests } of calls) assert.ok(requests[0].start, 'each call opens with its start');
     assert.deepEqual(wireSequences(calls[0].responses), live.map((e) => e.sequence));
     assert.deepEqual(wireSequences(calls[2].responses), tail.map((e) => e.sequence));
     const replayed = calls[1].responses;
     assert.ok(replayed.length < total, `the replay was batched: ${replayed.length} messages`);
     assert.ok(calls[0].responses.length < total, `so was the live log: ${calls[0].responses.length}`);
+  });
+
+  test('a log larger than the window is followed in one call, acknowledged as asked', async () => {
+    const n = 150;
+    const id = runId();
+    // Some 5 MB of events (8 KiB echoed four times a turn): several of the sidecar's 1 MiB windows.
+    await client.runToolLoop({ prompt: 'p', run_id: id, max_iterations: n + 5, llm: burstScript(n, 'x'.repeat(8192)) });
+    const already = wire.of('FollowRun').length;
+    const events = await collect(client.watchRun(id));
+    assertOneToN(events, 4 * n + 8);
+
+    const calls = wire.of('FollowRun').slice(already);
+    assert.equal(calls.length, 1, 'no reconnection: the acks kept the window open');
+    const [{ requests, responses }] = calls;
+    // What each request for an ack covers: the newest event received (a request with no
+    // events of its own comes when the sidecar waits for room).
+    const asked = [];
+    let newest = 0;
+    for (const r of responses) {
+      if (r.events.length) newest = Number(r.events.at(-1).sequence);
+      if (r.ack_requested) asked.push(newest);
+    }
+    const acks = requests.slice(1).map((r) => Number(r.ack.sequence));
+    assert.ok(asked.length >= 4, `the sidecar asked for acks: ${asked.length}`);
+    assert.deepEqual(acks, asked, 'each ack answers one request, with the newest event then');
   });
 
   describe('with a sidecar whose watchers may fall only 64 events behind', () => {
@@ -330,10 +356,10 @@ describe('watchRun with batched events', () => {
       for await (const event of start) if (event.payload === 'tool_call_started') break;
 
       const events = [];
-      const lastBeforeCall = []; // per WatchRun call: the last sequence yielded before it opened
+      const lastBeforeCall = []; // per FollowRun call: the last sequence yielded before it opened
       let stalled = null;
       for await (const event of smallClient.watchRun(id)) {
-        const calls = smallWire.of('WatchRun');
+        const calls = smallWire.of('FollowRun');
         while (lastBeforeCall.length < calls.length) lastBeforeCall.push(events.at(-1)?.sequence ?? 0);
         events.push(event);
         if (stalled === null) {
@@ -351,14 +377,13 @@ describe('watchRun with batched events', () => {
       assertEventLog(assert, events);
       assertOneToN(events, 4 * n + 8);
 
-      const calls = smallWire.of('WatchRun');
+      const calls = smallWire.of('FollowRun');
       assert.ok(calls.length >= 2, 'the watcher was dropped and reconnected');
       assert.deepEqual(
-        calls.map((c) => c.requests[0].after_sequence),
+        calls.map((c) => Number(c.requests[0].start.after_sequence)),
         lastBeforeCall,
         'each reconnection resumes after the last event yielded',
       );
-      for (const { requests } of calls) assert.equal(requests[0].batch_events, true);
     });
   });
 });

@@ -21,6 +21,7 @@ __all__ = [
     "Message",
     "batch",
     "batch_limit",
+    "follow_message",
     "frame",
     "history_page",
     "session_messages",
@@ -95,15 +96,28 @@ def history_page(frames: Sequence[bytes], last_sequence: int, *, finished: bool)
     """A whole ``GetRunHistoryResponse``: ``frames`` in ``events`` (field 1), then
     ``last_sequence`` (field 2) and ``finished`` (field 3), without decoding any frame."""
     tail = bytearray(b"\x10")
-    value = last_sequence
-    while value > 0x7F:
-        tail.append((value & 0x7F) | 0x80)
-        value >>= 7
-    tail.append(value)
+    _append_varint(tail, last_sequence)
     if finished:
         tail += b"\x18\x01"
     body = _EVENT_TAG + _EVENT_TAG.join(frames) if frames else b""
     return body + bytes(tail)
+
+
+def follow_message(frames: Sequence[bytes], *, ack_requested: bool, window_bytes: int) -> bytes:
+    """A whole ``FollowRunResponse``: ``frames`` in ``events`` (field 1), then
+    ``ack_requested`` (field 2) and, when not 0, ``window_bytes`` (field 3)."""
+    tail = bytearray(b"\x10\x01" if ack_requested else b"")
+    if window_bytes:
+        tail.append(0x18)
+        _append_varint(tail, window_bytes)
+    return _EVENT_TAG + _EVENT_TAG.join(frames) + bytes(tail)
+
+
+def _append_varint(buffer: bytearray, value: int) -> None:
+    while value > 0x7F:
+        buffer.append((value & 0x7F) | 0x80)
+        value >>= 7
+    buffer.append(value)
 
 
 def take_frames(frames: Sequence[bytes], start: int, stop: int, max_bytes: int) -> list[bytes]:

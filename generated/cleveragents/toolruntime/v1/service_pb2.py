@@ -28,7 +28,7 @@ from cleveragents.toolruntime.v1 import types_pb2 as cleveragents_dot_toolruntim
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)cleveragents/toolruntime/v1/service.proto\x12\x1b\x63leveragents.toolruntime.v1\x1a(cleveragents/toolruntime/v1/events.proto\x1a)cleveragents/toolruntime/v1/session.proto\x1a\'cleveragents/toolruntime/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"H\n\x12RunToolLoopRequest\x12\x32\n\x04spec\x18\x01 \x01(\x0b\x32$.cleveragents.toolruntime.v1.RunSpec\"U\n\x13RunToolLoopResponse\x12>\n\x06result\x18\x01 \x01(\x0b\x32..cleveragents.toolruntime.v1.ToolCallRunResult\"a\n\x15StreamToolLoopRequest\x12\x32\n\x04spec\x18\x01 \x01(\x0b\x32$.cleveragents.toolruntime.v1.RunSpec\x12\x14\n\x0c\x62\x61tch_events\x18\x02 \x01(\x08\"\x85\x01\n\x16StreamToolLoopResponse\x12\x34\n\x05\x65vent\x18\x01 \x01(\x0b\x32%.cleveragents.toolruntime.v1.RunEvent\x12\x35\n\x06\x65vents\x18\x02 \x03(\x0b\x32%.cleveragents.toolruntime.v1.RunEvent\"O\n\x0fWatchRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\x12\x14\n\x0c\x62\x61tch_events\x18\x03 \x01(\x08\"\x7f\n\x10WatchRunResponse\x12\x34\n\x05\x65vent\x18\x01 \x01(\x0b\x32%.cleveragents.toolruntime.v1.RunEvent\x12\x35\n\x06\x65vents\x18\x02 \x03(\x0b\x32%.cleveragents.toolruntime.v1.RunEvent\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"\xad\x01\n\x0eGetRunResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x34\n\x05state\x18\x02 \x01(\x0e\x32%.cleveragents.toolruntime.v1.RunState\x12>\n\x06result\x18\x03 \x01(\x0b\x32..cleveragents.toolruntime.v1.ToolCallRunResult\x12\x15\n\rlast_sequence\x18\x04 \x01(\x04\"2\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"I\n\x11\x43\x61ncelRunResponse\x12\x34\n\x05state\x18\x01 \x01(\x0e\x32%.cleveragents.toolruntime.v1.RunState\"\x12\n\x10ListToolsRequest\"I\n\x11ListToolsResponse\x12\x34\n\x05tools\x18\x01 \x03(\x0b\x32%.cleveragents.toolruntime.v1.ToolSpec\"Z\n\x15\x44\x65\x63ideApprovalRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x10\n\x08\x61pproved\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x18\n\x16\x44\x65\x63ideApprovalResponse\" \n\x0fListRunsRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\"I\n\x10ListRunsResponse\x12\x35\n\x04runs\x18\x01 \x03(\x0b\x32\'.cleveragents.toolruntime.v1.RunSummary\"Q\n\x14GetRunHistoryRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\x12\x11\n\tmax_bytes\x18\x03 \x01(\x05\"w\n\x15GetRunHistoryResponse\x12\x35\n\x06\x65vents\x18\x01 \x03(\x0b\x32%.cleveragents.toolruntime.v1.RunEvent\x12\x15\n\rlast_sequence\x18\x02 \x01(\x04\x12\x10\n\x08\x66inished\x18\x03 \x01(\x08\"\xc0\x02\n\nRunSummary\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x34\n\x05state\x18\x02 \x01(\x0e\x32%.cleveragents.toolruntime.v1.RunState\x12<\n\x0bstop_reason\x18\x03 \x01(\x0e\x32\'.cleveragents.toolruntime.v1.StopReason\x12\x15\n\rlast_sequence\x18\x04 \x01(\x04\x12.\n\nstarted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\niterations\x18\x07 \x01(\x05\x12\x12\n\ntool_calls\x18\x08 \x01(\x05\x12\x0e\n\x06prompt\x18\t \x01(\t2\xef\x08\n\x12ToolRuntimeService\x12p\n\x0bRunToolLoop\x12/.cleveragents.toolruntime.v1.RunToolLoopRequest\x1a\x30.cleveragents.toolruntime.v1.RunToolLoopResponse\x12{\n\x0eStreamToolLoop\x12\x32.cleveragents.toolruntime.v1.StreamToolLoopRequest\x1a\x33.cleveragents.toolruntime.v1.StreamToolLoopResponse0\x01\x12h\n\x07Session\x12+.cleveragents.toolruntime.v1.SessionRequest\x1a,.cleveragents.toolruntime.v1.SessionResponse(\x01\x30\x01\x12i\n\x08WatchRun\x12,.cleveragents.toolruntime.v1.WatchRunRequest\x1a-.cleveragents.toolruntime.v1.WatchRunResponse0\x01\x12\x61\n\x06GetRun\x12*.cleveragents.toolruntime.v1.GetRunRequest\x1a+.cleveragents.toolruntime.v1.GetRunResponse\x12j\n\tCancelRun\x12-.cleveragents.toolruntime.v1.CancelRunRequest\x1a..cleveragents.toolruntime.v1.CancelRunResponse\x12j\n\tListTools\x12-.cleveragents.toolruntime.v1.ListToolsRequest\x1a..cleveragents.toolruntime.v1.ListToolsResponse\x12y\n\x0e\x44\x65\x63ideApproval\x12\x32.cleveragents.toolruntime.v1.DecideApprovalRequest\x1a\x33.cleveragents.toolruntime.v1.DecideApprovalResponse\x12g\n\x08ListRuns\x12,.cleveragents.toolruntime.v1.ListRunsRequest\x1a-.cleveragents.toolruntime.v1.ListRunsResponse\x12v\n\rGetRunHistory\x12\x31.cleveragents.toolruntime.v1.GetRunHistoryRequest\x1a\x32.cleveragents.toolruntime.v1.GetRunHistoryResponseBA\n\x1f\x63om.cleveragents.toolruntime.v1P\x01\xaa\x02\x1b\x43leverAgents.ToolRuntime.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)cleveragents/toolruntime/v1/service.proto\x12\x1b\x63leveragents.toolruntime.v1\x1a(cleveragents/toolruntime/v1/events.proto\x1a)cleveragents/toolruntime/v1/session.proto\x1a\'cleveragents/toolruntime/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"H\n\x12RunToolLoopRequest\x12\x32\n\x04spec\x18\x01 \x01(\x0b\x32$.cleveragents.toolruntime.v1.RunSpec\"U\n\x13RunToolLoopResponse\x12>\n\x06result\x18\x01 \x01(\x0b\x32..cleveragents.toolruntime.v1.ToolCallRunResult\"a\n\x15StreamToolLoopRequest\x12\x32\n\x04spec\x18\x01 \x01(\x0b\x32$.cleveragents.toolruntime.v1.RunSpec\x12\x14\n\x0c\x62\x61tch_events\x18\x02 \x01(\x08\"\x85\x01\n\x16StreamToolLoopResponse\x12\x34\n\x05\x65vent\x18\x01 \x01(\x0b\x32%.cleveragents.toolruntime.v1.RunEvent\x12\x35\n\x06\x65vents\x18\x02 \x03(\x0b\x32%.cleveragents.toolruntime.v1.RunEvent\"O\n\x0fWatchRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\x12\x14\n\x0c\x62\x61tch_events\x18\x03 \x01(\x08\"\x7f\n\x10WatchRunResponse\x12\x34\n\x05\x65vent\x18\x01 \x01(\x0b\x32%.cleveragents.toolruntime.v1.RunEvent\x12\x35\n\x06\x65vents\x18\x02 \x03(\x0b\x32%.cleveragents.toolruntime.v1.RunEvent\"\x92\x01\n\x10\x46ollowRunRequest\x12<\n\x05start\x18\x01 \x01(\x0b\x32+.cleveragents.toolruntime.v1.FollowRunStartH\x00\x12\x38\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32).cleveragents.toolruntime.v1.FollowRunAckH\x00\x42\x06\n\x04kind\"N\n\x0e\x46ollowRunStart\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\x12\x14\n\x0cwindow_bytes\x18\x03 \x01(\x04\" \n\x0c\x46ollowRunAck\x12\x10\n\x08sequence\x18\x01 \x01(\x04\"w\n\x11\x46ollowRunResponse\x12\x35\n\x06\x65vents\x18\x01 \x03(\x0b\x32%.cleveragents.toolruntime.v1.RunEvent\x12\x15\n\rack_requested\x18\x02 \x01(\x08\x12\x14\n\x0cwindow_bytes\x18\x03 \x01(\x04\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"\xad\x01\n\x0eGetRunResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x34\n\x05state\x18\x02 \x01(\x0e\x32%.cleveragents.toolruntime.v1.RunState\x12>\n\x06result\x18\x03 \x01(\x0b\x32..cleveragents.toolruntime.v1.ToolCallRunResult\x12\x15\n\rlast_sequence\x18\x04 \x01(\x04\"2\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"I\n\x11\x43\x61ncelRunResponse\x12\x34\n\x05state\x18\x01 \x01(\x0e\x32%.cleveragents.toolruntime.v1.RunState\"\x12\n\x10ListToolsRequest\"I\n\x11ListToolsResponse\x12\x34\n\x05tools\x18\x01 \x03(\x0b\x32%.cleveragents.toolruntime.v1.ToolSpec\"Z\n\x15\x44\x65\x63ideApprovalRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x10\n\x08\x61pproved\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x18\n\x16\x44\x65\x63ideApprovalResponse\" \n\x0fListRunsRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\"I\n\x10ListRunsResponse\x12\x35\n\x04runs\x18\x01 \x03(\x0b\x32\'.cleveragents.toolruntime.v1.RunSummary\"Q\n\x14GetRunHistoryRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\x12\x11\n\tmax_bytes\x18\x03 \x01(\x05\"w\n\x15GetRunHistoryResponse\x12\x35\n\x06\x65vents\x18\x01 \x03(\x0b\x32%.cleveragents.toolruntime.v1.RunEvent\x12\x15\n\rlast_sequence\x18\x02 \x01(\x04\x12\x10\n\x08\x66inished\x18\x03 \x01(\x08\"\xc0\x02\n\nRunSummary\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x34\n\x05state\x18\x02 \x01(\x0e\x32%.cleveragents.toolruntime.v1.RunState\x12<\n\x0bstop_reason\x18\x03 \x01(\x0e\x32\'.cleveragents.toolruntime.v1.StopReason\x12\x15\n\rlast_sequence\x18\x04 \x01(\x04\x12.\n\nstarted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\niterations\x18\x07 \x01(\x05\x12\x12\n\ntool_calls\x18\x08 \x01(\x05\x12\x0e\n\x06prompt\x18\t \x01(\t2\xdf\t\n\x12ToolRuntimeService\x12p\n\x0bRunToolLoop\x12/.cleveragents.toolruntime.v1.RunToolLoopRequest\x1a\x30.cleveragents.toolruntime.v1.RunToolLoopResponse\x12{\n\x0eStreamToolLoop\x12\x32.cleveragents.toolruntime.v1.StreamToolLoopRequest\x1a\x33.cleveragents.toolruntime.v1.StreamToolLoopResponse0\x01\x12h\n\x07Session\x12+.cleveragents.toolruntime.v1.SessionRequest\x1a,.cleveragents.toolruntime.v1.SessionResponse(\x01\x30\x01\x12i\n\x08WatchRun\x12,.cleveragents.toolruntime.v1.WatchRunRequest\x1a-.cleveragents.toolruntime.v1.WatchRunResponse0\x01\x12n\n\tFollowRun\x12-.cleveragents.toolruntime.v1.FollowRunRequest\x1a..cleveragents.toolruntime.v1.FollowRunResponse(\x01\x30\x01\x12\x61\n\x06GetRun\x12*.cleveragents.toolruntime.v1.GetRunRequest\x1a+.cleveragents.toolruntime.v1.GetRunResponse\x12j\n\tCancelRun\x12-.cleveragents.toolruntime.v1.CancelRunRequest\x1a..cleveragents.toolruntime.v1.CancelRunResponse\x12j\n\tListTools\x12-.cleveragents.toolruntime.v1.ListToolsRequest\x1a..cleveragents.toolruntime.v1.ListToolsResponse\x12y\n\x0e\x44\x65\x63ideApproval\x12\x32.cleveragents.toolruntime.v1.DecideApprovalRequest\x1a\x33.cleveragents.toolruntime.v1.DecideApprovalResponse\x12g\n\x08ListRuns\x12,.cleveragents.toolruntime.v1.ListRunsRequest\x1a-.cleveragents.toolruntime.v1.ListRunsResponse\x12v\n\rGetRunHistory\x12\x31.cleveragents.toolruntime.v1.GetRunHistoryRequest\x1a\x32.cleveragents.toolruntime.v1.GetRunHistoryResponseBA\n\x1f\x63om.cleveragents.toolruntime.v1P\x01\xaa\x02\x1b\x43leverAgents.ToolRuntime.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,32 +48,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WATCHRUNREQUEST']._serialized_end=708
   _globals['_WATCHRUNRESPONSE']._serialized_start=710
   _globals['_WATCHRUNRESPONSE']._serialized_end=837
-  _globals['_GETRUNREQUEST']._serialized_start=839
-  _globals['_GETRUNREQUEST']._serialized_end=870
-  _globals['_GETRUNRESPONSE']._serialized_start=873
-  _globals['_GETRUNRESPONSE']._serialized_end=1046
-  _globals['_CANCELRUNREQUEST']._serialized_start=1048
-  _globals['_CANCELRUNREQUEST']._serialized_end=1098
-  _globals['_CANCELRUNRESPONSE']._serialized_start=1100
-  _globals['_CANCELRUNRESPONSE']._serialized_end=1173
-  _globals['_LISTTOOLSREQUEST']._serialized_start=1175
-  _globals['_LISTTOOLSREQUEST']._serialized_end=1193
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=1195
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=1268
-  _globals['_DECIDEAPPROVALREQUEST']._serialized_start=1270
-  _globals['_DECIDEAPPROVALREQUEST']._serialized_end=1360
-  _globals['_DECIDEAPPROVALRESPONSE']._serialized_start=1362
-  _globals['_DECIDEAPPROVALRESPONSE']._serialized_end=1386
-  _globals['_LISTRUNSREQUEST']._serialized_start=1388
-  _globals['_LISTRUNSREQUEST']._serialized_end=1420
-  _globals['_LISTRUNSRESPONSE']._serialized_start=1422
-  _globals['_LISTRUNSRESPONSE']._serialized_end=1495
-  _globals['_GETRUNHISTORYREQUEST']._serialized_start=1497
-  _globals['_GETRUNHISTORYREQUEST']._serialized_end=1578
-  _globals['_GETRUNHISTORYRESPONSE']._serialized_start=1580
-  _globals['_GETRUNHISTORYRESPONSE']._serialized_end=1699
-  _globals['_RUNSUMMARY']._serialized_start=1702
-  _globals['_RUNSUMMARY']._serialized_end=2022
-  _globals['_TOOLRUNTIMESERVICE']._serialized_start=2025
-  _globals['_TOOLRUNTIMESERVICE']._serialized_end=3160
+  _globals['_FOLLOWRUNREQUEST']._serialized_start=840
+  _globals['_FOLLOWRUNREQUEST']._serialized_end=986
+  _globals['_FOLLOWRUNSTART']._serialized_start=988
+  _globals['_FOLLOWRUNSTART']._serialized_end=1066
+  _globals['_FOLLOWRUNACK']._serialized_start=1068
+  _globals['_FOLLOWRUNACK']._serialized_end=1100
+  _globals['_FOLLOWRUNRESPONSE']._serialized_start=1102
+  _globals['_FOLLOWRUNRESPONSE']._serialized_end=1221
+  _globals['_GETRUNREQUEST']._serialized_start=1223
+  _globals['_GETRUNREQUEST']._serialized_end=1254
+  _globals['_GETRUNRESPONSE']._serialized_start=1257
+  _globals['_GETRUNRESPONSE']._serialized_end=1430
+  _globals['_CANCELRUNREQUEST']._serialized_start=1432
+  _globals['_CANCELRUNREQUEST']._serialized_end=1482
+  _globals['_CANCELRUNRESPONSE']._serialized_start=1484
+  _globals['_CANCELRUNRESPONSE']._serialized_end=1557
+  _globals['_LISTTOOLSREQUEST']._serialized_start=1559
+  _globals['_LISTTOOLSREQUEST']._serialized_end=1577
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=1579
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=1652
+  _globals['_DECIDEAPPROVALREQUEST']._serialized_start=1654
+  _globals['_DECIDEAPPROVALREQUEST']._serialized_end=1744
+  _globals['_DECIDEAPPROVALRESPONSE']._serialized_start=1746
+  _globals['_DECIDEAPPROVALRESPONSE']._serialized_end=1770
+  _globals['_LISTRUNSREQUEST']._serialized_start=1772
+  _globals['_LISTRUNSREQUEST']._serialized_end=1804
+  _globals['_LISTRUNSRESPONSE']._serialized_start=1806
+  _globals['_LISTRUNSRESPONSE']._serialized_end=1879
+  _globals['_GETRUNHISTORYREQUEST']._serialized_start=1881
+  _globals['_GETRUNHISTORYREQUEST']._serialized_end=1962
+  _globals['_GETRUNHISTORYRESPONSE']._serialized_start=1964
+  _globals['_GETRUNHISTORYRESPONSE']._serialized_end=2083
+  _globals['_RUNSUMMARY']._serialized_start=2086
+  _globals['_RUNSUMMARY']._serialized_end=2406
+  _globals['_TOOLRUNTIMESERVICE']._serialized_start=2409
+  _globals['_TOOLRUNTIMESERVICE']._serialized_end=3656
 # @@protoc_insertion_point(module_scope)

@@ -206,6 +206,136 @@ class WatchRunResponse(_message.Message):
 Global___WatchRunResponse: _TypeAlias = WatchRunResponse  # noqa: Y015
 
 @_typing.final
+class FollowRunRequest(_message.Message):
+    """FollowRunRequest is one client message of FollowRun: the start, then acks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    ACK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def start(self) -> Global___FollowRunStart:
+        """Which run to follow; the first message, and only that one."""
+
+    @_builtins.property
+    def ack(self) -> Global___FollowRunAck:
+        """Which events the client has handled."""
+
+    def __init__(
+        self,
+        *,
+        start: Global___FollowRunStart | None = ...,
+        ack: Global___FollowRunAck | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "kind", b"kind", "start", b"start"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "kind", b"kind", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["start", "ack"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___FollowRunRequest: _TypeAlias = FollowRunRequest  # noqa: Y015
+
+@_typing.final
+class FollowRunStart(_message.Message):
+    """FollowRunStart opens a FollowRun stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
+    WINDOW_BYTES_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """Identifier of the run to follow."""
+    after_sequence: _builtins.int
+    """Only events whose sequence is greater than this are sent; 0 replays
+    the whole log.
+    """
+    window_bytes: _builtins.int
+    """The most unacknowledged bytes the client wants in flight; 0, or more
+    than the server allows, means the server's watch_window_bytes. The
+    server's answer is in the first response's window_bytes.
+    """
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        after_sequence: _builtins.int = ...,
+        window_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "run_id", b"run_id", "window_bytes", b"window_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FollowRunStart: _TypeAlias = FollowRunStart  # noqa: Y015
+
+@_typing.final
+class FollowRunAck(_message.Message):
+    """FollowRunAck acknowledges every event up to a sequence number."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    sequence: _builtins.int
+    """The newest event the client has handled. It must have been sent on this
+    stream (else INVALID_ARGUMENT); an ack below an earlier one changes
+    nothing.
+    """
+    def __init__(
+        self,
+        *,
+        sequence: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sequence", b"sequence"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FollowRunAck: _TypeAlias = FollowRunAck  # noqa: Y015
+
+@_typing.final
+class FollowRunResponse(_message.Message):
+    """FollowRunResponse is one server message of FollowRun."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    ACK_REQUESTED_FIELD_NUMBER: _builtins.int
+    WINDOW_BYTES_FIELD_NUMBER: _builtins.int
+    ack_requested: _builtins.bool
+    """Acknowledge the newest event received once it is handled: the server is
+    at least half way through its window, or is waiting for room for its
+    next message. A message that only asks this has no events. A client may
+    acknowledge at any time; it need answer only these.
+    """
+    window_bytes: _builtins.int
+    """The window the server keeps to for this stream, in bytes of response
+    messages (set in the first response only).
+    """
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[_events_pb2.RunEvent]:
+        """The next events of the run, oldest first, with no gaps."""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[_events_pb2.RunEvent] | None = ...,
+        ack_requested: _builtins.bool = ...,
+        window_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_requested", b"ack_requested", "events", b"events", "window_bytes", b"window_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FollowRunResponse: _TypeAlias = FollowRunResponse  # noqa: Y015
+
+@_typing.final
 class GetRunRequest(_message.Message):
     """GetRunRequest is the input of GetRun."""
 

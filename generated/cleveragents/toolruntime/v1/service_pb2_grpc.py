@@ -58,6 +58,11 @@ class ToolRuntimeServiceStub:
                 request_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.WatchRunRequest.SerializeToString,
                 response_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.WatchRunResponse.FromString,
                 _registered_method=True)
+        self.FollowRun = channel.stream_stream(
+                '/cleveragents.toolruntime.v1.ToolRuntimeService/FollowRun',
+                request_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.FollowRunRequest.SerializeToString,
+                response_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.FollowRunResponse.FromString,
+                _registered_method=True)
         self.GetRun = channel.unary_unary(
                 '/cleveragents.toolruntime.v1.ToolRuntimeService/GetRun',
                 request_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.GetRunRequest.SerializeToString,
@@ -124,7 +129,24 @@ class ToolRuntimeServiceServicer:
     def WatchRun(self, request, context):
         """Follows an existing run: first re-sends the events after the given
         sequence number, then live events until the run ends. Any number of
-        watchers may follow the same run.
+        watchers may follow the same run. FollowRun does the same with a bound on
+        what a watcher that stops reading costs; a sidecar may serve only that
+        (FAILED_PRECONDITION here).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FollowRun(self, request_iterator, context):
+        """Follows a run like WatchRun, with acknowledgements: the client tells the
+        server which events it has handled, and the server keeps at most a window
+        of unacknowledged bytes in flight for it. This bounds what a watcher that
+        stops reading costs the server by a number the server sets, where
+        WatchRun's cost is bounded only by the HTTP/2 window its client grants.
+        The first request must be a start; then any number of acks. The stream
+        ends with the run, like WatchRun's. A watcher that leaves a full window
+        unacknowledged for the server's watcher_stall_s is dropped with
+        RESOURCE_EXHAUSTED, whose message gives the after_sequence to resume from.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -200,6 +222,11 @@ def add_ToolRuntimeServiceServicer_to_server(servicer, server):
                     servicer.WatchRun,
                     request_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.WatchRunRequest.FromString,
                     response_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.WatchRunResponse.SerializeToString,
+            ),
+            'FollowRun': grpc.stream_stream_rpc_method_handler(
+                    servicer.FollowRun,
+                    request_deserializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.FollowRunRequest.FromString,
+                    response_serializer=cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.FollowRunResponse.SerializeToString,
             ),
             'GetRun': grpc.unary_unary_rpc_method_handler(
                     servicer.GetRun,
@@ -343,6 +370,33 @@ class ToolRuntimeService:
             '/cleveragents.toolruntime.v1.ToolRuntimeService/WatchRun',
             cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.WatchRunRequest.SerializeToString,
             cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.WatchRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FollowRun(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/cleveragents.toolruntime.v1.ToolRuntimeService/FollowRun',
+            cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.FollowRunRequest.SerializeToString,
+            cleveragents_dot_toolruntime_dot_v1_dot_service__pb2.FollowRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -53,7 +53,20 @@ class ToolRuntimeServiceStub:
     WatchRun: _grpc.UnaryStreamMultiCallable[_service_pb2.WatchRunRequest, _service_pb2.WatchRunResponse]
     """Follows an existing run: first re-sends the events after the given
     sequence number, then live events until the run ends. Any number of
-    watchers may follow the same run.
+    watchers may follow the same run. FollowRun does the same with a bound on
+    what a watcher that stops reading costs; a sidecar may serve only that
+    (FAILED_PRECONDITION here).
+    """
+    FollowRun: _grpc.StreamStreamMultiCallable[_service_pb2.FollowRunRequest, _service_pb2.FollowRunResponse]
+    """Follows a run like WatchRun, with acknowledgements: the client tells the
+    server which events it has handled, and the server keeps at most a window
+    of unacknowledged bytes in flight for it. This bounds what a watcher that
+    stops reading costs the server by a number the server sets, where
+    WatchRun's cost is bounded only by the HTTP/2 window its client grants.
+    The first request must be a start; then any number of acks. The stream
+    ends with the run, like WatchRun's. A watcher that leaves a full window
+    unacknowledged for the server's watcher_stall_s is dropped with
+    RESOURCE_EXHAUSTED, whose message gives the after_sequence to resume from.
     """
     GetRun: _grpc.UnaryUnaryMultiCallable[_service_pb2.GetRunRequest, _service_pb2.GetRunResponse]
     """Reports a run's current state, plus its result once it has ended."""
@@ -100,7 +113,20 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     WatchRun: _aio.UnaryStreamMultiCallable[_service_pb2.WatchRunRequest, _service_pb2.WatchRunResponse]  # type: ignore[assignment]
     """Follows an existing run: first re-sends the events after the given
     sequence number, then live events until the run ends. Any number of
-    watchers may follow the same run.
+    watchers may follow the same run. FollowRun does the same with a bound on
+    what a watcher that stops reading costs; a sidecar may serve only that
+    (FAILED_PRECONDITION here).
+    """
+    FollowRun: _aio.StreamStreamMultiCallable[_service_pb2.FollowRunRequest, _service_pb2.FollowRunResponse]  # type: ignore[assignment]
+    """Follows a run like WatchRun, with acknowledgements: the client tells the
+    server which events it has handled, and the server keeps at most a window
+    of unacknowledged bytes in flight for it. This bounds what a watcher that
+    stops reading costs the server by a number the server sets, where
+    WatchRun's cost is bounded only by the HTTP/2 window its client grants.
+    The first request must be a start; then any number of acks. The stream
+    ends with the run, like WatchRun's. A watcher that leaves a full window
+    unacknowledged for the server's watcher_stall_s is dropped with
+    RESOURCE_EXHAUSTED, whose message gives the after_sequence to resume from.
     """
     GetRun: _aio.UnaryUnaryMultiCallable[_service_pb2.GetRunRequest, _service_pb2.GetRunResponse]  # type: ignore[assignment]
     """Reports a run's current state, plus its result once it has ended."""
@@ -168,7 +194,26 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_service_pb2.WatchRunResponse], _abc.AsyncIterator[_service_pb2.WatchRunResponse]]:
         """Follows an existing run: first re-sends the events after the given
         sequence number, then live events until the run ends. Any number of
-        watchers may follow the same run.
+        watchers may follow the same run. FollowRun does the same with a bound on
+        what a watcher that stops reading costs; a sidecar may serve only that
+        (FAILED_PRECONDITION here).
+        """
+
+    @_abc_1.abstractmethod
+    def FollowRun(
+        self,
+        request_iterator: _MaybeAsyncIterator[_service_pb2.FollowRunRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_service_pb2.FollowRunResponse], _abc.AsyncIterator[_service_pb2.FollowRunResponse]]:
+        """Follows a run like WatchRun, with acknowledgements: the client tells the
+        server which events it has handled, and the server keeps at most a window
+        of unacknowledged bytes in flight for it. This bounds what a watcher that
+        stops reading costs the server by a number the server sets, where
+        WatchRun's cost is bounded only by the HTTP/2 window its client grants.
+        The first request must be a start; then any number of acks. The stream
+        ends with the run, like WatchRun's. A watcher that leaves a full window
+        unacknowledged for the server's watcher_stall_s is dropped with
+        RESOURCE_EXHAUSTED, whose message gives the after_sequence to resume from.
         """
 
     @_abc_1.abstractmethod

@@ -98,6 +98,11 @@ class SidecarConfig:
     #: A watcher whose write gRPC has not taken for this long (its client stopped reading) is
     #: dropped with RESOURCE_EXHAUSTED.
     watcher_stall_s: float = 30.0
+    #: What a FollowRun watcher may have in flight unacknowledged, in bytes of messages.
+    watch_window_bytes: int = 1024 * 1024
+    #: Whether ``WatchRun`` is served: what a watcher that stops reading costs there is
+    #: bounded only by the flow-control window its client grants. ``FollowRun`` stays.
+    allow_unacknowledged_watch: bool = True
     shutdown_grace_s: float = 10.0
     builtin_tools: bool = True
     file_tools: bool = True
@@ -156,6 +161,8 @@ class SidecarConfig:
             )
         if self.watcher_queue_size < 1 or self.max_finished_runs < 0:
             raise ConfigError("watcher_queue_size must be >= 1 and max_finished_runs >= 0")
+        if self.watch_window_bytes < 4096:
+            raise ConfigError("watch_window_bytes must be at least 4096")
         if self.max_finished_run_bytes < 0:
             raise ConfigError("max_finished_run_bytes must be >= 0")
         if self.log_format not in ("json", "console"):

@@ -263,6 +263,11 @@ class RunManager:
         run.log.unsubscribe(cursor)
         self._watchers.pop(cursor, None)
 
+    def count_dropped(self, run: Run, reason: str) -> None:
+        """Count and log a watcher its own handler dropped (``reason`` says why)."""
+        self.stats.dropped_watchers += 1
+        log.warning("watcher dropped", run_id=run.run_id, reason=reason)
+
     def drop_stalled(self, stall_s: float) -> int:
         """Drop the watchers stuck in one write for over ``stall_s``; returns how many.
 

@@ -93,4 +93,9 @@ def generic_handler(service: ToolRuntimeService) -> grpc.GenericRpcHandler:
         request_deserializer=_lenient(session_pb2.SessionRequest),
         response_serializer=_identity,
     )
+    handlers["FollowRun"] = grpc.stream_stream_rpc_method_handler(
+        service.FollowRun,
+        request_deserializer=_lenient(service_pb2.FollowRunRequest),
+        response_serializer=_identity,
+    )
     return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)

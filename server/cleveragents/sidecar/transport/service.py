@@ -1,4 +1,5 @@
-"""``ToolRuntimeService``: every RPC of the API but ``Session`` (``session.py``).
+"""``ToolRuntimeService``: every RPC of the API but ``Session`` (``session.py``) and
+``FollowRun`` (``follow.py``).
 
 Requests become core-typed values at once (``cleveragents.wire``); the assembler turns them
 into runs and the run manager keeps those. Streaming RPCs write responses assembled from the
@@ -21,8 +22,8 @@ from cleveragents.sidecar.assembly import RunAssembler
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
-from cleveragents.sidecar.runs import FrameQueue, FrameSink, Run, RunManager
-from cleveragents.sidecar.transport import session
+from cleveragents.sidecar.runs import FrameQueue, FrameSink, LogCursor, Run, RunManager
+from cleveragents.sidecar.transport import follow, session
 from cleveragents.sidecar.transport.bounds import check_started_fits
 from cleveragents.sidecar.transport.calls import (
     DEADLINE_SLACK_S,
@@ -75,6 +76,8 @@ class ToolRuntimeService:
         self.batch_limit = batch_limit(config.max_message_bytes)
         #: The largest event, or page of a run's history, one message may carry.
         self.frame_limit = event_limit(config.max_message_bytes)
+        #: The largest message a watcher is sent (unless one event is larger).
+        self.watch_batch_bytes = min(self.batch_limit, WATCH_BATCH_BYTES)
         #: Where Session openings parse and measure their client's schemas (see ``opening``).
         self.openings = concurrent.futures.ThreadPoolExecutor(
             _OPENING_WORKERS, thread_name_prefix="session-opening"
@@ -202,34 +205,25 @@ class ToolRuntimeService:
                 self.abandoned(run, context, "the client cancelled its StreamToolLoop call")
 
     async def WatchRun(self, request: service_pb2.WatchRunRequest, context: Context) -> None:
-        run = await self._require(request.run_id, context)
-        after = request.after_sequence
-        if after > run.last_sequence and run.finished:
+        if not self.config.allow_unacknowledged_watch:
             await abort(
                 context,
-                SidecarError.invalid(
-                    f"after_sequence {after} is past the run's last event ({run.last_sequence})"
+                SidecarError.out_of_order(
+                    "this sidecar serves FollowRun, not WatchRun (allow_unacknowledged_watch "
+                    "is false): follow the run with acknowledgements"
                 ),
             )
-        # Past the live end, the cursor simply waits for the run to get there.
-        cursor = self.manager.follow(run, after)
-        limit = min(self.batch_limit, WATCH_BATCH_BYTES) if request.batch_events else 0
+        run, cursor = await self.follow(request.run_id, request.after_sequence, context)
+        limit = self.watch_batch_bytes if request.batch_events else 0
         try:
             while items := await cursor.get_many(limit):
                 await context.write(batch(items))
         finally:
             self.manager.unfollow(run, cursor)
-        if cursor.dropped:
-            why = (
-                f"this watcher fell more than {self.manager.watcher_queue_size} events behind"
-                if not cursor.stalled
-                else f"this watcher's client stopped reading (a write waited over "
-                f"{self.config.watcher_stall_s:g} s)"
-            )
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{why} and was dropped; reconnect with after_sequence={cursor.cursor}",
-            )
+        await self.end_if_dropped(cursor, context)
+
+    async def FollowRun(self, request_iterator: Any, context: Context) -> None:
+        await follow.serve(self, context)
 
     async def Session(self, request_iterator: Any, context: Context) -> None:
         await session.serve(self, context)
@@ -283,6 +277,38 @@ class ToolRuntimeService:
             # run's own timer, set to the same instant, ends it as DEADLINE.
             return
         self.manager.cancel(run, reason)
+
+    async def follow(self, run_id: str, after: int, context: Context) -> tuple[Run, LogCursor]:
+        """A watcher's cursor on run ``run_id`` after sequence ``after``, or the call ends."""
+        run = await self._require(run_id, context)
+        if after > run.last_sequence and run.finished:
+            await abort(
+                context,
+                SidecarError.invalid(
+                    f"after_sequence {after} is past the run's last event ({run.last_sequence})"
+                ),
+            )
+        # Past the live end, the cursor simply waits for the run to get there.
+        return run, self.manager.follow(run, after)
+
+    def dropped_reason(self, cursor: LogCursor) -> str | None:
+        """Why the run dropped the watcher of ``cursor``; ``None`` if it did not."""
+        if not cursor.dropped:
+            return None
+        if not cursor.stalled:
+            return f"this watcher fell more than {self.manager.watcher_queue_size} events behind"
+        return (
+            f"this watcher's client stopped reading (a write waited over "
+            f"{self.config.watcher_stall_s:g} s)"
+        )
+
+    async def end_if_dropped(self, cursor: LogCursor, context: Context) -> None:
+        """End a watcher's call with ``RESOURCE_EXHAUSTED`` if its run dropped it."""
+        if (why := self.dropped_reason(cursor)) is not None:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{why} and was dropped; reconnect with after_sequence={cursor.cursor}",
+            )
 
     async def _require(self, run_id: str, context: Context) -> Run:
         try:

@@ -1,0 +1,233 @@
+"""The ``FollowRun`` RPC: a watcher that acknowledges what it has handled.
+
+``WatchRun`` writes while gRPC takes its messages, and gRPC takes them while the client's
+HTTP/2 window has room, which the client sets. Here the bound is the server's own: the client
+acknowledges sequences, and the server keeps at most ``watch_window_bytes`` of unacknowledged
+messages in flight. A reader task takes the acks while the handler writes.
+
+The server never ends a call while an ack it asked for is owed: a client that writes an ack
+after the status came gets the call failed locally (gRPC's ``INTERNAL``), losing the status
+and the messages before it. So the call ends when the owed ack comes (or the client closes its
+side), or after ``_FINAL_ACK_STALLS`` stall periods without it; a dropped watcher is first
+asked for an ack of everything it was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+import grpc
+
+from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.runs import LogCursor, Run
+from cleveragents.sidecar.transport.calls import Context, abort
+from cleveragents.toolruntime.v1 import service_pb2
+from cleveragents.wire import follow_message
+
+if TYPE_CHECKING:
+    from cleveragents.sidecar.transport.service import ToolRuntimeService
+
+__all__ = ["AckWindow", "serve"]
+
+#: What a response adds to its frames, at most: a tag byte per frame is counted apart, and
+#: ``ack_requested`` and ``window_bytes`` take up to 12 bytes.
+_TAIL_BYTES = 12
+#: A message with no events that asks for an ack (``ack_requested``, field 2, true).
+_ASK_FOR_ACK = b"\x10\x01"
+#: How many ``watcher_stall_s`` a dropped watcher has to ack what it was sent.
+_FINAL_ACK_STALLS = 10
+
+
+class AckWindow:
+    """The messages written to one watcher and not yet acknowledged, and waits on its acks."""
+
+    def __init__(self, window_bytes: int, after_sequence: int) -> None:
+        self.window_bytes = window_bytes
+        #: Bytes of the messages written but not wholly acknowledged.
+        self.unacked = 0
+        #: The newest sequence acknowledged, and the newest written (or skipped by the start).
+        self.acked = self.sent = after_sequence
+        #: The newest sequence an ack was asked for (one that comes covers it).
+        self.asked_up_to = after_sequence
+        #: The client closed its side: no more acks.
+        self.closed = False
+        self._messages: deque[tuple[int, int]] = deque()  # (last sequence, bytes)
+        self._changed = asyncio.Event()
+
+    def fits(self, size: int) -> bool:
+        """Whether a message of ``size`` bytes may go now: one always may, alone."""
+        return self.unacked == 0 or self.unacked + size <= self.window_bytes
+
+    def wrote(self, last_sequence: int, size: int, *, asked: bool) -> None:
+        """A message ending at ``last_sequence`` went out (``asked``: asking for an ack)."""
+        self._messages.append((last_sequence, size))
+        self.unacked += size
+        self.sent = last_sequence
+        if asked:
+            self.asked_up_to = last_sequence
+
+    def ack(self, sequence: int) -> None:
+        """The client has handled every event up to ``sequence``."""
+        if sequence > self.sent:
+            raise SidecarError.invalid(
+                f"ack of sequence {sequence}, but this stream has sent events up to "
+                f"{self.sent} only"
+            )
+        if sequence <= self.acked:
+            return
+        self.acked = sequence
+        messages = self._messages
+        while messages and messages[0][0] <= sequence:
+            self.unacked -= messages.popleft()[1]
+        self._changed.set()
+
+    def close(self) -> None:
+        """The client will send no more acks."""
+        self.closed = True
+        self._changed.set()
+
+    async def wait_for_room(self, size: int) -> None:
+        """Until a message of ``size`` bytes fits."""
+        while not self.fits(size):
+            self._changed.clear()
+            await self._changed.wait()
+
+    @property
+    def owed(self) -> bool:
+        """Whether an ack asked for has not come (and still can)."""
+        return self.acked < self.asked_up_to and not self.closed
+
+    async def wait_for_owed_ack(self) -> None:
+        """Until the ack asked for comes, or no ack can come."""
+        while self.owed:
+            self._changed.clear()
+            await self._changed.wait()
+
+
+async def serve(service: ToolRuntimeService, context: Context) -> None:
+    """Serve one ``FollowRun`` stream for ``service``."""
+    first = await context.read()
+    if first is grpc.aio.EOF:
+        return
+    if not isinstance(first, service_pb2.FollowRunRequest):  # did not parse
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(first.message))
+    kind = first.WhichOneof("kind")
+    if kind != "start":
+        await context.abort(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"the first FollowRunRequest must be 'start', got {kind or 'an empty message'!r}",
+        )
+    start, config = first.start, service.config
+    run, cursor = await service.follow(start.run_id, start.after_sequence, context)
+    window = min(start.window_bytes or config.watch_window_bytes, config.watch_window_bytes)
+    follower = _Follower(service, context, run, cursor, AckWindow(window, start.after_sequence))
+    dropped: str | None = None
+    try:
+        async with asyncio.TaskGroup() as group:
+            reading = group.create_task(follower.read_acks())
+            try:
+                dropped = await follower.send()
+                if dropped is not None:
+                    await follower.ask()  # for everything sent: the status comes after it
+                await follower.take_owed_ack()
+            finally:
+                reading.cancel()
+    except BaseExceptionGroup as failure:  # the reader's refusal of an ack
+        error = failure.exceptions[0]
+        if isinstance(error, SidecarError):
+            await abort(context, error)
+        raise error from None
+    finally:
+        service.manager.unfollow(run, cursor)
+    if dropped is not None:
+        await context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"{dropped} and was dropped; reconnect with after_sequence={follower.flow.sent}",
+        )
+
+
+class _Follower:
+    """One FollowRun stream: sends the run's frames within the window, and takes the acks."""
+
+    def __init__(
+        self,
+        service: ToolRuntimeService,
+        context: Context,
+        run: Run,
+        cursor: LogCursor,
+        flow: AckWindow,
+    ) -> None:
+        self.service = service
+        self.context = context
+        self.run = run
+        self.cursor = cursor
+        self.flow = flow
+        self.stall_s = service.config.watcher_stall_s
+
+    async def send(self) -> str | None:
+        """Send the run's frames to its end; or why the watcher was dropped."""
+        cursor, flow, log = self.cursor, self.flow, self.run.log
+        window = flow.window_bytes
+        limit = min(self.service.watch_batch_bytes, window)
+        first = True
+        while items := await cursor.get_many(limit):
+            size = sum(map(len, items)) + len(items) + _TAIL_BYTES
+            if not flow.fits(size):
+                await self.ask()
+                cursor.busy_since = None  # waiting for acks, not in a write
+                try:
+                    async with asyncio.timeout(self.stall_s):
+                        await flow.wait_for_room(size)
+                except TimeoutError:
+                    reason = "it left its window unacknowledged"
+                    self.service.manager.count_dropped(self.run, reason)
+                    return (
+                        f"this watcher left {flow.unacked} bytes unacknowledged (its window "
+                        f"is {window}) for over {self.stall_s:g} s"
+                    )
+                cursor.busy_since = time.monotonic()
+            # No ack for the run's last message: the call ends after it.
+            ask = flow.unacked + size >= window // 2 and not (
+                log.finished and cursor.cursor == log.released
+            )
+            message = follow_message(items, ack_requested=ask, window_bytes=window * first)
+            first = False
+            # Counted first: the client may ack it before this write returns.
+            flow.wrote(cursor.cursor, len(message), asked=ask)
+            await self.context.write(message)
+        return self.service.dropped_reason(cursor)
+
+    async def take_owed_ack(self) -> None:
+        """Before the call ends: the ack asked for, if it comes in time."""
+        try:
+            async with asyncio.timeout(self.stall_s * _FINAL_ACK_STALLS):
+                await self.flow.wait_for_owed_ack()
+        except TimeoutError:
+            return
+
+    async def ask(self) -> None:
+        """Make sure an ack of everything sent will come (unless all is acked)."""
+        flow = self.flow
+        if flow.acked < flow.sent and flow.asked_up_to < flow.sent and not flow.closed:
+            flow.asked_up_to = flow.sent
+            await self.context.write(_ASK_FOR_ACK)
+
+    async def read_acks(self) -> None:
+        """Take the client's acks until it closes its side; anything else is refused."""
+        while True:
+            message = await self.context.read()
+            if message is grpc.aio.EOF:
+                self.flow.close()
+                return
+            if not isinstance(message, service_pb2.FollowRunRequest):  # did not parse
+                raise SidecarError.invalid(str(message.message))
+            kind = message.WhichOneof("kind")
+            if kind == "ack":
+                self.flow.ack(message.ack.sequence)
+            elif kind == "start":
+                raise SidecarError.out_of_order("this FollowRun has already started")
+            else:
+                raise SidecarError.invalid("empty FollowRunRequest: set start or ack")
