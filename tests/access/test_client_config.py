@@ -72,6 +72,19 @@ def test_a_bad_client_table_is_refused_naming_the_setting(
         load(tmp_path, table)
 
 
+def test_one_subject_for_two_identities_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"subject 'CN=x' is given to both clients\.a and"):
+        SidecarConfig(
+            tls_cert_file="server.pem",
+            tls_key_file="server.key",
+            tls_client_ca_file="ca.pem",
+            clients={
+                "a": ClientConfig("a", subjects=("CN=x",)),
+                "b": ClientConfig("b", subjects=("CN=x",)),
+            },
+        )
+
+
 def test_two_identities_with_one_token_are_refused() -> None:
     config = SidecarConfig(
         clients={"a": ClientConfig("a", token="same"), "b": ClientConfig("b", token="same")}

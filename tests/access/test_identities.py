@@ -160,9 +160,11 @@ async def test_another_client_cannot_approve_or_cancel_a_live_gated_write(
     ):
         approve = await refused(bob.decide_approval("gated", "w1", approved=True))
         cancel = await refused(bob.cancel_run("gated"))
+        reuse = await refused(bob.run_tool_loop("x", script=[{"content": "x"}], run_id="gated"))
         assert (await alice.get_run("gated")).state is RunState.RUNNING
         await alice.decide_approval("gated", "w1", approved=False, reason="mine")
     assert approve.code is cancel.code is grpc.StatusCode.NOT_FOUND
+    assert reuse.code is grpc.StatusCode.ALREADY_EXISTS
     assert not (tmp_path / "notes.md").exists()
     assert outcome(events).error == "denied by rpc: mine"
 
@@ -213,14 +215,16 @@ async def test_an_observer_watches_and_lists_every_run_but_cannot_cancel_or_appr
     assert not (tmp_path / "notes.md").exists()
 
 
-async def test_an_approver_decides_another_clients_approval_but_cannot_cancel(
+async def test_an_approver_reads_and_decides_another_clients_run_but_cannot_cancel_it(
     start: Start, tmp_path: Path
 ) -> None:
     sidecar = await start()
     async with waiting_run(sidecar, "alice", tmp_path) as events, as_(sidecar, "april") as april:
         cancel = await refused(april.cancel_run("gated"))
+        state = (await april.get_run("gated")).state
         await april.decide_approval("gated", "w1", approved=True, reason="ok")
     assert cancel.code is grpc.StatusCode.NOT_FOUND
+    assert state is RunState.RUNNING
     assert (tmp_path / "notes.md").read_text() == "alice's notes"
     assert outcome(events).success
 

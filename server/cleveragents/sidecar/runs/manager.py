@@ -238,7 +238,7 @@ class RunManager:
             run.log.sinks.append(sink)
         self._live[run_id] = run
         run.task = asyncio.create_task(self._drive(run, assembled), name=f"run-{run_id}")
-        run.logger.info("run started", tools=list(assembled.runtime.registry.names()))
+        run.logger.info("run started", tools=list(assembled.runtime.registry.names()), owner=owner)
         return run
 
     def cancel(self, run: Run, reason: str) -> None:
