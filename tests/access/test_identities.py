@@ -15,6 +15,9 @@ import structlog.testing
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError
 from cleveragents.sidecar import ClientConfig, Sidecar, SidecarConfig
+from cleveragents.sidecar.assembly import AssembledRun, RunAssembler
+from cleveragents.sidecar.identity import Identity
+from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.rejections import Rejections
 from cleveragents.tool import (
     ApprovalRequested,
@@ -24,7 +27,7 @@ from cleveragents.tool import (
     ToolActorContext,
     ToolCallRecord,
 )
-from cleveragents.wire import RunState
+from cleveragents.wire import RunRequest, RunState
 
 #: Each identity's token, and the roles it has.
 TOKENS = {"alice": "alice-token-0001", "bob": "bob-token-0002", "olga": "olga-token-0003",
@@ -313,3 +316,34 @@ def test_the_next_line_after_an_interval_says_how_many_went_unlogged() -> None:
     assert [line["not_logged_since_last_line"] for line in logs] == [0, 3]
     assert [line["rejected_total"] for line in logs] == [1, 5]
     assert rejections.count == 6
+
+
+class RecordingAssembler:
+    """The sidecar's own assembler, noting who calls when each run is assembled."""
+
+    def __init__(self, real: RunAssembler) -> None:
+        self.real = real
+        self.callers: list[Identity] = []
+
+    def assemble(self, request: RunRequest, **options: Any) -> AssembledRun:
+        self.callers.append(current_caller())
+        return self.real.assemble(request, **options)
+
+
+async def test_start_run_knows_the_callers_name_and_policy_for_every_way_to_start(
+    start: Start,
+) -> None:
+    policies = {
+        name: ClientConfig(name, token_env=f"TEST_TOKEN_{name.upper()}", policy=f"{name}-policy")
+        for name in ("alice", "bob")
+    }
+    sidecar = await start(clients=policies)
+    recording = RecordingAssembler(sidecar.service.assembler)
+    sidecar.service.assembler = recording  # type: ignore[assignment]
+    async with as_(sidecar, "alice") as alice, as_(sidecar, "bob") as bob:
+        await alice.run_tool_loop("unary", script=[{"content": "a"}])
+        [e async for e in bob.stream_tool_loop("stream", script=[{"content": "b"}])]
+        [e async for e in alice.session("session", script=[{"content": "c"}])]
+    assert [(c.name, c.policy) for c in recording.callers] == [
+        ("alice", "alice-policy"), ("bob", "bob-policy"), ("alice", "alice-policy")
+    ]  # fmt: skip

@@ -50,6 +50,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self.credentials = credentials
         self.rejections = rejections
         self._refusal = _REFUSAL_MTLS if credentials.subjects else _REFUSAL
+        #: Each handler bound to each identity, made once: methods times identities, bounded.
+        self._bound: dict[tuple[Handler, Identity], Handler] = {}
 
     async def intercept_service(
         self,
@@ -68,7 +70,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if presented is not None:
             identity = self.credentials.by_token(presented)
             if identity is not None:
-                return bind_handler(identity, handler)
+                bound = self._bound.get((handler, identity))
+                if bound is None:
+                    bound = self._bound[(handler, identity)] = bind_handler(identity, handler)
+                return bound
         exempt = method.startswith(_EXEMPT_PREFIX)
         if exempt:
             return _unread(handler)
