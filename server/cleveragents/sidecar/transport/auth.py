@@ -36,6 +36,7 @@ _REFUSAL_MTLS = (
     "missing or invalid credentials: send 'authorization: Bearer <token>' metadata, or a "
     "client certificate whose subject a [clients.NAME] table lists"
 )
+_NO_REQUEST = "the call ended without its request message"
 if TYPE_CHECKING:
     Handler = grpc.RpcMethodHandler[Any, Any]
     Context = grpc.aio.ServicerContext[Any, Any]
@@ -127,6 +128,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             await admit(context)
             async for request in requests:
                 return await behaviour(request, context)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _NO_REQUEST)
 
         async def streaming(requests: AsyncIterator[Any], context: Context) -> None:
             await admit(context)
@@ -138,6 +140,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 else:
                     await result
                 return
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _NO_REQUEST)
 
         return _request_streaming(handler, unary, streaming)
 
