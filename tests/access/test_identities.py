@@ -224,23 +224,33 @@ async def test_an_approver_reads_and_decides_another_clients_run_but_cannot_canc
     sidecar = await start()
     async with waiting_run(sidecar, "alice", tmp_path) as events, as_(sidecar, "april") as april:
         cancel = await refused(april.cancel_run("gated"))
+        listed = [r.run_id for r in await april.list_runs()]
         state = (await april.get_run("gated")).state
         await april.decide_approval("gated", "w1", approved=True, reason="ok")
     assert cancel.code is grpc.StatusCode.NOT_FOUND
     assert state is RunState.RUNNING
+    assert listed == ["gated"]
     assert (tmp_path / "notes.md").read_text() == "alice's notes"
     assert outcome(events).success
 
 
-async def test_an_admin_cancels_another_clients_run_and_sees_all(
+async def test_an_admin_reads_decides_and_cancels_another_clients_runs(
     start: Start, tmp_path: Path
 ) -> None:
     sidecar = await start()
     await finished_run(sidecar, "bob", "b1", "bob's prompt")
     async with waiting_run(sidecar, "alice", tmp_path) as _, as_(sidecar, "ada") as ada:
         listed = sorted(r.run_id for r in await ada.list_runs())
+        got = await ada.get_run("b1")
+        watched = [e async for e in ada.watch("b1")]
+        history = [e async for e in ada.run_history("b1")]
+        # Past the ownership check: the run is found, only that call does not wait.
+        decide = await refused(ada.decide_approval("gated", "no-such-call", approved=True))
         state = await ada.cancel_run("gated", reason="admin")
     assert listed == ["b1", "gated"]
+    assert got.state is RunState.COMPLETED
+    assert len(watched) == len(history) > 0
+    assert decide.code is grpc.StatusCode.FAILED_PRECONDITION
     assert state is RunState.CANCELLED
     assert not (tmp_path / "notes.md").exists()
 
