@@ -30,6 +30,12 @@ class ToolRuntimeServiceStub:
     """ToolRuntimeService runs LLM tool-calling loops on behalf of clients
     written in any language. Tool failures never surface as RPC errors; they
     appear as ToolCallRecord entries with success set to false.
+
+    A run belongs to the identity (credential) that started it. The RPCs that
+    name a run answer NOT_FOUND, as for an unknown id, when the caller neither
+    owns it nor has a role that grants the access: observer (read: WatchRun,
+    GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
+    (everything, CancelRun included).
     """
 
     def __init__(self, channel):
@@ -99,6 +105,12 @@ class ToolRuntimeServiceServicer:
     """ToolRuntimeService runs LLM tool-calling loops on behalf of clients
     written in any language. Tool failures never surface as RPC errors; they
     appear as ToolCallRecord entries with success set to false.
+
+    A run belongs to the identity (credential) that started it. The RPCs that
+    name a run answer NOT_FOUND, as for an unknown id, when the caller neither
+    owns it nor has a role that grants the access: observer (read: WatchRun,
+    GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
+    (everything, CancelRun included).
     """
 
     def RunToolLoop(self, request, context):
@@ -174,16 +186,18 @@ class ToolRuntimeServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DecideApproval(self, request, context):
-        """Approves or denies a tool call that waits for approval, in any run (for runs
-        started by a client that does not decide approvals itself). NOT_FOUND for an
-        unknown run; FAILED_PRECONDITION when that call is not waiting.
+        """Approves or denies a tool call that waits for approval, in a run the caller
+        owns or may approve (for runs started by a client that does not decide
+        approvals itself). NOT_FOUND for an unknown run, or one the caller may not
+        approve; FAILED_PRECONDITION when that call is not waiting.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListRuns(self, request, context):
-        """The live runs and the finished runs the sidecar still keeps, newest first.
+        """The live runs and the finished runs the sidecar still keeps, newest first:
+        the caller's own, or every run for an observer, approver or admin.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -270,6 +284,12 @@ class ToolRuntimeService:
     """ToolRuntimeService runs LLM tool-calling loops on behalf of clients
     written in any language. Tool failures never surface as RPC errors; they
     appear as ToolCallRecord entries with success set to false.
+
+    A run belongs to the identity (credential) that started it. The RPCs that
+    name a run answer NOT_FOUND, as for an unknown id, when the caller neither
+    owns it nor has a role that grants the access: observer (read: WatchRun,
+    GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
+    (everything, CancelRun included).
     """
 
     @staticmethod

@@ -31,6 +31,12 @@ class ToolRuntimeServiceStub:
     """ToolRuntimeService runs LLM tool-calling loops on behalf of clients
     written in any language. Tool failures never surface as RPC errors; they
     appear as ToolCallRecord entries with success set to false.
+
+    A run belongs to the identity (credential) that started it. The RPCs that
+    name a run answer NOT_FOUND, as for an unknown id, when the caller neither
+    owns it nor has a role that grants the access: observer (read: WatchRun,
+    GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
+    (everything, CancelRun included).
     """
 
     @_typing.overload
@@ -75,12 +81,15 @@ class ToolRuntimeServiceStub:
     ListTools: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListToolsRequest, _service_pb2.ListToolsResponse]
     """Lists the tools hosted by the server."""
     DecideApproval: _grpc.UnaryUnaryMultiCallable[_service_pb2.DecideApprovalRequest, _service_pb2.DecideApprovalResponse]
-    """Approves or denies a tool call that waits for approval, in any run (for runs
-    started by a client that does not decide approvals itself). NOT_FOUND for an
-    unknown run; FAILED_PRECONDITION when that call is not waiting.
+    """Approves or denies a tool call that waits for approval, in a run the caller
+    owns or may approve (for runs started by a client that does not decide
+    approvals itself). NOT_FOUND for an unknown run, or one the caller may not
+    approve; FAILED_PRECONDITION when that call is not waiting.
     """
     ListRuns: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListRunsRequest, _service_pb2.ListRunsResponse]
-    """The live runs and the finished runs the sidecar still keeps, newest first."""
+    """The live runs and the finished runs the sidecar still keeps, newest first:
+    the caller's own, or every run for an observer, approver or admin.
+    """
     GetRunHistory: _grpc.UnaryUnaryMultiCallable[_service_pb2.GetRunHistoryRequest, _service_pb2.GetRunHistoryResponse]
     """Reads a run's log page by page, oldest first: the events after
     after_sequence, as many as fit in max_bytes (at least one). Every record,
@@ -94,6 +103,12 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     """ToolRuntimeService runs LLM tool-calling loops on behalf of clients
     written in any language. Tool failures never surface as RPC errors; they
     appear as ToolCallRecord entries with success set to false.
+
+    A run belongs to the identity (credential) that started it. The RPCs that
+    name a run answer NOT_FOUND, as for an unknown id, when the caller neither
+    owns it nor has a role that grants the access: observer (read: WatchRun,
+    GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
+    (everything, CancelRun included).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -135,12 +150,15 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     ListTools: _aio.UnaryUnaryMultiCallable[_service_pb2.ListToolsRequest, _service_pb2.ListToolsResponse]  # type: ignore[assignment]
     """Lists the tools hosted by the server."""
     DecideApproval: _aio.UnaryUnaryMultiCallable[_service_pb2.DecideApprovalRequest, _service_pb2.DecideApprovalResponse]  # type: ignore[assignment]
-    """Approves or denies a tool call that waits for approval, in any run (for runs
-    started by a client that does not decide approvals itself). NOT_FOUND for an
-    unknown run; FAILED_PRECONDITION when that call is not waiting.
+    """Approves or denies a tool call that waits for approval, in a run the caller
+    owns or may approve (for runs started by a client that does not decide
+    approvals itself). NOT_FOUND for an unknown run, or one the caller may not
+    approve; FAILED_PRECONDITION when that call is not waiting.
     """
     ListRuns: _aio.UnaryUnaryMultiCallable[_service_pb2.ListRunsRequest, _service_pb2.ListRunsResponse]  # type: ignore[assignment]
-    """The live runs and the finished runs the sidecar still keeps, newest first."""
+    """The live runs and the finished runs the sidecar still keeps, newest first:
+    the caller's own, or every run for an observer, approver or admin.
+    """
     GetRunHistory: _aio.UnaryUnaryMultiCallable[_service_pb2.GetRunHistoryRequest, _service_pb2.GetRunHistoryResponse]  # type: ignore[assignment]
     """Reads a run's log page by page, oldest first: the events after
     after_sequence, as many as fit in max_bytes (at least one). Every record,
@@ -153,6 +171,12 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     """ToolRuntimeService runs LLM tool-calling loops on behalf of clients
     written in any language. Tool failures never surface as RPC errors; they
     appear as ToolCallRecord entries with success set to false.
+
+    A run belongs to the identity (credential) that started it. The RPCs that
+    name a run answer NOT_FOUND, as for an unknown id, when the caller neither
+    owns it nor has a role that grants the access: observer (read: WatchRun,
+    GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
+    (everything, CancelRun included).
     """
 
     @_abc_1.abstractmethod
@@ -246,9 +270,10 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _service_pb2.DecideApprovalRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.DecideApprovalResponse, _abc.Awaitable[_service_pb2.DecideApprovalResponse]]:
-        """Approves or denies a tool call that waits for approval, in any run (for runs
-        started by a client that does not decide approvals itself). NOT_FOUND for an
-        unknown run; FAILED_PRECONDITION when that call is not waiting.
+        """Approves or denies a tool call that waits for approval, in a run the caller
+        owns or may approve (for runs started by a client that does not decide
+        approvals itself). NOT_FOUND for an unknown run, or one the caller may not
+        approve; FAILED_PRECONDITION when that call is not waiting.
         """
 
     @_abc_1.abstractmethod
@@ -257,7 +282,9 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _service_pb2.ListRunsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.ListRunsResponse, _abc.Awaitable[_service_pb2.ListRunsResponse]]:
-        """The live runs and the finished runs the sidecar still keeps, newest first."""
+        """The live runs and the finished runs the sidecar still keeps, newest first:
+        the caller's own, or every run for an observer, approver or admin.
+        """
 
     @_abc_1.abstractmethod
     def GetRunHistory(

@@ -603,7 +603,9 @@ class RunSpec(_message.Message):
     """Upper bound on LLM calls; 0 selects the default of 25, negatives are rejected."""
     run_id: _builtins.str
     """Client-chosen run identifier; empty lets the server assign one.
-    Reusing the id of a live run is rejected with ALREADY_EXISTS.
+    Reusing the id of a live run is rejected with ALREADY_EXISTS, and so is
+    the id of another identity's run, live or finished and still kept (its
+    log is never replaced); the owner of a finished run may reuse its id.
     """
     detach: _builtins.bool
     """When true, the run keeps going if the stream that started it closes."""

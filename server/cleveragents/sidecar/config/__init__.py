@@ -2,6 +2,11 @@
 flags), ``governance`` (automation profiles and tool limits) and ``scripts`` (LLM scripts)."""
 
 from cleveragents.sidecar.config.loading import load_config
-from cleveragents.sidecar.config.settings import ENV_PREFIX, ProfileConfig, SidecarConfig
+from cleveragents.sidecar.config.settings import (
+    ENV_PREFIX,
+    ClientConfig,
+    ProfileConfig,
+    SidecarConfig,
+)
 
-__all__ = ["ENV_PREFIX", "ProfileConfig", "SidecarConfig", "load_config"]
+__all__ = ["ENV_PREFIX", "ClientConfig", "ProfileConfig", "SidecarConfig", "load_config"]

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cleveragents.sidecar.config.clients import parse_clients
 from cleveragents.sidecar.config.governance import parse_automation_profiles, parse_tool_limits
 from cleveragents.sidecar.config.scripts import parse_script
 from cleveragents.sidecar.config.settings import (
@@ -32,7 +33,7 @@ _PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"]
 _SCALARS = {
     f.name: f
     for f in dataclasses.fields(SidecarConfig)
-    if f.name not in ("profiles", "tool_modules", "automation_profiles", "tool_limits")
+    if f.name not in ("profiles", "tool_modules", "automation_profiles", "tool_limits", "clients")
 }
 
 
@@ -92,6 +93,8 @@ def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
             kwargs["profiles"] = _profiles(value, base)
         elif key == "automation_profiles":
             kwargs[key] = parse_automation_profiles(value)
+        elif key == "clients":
+            kwargs[key] = parse_clients(value, base)
         elif key == "tool_limits":
             kwargs[key] = parse_tool_limits(value)
         elif key == "tool_modules":

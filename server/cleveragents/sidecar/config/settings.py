@@ -12,9 +12,17 @@ from typing import Any
 from cleveragents.providers import RESERVED_PARAMS
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import check_event_loop
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY, ROLES
 from cleveragents.tool import BUILTIN_PROFILES, AutomationProfile, LLMResponse, ToolLimit
 
-__all__ = ["ENV_PREFIX", "PROFILE_KINDS", "PROVIDER_KINDS", "ProfileConfig", "SidecarConfig"]
+__all__ = [
+    "ENV_PREFIX",
+    "PROFILE_KINDS",
+    "PROVIDER_KINDS",
+    "ClientConfig",
+    "ProfileConfig",
+    "SidecarConfig",
+]
 
 ENV_PREFIX = "CLEVERAGENTS_SIDECAR_"
 PROVIDER_KINDS = ("openai", "anthropic")
@@ -62,6 +70,46 @@ class ProfileConfig:
             json.dumps(self.params, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{where}.params must hold JSON values: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """One client identity (``[clients.NAME]``): its credentials, roles and policy.
+
+    Its token comes from ``token_env`` (an environment variable's name) or ``token_file``;
+    ``token`` inline is accepted with a warning at start-up (the file is then a secret).
+    ``subjects`` are mutual-TLS certificate subjects (``"CN=alice"``) that stand for it.
+    ``policy`` names the governance policy of its runs ("" for the default one).
+    """
+
+    name: str
+    token_env: str = ""
+    token_file: str = ""
+    token: str = ""
+    subjects: tuple[str, ...] = ()
+    roles: frozenset[str] = frozenset()
+    policy: str = ""
+
+    def __post_init__(self) -> None:
+        where = f"clients.{self.name}"
+        if not self.name or self.name == DEFAULT_IDENTITY.name:
+            raise ConfigError(
+                f"{where}: the name {self.name!r} is taken by the shared token's identity"
+            )
+        if sum(map(bool, (self.token_env, self.token_file, self.token))) > 1:
+            raise ConfigError(f"{where}: set one of token_env, token_file or token")
+        if not (self.token_env or self.token_file or self.token or self.subjects):
+            raise ConfigError(f"{where} has no credentials: set token_env, token_file or subjects")
+        if self.token_env and not _ENV_NAME.fullmatch(self.token_env):
+            raise ConfigError(f"{where}.token_env must name an environment variable")
+        if unknown := sorted(self.roles - set(ROLES)):
+            raise ConfigError(
+                f"{where}.roles: unknown role(s) {', '.join(unknown)}; known: {', '.join(ROLES)}"
+            )
+        if not isinstance(self.policy, str):
+            raise ConfigError(f"{where}.policy must be a string naming a policy")
+        if any(not isinstance(s, str) or "=" not in s for s in self.subjects):
+            raise ConfigError(f"{where}.subjects must be certificate subjects like 'CN=alice'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +174,11 @@ class SidecarConfig:
     tls_cert_file: str = ""
     tls_key_file: str = ""
     tls_client_ca_file: str = ""
+    #: Named client identities (``[clients.NAME]``); the shared token, if set, is one more,
+    #: ``default``, with every role.
+    clients: Mapping[str, ClientConfig] = field(default_factory=dict)
+    #: At most one ``rejected credentials`` warning per this many seconds (the rest counted).
+    auth_reject_log_interval_s: float = 10.0
     #: ``auto`` (uvloop if installed), ``asyncio`` or ``uvloop``; used by ``cleveragents-sidecar
     #: serve``. An embedding program runs the sidecar on its own loop.
     event_loop: str = "auto"
@@ -151,6 +204,7 @@ class SidecarConfig:
             "shutdown_grace_s",
             "finished_run_ttl_s",
             "watcher_stall_s",
+            "auth_reject_log_interval_s",
         ):
             if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
                 raise ConfigError(f"{name} must be a positive number of seconds")
@@ -190,6 +244,22 @@ class SidecarConfig:
         check_event_loop(self.event_loop)
         if self.auth_token_env and self.auth_token_file:
             raise ConfigError("set auth_token_env or auth_token_file, not both")
+        self._check_clients()
+
+    def _check_clients(self) -> None:
+        subjects: dict[str, str] = {}
+        for name, client in self.clients.items():
+            if client.name != name:
+                raise ConfigError(f"clients.{name} is named {client.name!r}")
+            if client.subjects and not self.tls_client_ca_file:
+                raise ConfigError(
+                    f"clients.{name}.subjects needs mutual TLS: set tls_client_ca_file"
+                )
+            for subject in client.subjects:
+                if (other := subjects.setdefault(subject, name)) != name:
+                    raise ConfigError(
+                        f"subject {subject!r} is given to both clients.{other} and clients.{name}"
+                    )
 
     def all_automation_profiles(self) -> dict[str, AutomationProfile]:
         """The built-in automation profiles plus the configured ones (which may replace them)."""

@@ -40,6 +40,7 @@ from cleveragents.tool import (
 
 if TYPE_CHECKING:
     from cleveragents.sidecar.runs import Run, RunManager
+    from cleveragents.sidecar.transport.rejections import Rejections
 
 __all__ = ["MetricsObserver", "MetricsServer", "parse_listen"]
 
@@ -101,9 +102,10 @@ class MetricsObserver:
         self._llm_children: dict[str, tuple[Histogram, Counter, Counter]] = {}
         self._llm_started: dict[Run, float] = {}
 
-    def track(self, manager: RunManager) -> None:
-        """Expose the gauges read from ``manager`` at scrape time."""
-        self.registry.register(_ManagerCollector(manager))
+    def track(self, manager: RunManager, rejections: Rejections | None = None) -> None:
+        """Expose the gauges read from ``manager`` (and the count of calls refused for their
+        credentials, from ``rejections``) at scrape time."""
+        self.registry.register(_ManagerCollector(manager, rejections))
 
     def run_started(self, run: Run, metadata: Mapping[str, str]) -> None:
         """Nothing to count yet: live runs are read from the manager when scraped."""
@@ -158,22 +160,28 @@ class MetricsObserver:
 class _ManagerCollector:
     """The gauges that are the manager's state, read when Prometheus scrapes."""
 
-    def __init__(self, manager: RunManager) -> None:
+    def __init__(self, manager: RunManager, rejections: Rejections | None = None) -> None:
         self.manager = manager
+        self.rejections = rejections
 
     def describe(self) -> Iterable[Metric]:
         """The metric names, so the registry can refuse a clash at registration."""
-        return self._families(0, 0, 0, 0)
+        return self._families(0, 0, 0, 0, 0)
 
     def collect(self) -> Iterable[Metric]:
         """The current values."""
         live = self.manager.live_runs()
         streams = sum(len(run.log.sinks) + len(run.log.cursors) for run in live)
         stats = self.manager.stats
-        return self._families(len(live), streams, stats.dropped_watchers, stats.refused_runs)
+        rejected = self.rejections.count if self.rejections is not None else 0
+        return self._families(
+            len(live), streams, stats.dropped_watchers, stats.refused_runs, rejected
+        )
 
     @staticmethod
-    def _families(live: int, streams: int, dropped: int, refused: int) -> list[Metric]:
+    def _families(
+        live: int, streams: int, dropped: int, refused: int, rejected: int
+    ) -> list[Metric]:
         return [
             GaugeMetricFamily("cleveragents_live_runs", "Runs in flight.", value=live),
             GaugeMetricFamily(
@@ -191,6 +199,12 @@ class _ManagerCollector:
                 "cleveragents_refused_runs",
                 "Runs refused with RESOURCE_EXHAUSTED because max_concurrent_runs were in flight.",
                 value=refused,
+            ),
+            CounterMetricFamily(
+                "cleveragents_auth_rejected",
+                "Calls refused with UNAUTHENTICATED: no token, an unknown token, or a client "
+                "certificate whose subject no identity lists.",
+                value=rejected,
             ),
         ]
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY
 from cleveragents.sidecar.runs.readers import FrameSink, LogCursor
 from cleveragents.sidecar.runs.store import EventStore
 
@@ -49,6 +50,7 @@ class RunLog:
         "closed",
         "cursors",
         "frames",
+        "owner",
         "released",
         "released_bytes",
         "run_id",
@@ -57,8 +59,12 @@ class RunLog:
         "store",
     )
 
-    def __init__(self, run_id: str, store: EventStore, stats: LogStats) -> None:
+    def __init__(
+        self, run_id: str, store: EventStore, stats: LogStats, owner: str = DEFAULT_IDENTITY.name
+    ) -> None:
         self.run_id = run_id
+        #: The identity that owns the run; the store keeps it with the log.
+        self.owner = owner
         self.store = store
         self.stats = stats
         self.frames: list[bytes] = []

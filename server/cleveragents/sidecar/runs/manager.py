@@ -12,13 +12,14 @@ import collections
 import dataclasses
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import grpc
 import structlog
 
 from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY
 from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.readers import FrameSink, LogCursor
 from cleveragents.sidecar.runs.recovery import partial_result, restore
@@ -153,10 +154,11 @@ class RunManager:
         self._expire()
         return self._live.get(run_id) or self._finished.get(run_id)
 
-    def require(self, run_id: str) -> Run:
-        """A live or retained run, or ``NOT_FOUND``."""
+    def require(self, run_id: str, allowed: Callable[[Run], bool] | None = None) -> Run:
+        """A live or retained run (that ``allowed`` lets through), or ``NOT_FOUND``: the same
+        for a run not allowed as for an unknown id, so that ids do not leak."""
         run = self.get(run_id)
-        if run is None:
+        if run is None or (allowed is not None and not allowed(run)):
             raise SidecarError.not_found(f"no run with id {run_id!r} (unknown, or expired)")
         return run
 
@@ -169,8 +171,13 @@ class RunManager:
         sink: FrameSink | None = None,
         metadata: Mapping[str, str] | None = None,
         sink_answers_approvals: bool = True,
+        owner: str = DEFAULT_IDENTITY.name,
     ) -> Run:
-        """Admit an assembled run (its id picked if it has none) and start its loop.
+        """Admit an assembled run (its id picked if it has none), owned by the identity named
+        ``owner``, and start its loop.
+
+        The id of a run another identity owns, live or kept, is refused (``ALREADY_EXISTS``):
+        a finished run's log is replaced only by a new run of its own owner.
 
         ``sink`` is attached before the first event, so the stream that started the run sees
         every event. While it is attached (and ``sink_answers_approvals``), or while a watcher
@@ -187,6 +194,11 @@ class RunManager:
         run_id = assembled.request.run_id or uuid.uuid4().hex
         if len(run_id) > _MAX_RUN_ID:
             raise SidecarError.invalid(f"run_id is longer than {_MAX_RUN_ID} characters")
+        if (taken := self.get(run_id)) is not None and taken.owner != owner:
+            raise SidecarError(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"run_id {run_id!r} is taken by another client's run; choose another run_id",
+            )
         if run_id in self._live:
             raise SidecarError(grpc.StatusCode.ALREADY_EXISTS, f"run {run_id!r} is still running")
         if len(self._live) >= self.max_concurrent_runs:
@@ -209,7 +221,7 @@ class RunManager:
         request = dataclasses.replace(assembled.request, run_id=run_id)
         run = Run(
             request,
-            RunLog(run_id, self.store, self.stats),
+            RunLog(run_id, self.store, self.stats, owner),
             self.observers,
             frame_limit=self.frame_limit,
         )
@@ -226,7 +238,7 @@ class RunManager:
             run.log.sinks.append(sink)
         self._live[run_id] = run
         run.task = asyncio.create_task(self._drive(run, assembled), name=f"run-{run_id}")
-        run.logger.info("run started", tools=list(assembled.runtime.registry.names()))
+        run.logger.info("run started", tools=list(assembled.runtime.registry.names()), owner=owner)
         return run
 
     def cancel(self, run: Run, reason: str) -> None:

@@ -47,7 +47,7 @@ def restore(stored: StoredRun, store: EventStore, stats: LogStats, frame_limit: 
     for sequence, item in enumerate(stored.frames, 1):
         check_frame(item, stored.run_id, sequence)
     first = decode_frame(stored.frames[0])
-    run_log = RunLog(stored.run_id, store, stats)
+    run_log = RunLog(stored.run_id, store, stats, stored.owner)
     run_log.restore(list(stored.frames))
     run = Run(
         request_of_started(stored.frames[0]),

@@ -96,6 +96,7 @@ class Run:
         "log",
         "logger",
         "observers",
+        "owner",
         "request",
         "run_id",
         "started_at",
@@ -115,6 +116,8 @@ class Run:
         frame_limit: int = 0,
     ) -> None:
         self.run_id = run_log.run_id
+        #: The name of the identity that started the run (see ``identity.Identity.may``).
+        self.owner = run_log.owner
         self.request = request
         self.log = run_log
         self.observers = tuple(observers)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 import structlog
 
 from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY
 from cleveragents.sidecar.runs.store import LogOwner, StoredRun, StoreListener
 from cleveragents.wire.frames import single
 
@@ -39,13 +40,18 @@ CREATE TABLE IF NOT EXISTS {name} (
     PRIMARY KEY (run_id, sequence)
 ) WITHOUT ROWID
 """
+#: Who owns each run (its identity's name), written with the run's first frame. A store
+#: from before owners were recorded has none: its runs belong to ``default``.
+_OWNERS = """
+CREATE TABLE IF NOT EXISTS owners (run_id TEXT PRIMARY KEY, owner TEXT NOT NULL)
+"""
 #: Runs whose logs could not be read back go to ``quarantine``, out of the way, kept.
 _QUARANTINE = (
     "INSERT OR REPLACE INTO quarantine SELECT * FROM events WHERE run_id = ?",
     "DELETE FROM events WHERE run_id = ?",
 )
 #: A forgotten run: its rows go.
-_FORGET = ("DELETE FROM events WHERE run_id = ?",)
+_FORGET = ("DELETE FROM events WHERE run_id = ?", "DELETE FROM owners WHERE run_id = ?")
 #: How often a failing store tries its unwritten batch again.
 RETRY_INTERVAL_S = 1.0
 
@@ -131,6 +137,7 @@ class SqliteEventStore:
         connection.execute("PRAGMA synchronous=NORMAL")
         connection.execute(_TABLE.format(name="events"))
         connection.execute(_TABLE.format(name="quarantine"))
+        connection.execute(_OWNERS)
         return connection
 
     def _write_loop(self) -> None:
@@ -216,6 +223,10 @@ class SqliteEventStore:
                     "INSERT OR REPLACE INTO events VALUES (?, ?, ?)",
                     (owner.run_id, sequence, single(frame)),
                 )
+                if sequence == 1:
+                    connection.execute(
+                        "INSERT OR REPLACE INTO owners VALUES (?, ?)", (owner.run_id, owner.owner)
+                    )
         connection.execute("COMMIT")
         marks = _marks(batch)
         if marks:
@@ -247,10 +258,15 @@ def _release_all(marks: Iterable[tuple[LogOwner, int]]) -> None:
 def _load(connection: sqlite3.Connection) -> list[StoredRun]:
     """Every stored run, oldest first, with its gap-free frames."""
     runs: dict[str, list[bytes]] = {}
+    owners = dict(connection.execute("SELECT run_id, owner FROM owners").fetchall())
     for run_id, sequence, frame in connection.execute(
         "SELECT run_id, sequence, frame FROM events ORDER BY run_id, sequence"
     ):
         frames = runs.setdefault(run_id, [])
         if sequence == len(frames) + 1:  # a gap can only follow a torn batch: stop there
             frames.append(frame[1:])  # rows hold whole responses: drop the tag byte
-    return [StoredRun(run_id, frames) for run_id, frames in runs.items() if frames]
+    return [
+        StoredRun(run_id, frames, owners.get(run_id, DEFAULT_IDENTITY.name))
+        for run_id, frames in runs.items()
+        if frames
+    ]

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY
+
 __all__ = ["EventStore", "LogOwner", "MemoryEventStore", "StoreListener", "StoredRun"]
 
 #: Told (on the event loop) the error when a store stops writing, and ``None`` once it writes
@@ -25,6 +27,11 @@ class LogOwner(Protocol):
     @property
     def run_id(self) -> str: ...
 
+    @property
+    def owner(self) -> str:
+        """The name of the identity that owns the run (stored with its first frame)."""
+        ...
+
     def release(self, sequence: int) -> None:
         """Every frame up to ``sequence`` is stored."""
         ...
@@ -32,10 +39,12 @@ class LogOwner(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StoredRun:
-    """A run's log as found in the store at start-up."""
+    """A run's log as found in the store at start-up, and the identity that owns it (runs
+    stored before owners were recorded belong to ``default``)."""
 
     run_id: str
     frames: list[bytes]
+    owner: str = DEFAULT_IDENTITY.name
 
 
 class EventStore(Protocol):

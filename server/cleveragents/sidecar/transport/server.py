@@ -20,12 +20,13 @@ from cleveragents.sidecar.runs import RunManager, RunObserver, SqliteEventStore
 from cleveragents.sidecar.tool_sources import default_registry
 from cleveragents.sidecar.transport.access import (
     check_listen_policy,
-    read_token,
     refuse_live_unix_socket,
     server_credentials,
 )
-from cleveragents.sidecar.transport.auth import TokenAuthInterceptor
+from cleveragents.sidecar.transport.auth import AuthInterceptor
+from cleveragents.sidecar.transport.credentials import read_credentials
 from cleveragents.sidecar.transport.handlers import SERVICE_NAME, generic_handler
+from cleveragents.sidecar.transport.rejections import Rejections
 from cleveragents.sidecar.transport.service import ToolRuntimeService
 from cleveragents.tool import ToolRegistry
 from cleveragents.wire import event_limit
@@ -100,8 +101,10 @@ class Sidecar:
             observers=observers,
             frame_limit=event_limit(config.max_message_bytes),
         )
+        #: Calls refused for their credentials (counted, and logged at most once an interval).
+        self.rejections = Rejections(config.auth_reject_log_interval_s)
         if self.metrics is not None:
-            self.metrics.track(self.manager)
+            self.metrics.track(self.manager, self.rejections)
         self.service = ToolRuntimeService(config, self.registry, self.manager)
         self.health = health.aio.HealthServicer()
         self.address = ""
@@ -113,16 +116,18 @@ class Sidecar:
         """Bind the configured address and start serving; returns the address bound."""
         size = self.config.max_message_bytes
         refuse_live_unix_socket(self.config.listen)
-        token = read_token(self.config)
+        identities = read_credentials(self.config)
         restored = self.manager.open()
         await self.manager.settle()
         credentials = server_credentials(self.config)
         listen = self.config.listen
         check_listen_policy(
-            listen, authenticated=token is not None, encrypted=credentials is not None
+            listen, authenticated=identities.required, encrypted=credentials is not None
         )
         server = grpc.aio.server(
-            interceptors=[TokenAuthInterceptor(token)] if token is not None else None,
+            interceptors=(
+                [AuthInterceptor(identities, self.rejections)] if identities.required else None
+            ),
             options=[
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", size),

@@ -22,9 +22,11 @@ from cleveragents.sidecar.assembly import RunAssembler
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
+from cleveragents.sidecar.identity import Access
 from cleveragents.sidecar.runs import FrameQueue, FrameSink, LogCursor, Run, RunManager
 from cleveragents.sidecar.transport import follow, session
 from cleveragents.sidecar.transport.bounds import check_started_fits
+from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import (
     DEADLINE_SLACK_S,
     Context,
@@ -143,7 +145,7 @@ class ToolRuntimeService:
     async def CancelRun(
         self, request: service_pb2.CancelRunRequest, context: Context
     ) -> service_pb2.CancelRunResponse:
-        run = await self._require(request.run_id, context)
+        run = await self._require(request.run_id, context, Access.CONTROL)
         if not run.finished:
             self.manager.cancel(run, request.reason or "cancelled by CancelRun")
             with contextlib.suppress(TimeoutError):  # a tool that ignores cancellation
@@ -158,7 +160,7 @@ class ToolRuntimeService:
     async def DecideApproval(
         self, request: service_pb2.DecideApprovalRequest, context: Context
     ) -> service_pb2.DecideApprovalResponse:
-        run = await self._require(request.run_id, context)
+        run = await self._require(request.run_id, context, Access.DECIDE)
         try:
             if run.approvals is None:
                 raise SidecarError.out_of_order(f"run {run.run_id!r} has no approvals")
@@ -172,7 +174,12 @@ class ToolRuntimeService:
     ) -> service_pb2.ListRunsResponse:
         if request.limit < 0:
             await abort(context, SidecarError.invalid("limit must not be negative"))
-        runs = self.manager.live_runs() + self.manager.retained_runs()
+        caller = current_caller()
+        runs = [
+            run
+            for run in self.manager.live_runs() + self.manager.retained_runs()
+            if caller.may(Access.READ, run.owner)
+        ]
         summaries = sorted((_summary(run) for run in runs), key=lambda s: -s.started_at)
         return service_pb2.ListRunsResponse(
             runs=[summary_to_pb(s) for s in summaries[: request.limit or 100]]
@@ -248,7 +255,11 @@ class ToolRuntimeService:
         Session that did not set ``handles_approvals`` cannot). ``spec_bytes`` is the size of
         the ``RunSpec`` it came in: one that may be too large for its ``run_started`` event to
         fit in a message is measured exactly, and refused.
+
+        The run belongs to the calling identity; its ``policy`` is the governance policy
+        named for it ("" the default).
         """
+        caller = current_caller()
         assembled = self.assembler.assemble(
             request,
             call_deadline_s=context.time_remaining(),
@@ -264,7 +275,11 @@ class ToolRuntimeService:
             if isinstance(value, str)
         }
         return self.manager.start(
-            assembled, sink=sink, metadata=metadata, sink_answers_approvals=answers_approvals
+            assembled,
+            sink=sink,
+            metadata=metadata,
+            sink_answers_approvals=answers_approvals,
+            owner=caller.name,
         )
 
     def abandoned(self, run: Run, context: Context, reason: str, *, force: bool = False) -> None:
@@ -310,9 +325,15 @@ class ToolRuntimeService:
                 f"{why} and was dropped; reconnect with after_sequence={cursor.cursor}",
             )
 
-    async def _require(self, run_id: str, context: Context) -> Run:
+    def require(self, run_id: str, access: Access = Access.READ) -> Run:
+        """The run ``run_id``, if the calling identity may ``access`` it (it owns it, or has a
+        role that grants it); else ``NOT_FOUND``, the same as for an unknown id."""
+        caller = current_caller()
+        return self.manager.require(run_id, lambda run: caller.may(access, run.owner))
+
+    async def _require(self, run_id: str, context: Context, access: Access = Access.READ) -> Run:
         try:
-            return self.manager.require(run_id)
+            return self.require(run_id, access)
         except SidecarError as exc:
             await abort(context, exc)
 

@@ -1,0 +1,129 @@
+"""The credentials the sidecar accepts, each standing for an ``Identity``.
+
+Tokens are kept only as SHA-256 digests of their ``Bearer`` header, and a presented header is
+compared (``hmac.compare_digest``) with every one of them, so neither the comparison nor the
+look-up takes longer for a nearer guess. Mutual-TLS subjects are matched on the verified
+peer certificate's subject, attribute order ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from cleveragents.sidecar.config import ClientConfig, SidecarConfig
+from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY, Identity
+from cleveragents.sidecar.transport.access import read_token
+
+__all__ = ["Credentials", "normal_subject", "read_credentials"]
+
+log = structlog.get_logger("cleveragents.sidecar.auth")
+_RDN_SPLIT = re.compile(r"(?<!\\),")
+
+
+def normal_subject(subject: str) -> frozenset[str]:
+    """A certificate subject (``CN=alice,O=Acme``) as its attributes, in any order."""
+    parts = (part.strip() for part in _RDN_SPLIT.split(subject))
+    return frozenset(
+        f"{key.strip().upper()}={value.strip()}"
+        for key, _, value in (part.partition("=") for part in parts if part)
+    )
+
+
+def _digest(header: bytes) -> bytes:
+    return hashlib.sha256(header).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """Token digests and certificate subjects, each with the identity it stands for."""
+
+    tokens: tuple[tuple[bytes, Identity], ...] = ()
+    subjects: Mapping[frozenset[str], Identity] = field(default_factory=dict)
+
+    @property
+    def required(self) -> bool:
+        """Whether any credential is configured (else the sidecar does not authenticate)."""
+        return bool(self.tokens or self.subjects)
+
+    def by_token(self, header: bytes) -> Identity | None:
+        """The identity whose ``Bearer <token>`` is ``header``, or ``None``."""
+        presented = _digest(header)
+        found: Identity | None = None
+        for digest, identity in self.tokens:  # all compared: no early exit on a match
+            if hmac.compare_digest(presented, digest):
+                found = identity
+        return found
+
+    def by_subject(self, subjects: Iterable[bytes]) -> Identity | None:
+        """The identity a verified peer certificate's subject stands for, or ``None``."""
+        for subject in subjects:
+            identity = self.subjects.get(normal_subject(subject.decode("utf-8", "replace")))
+            if identity is not None:
+                return identity
+        return None
+
+
+def read_credentials(config: SidecarConfig, env: Mapping[str, str] | None = None) -> Credentials:
+    """Every configured credential: the shared token (``default``, every role) and each
+    ``[clients.NAME]``. ``ConfigError`` for a token that cannot be read, or one used twice."""
+    env = os.environ if env is None else env
+    tokens: list[tuple[bytes, Identity]] = []
+    owners: dict[bytes, str] = {}
+    subjects: dict[frozenset[str], Identity] = {}
+
+    def add(token: str, identity: Identity) -> None:
+        digest = _digest(f"Bearer {token}".encode())
+        if (other := owners.setdefault(digest, identity.name)) != identity.name:
+            raise ConfigError(
+                f"clients.{identity.name} has the same token as {other}: each identity needs "
+                "its own token"
+            )
+        tokens.append((digest, identity))
+
+    if (shared := read_token(config, env)) is not None:
+        add(shared, DEFAULT_IDENTITY)
+    for name, client in config.clients.items():
+        identity = Identity(name, client.roles, client.policy)
+        if (token := _client_token(client, env)) is not None:
+            add(token, identity)
+        for subject in client.subjects:
+            subjects[normal_subject(subject)] = identity
+    return Credentials(tuple(tokens), subjects)
+
+
+def _client_token(client: ClientConfig, env: Mapping[str, str]) -> str | None:
+    where = f"clients.{client.name}"
+    if client.token_env:
+        token = env.get(client.token_env, "").strip()
+        if not token:
+            raise ConfigError(
+                f"{where}.token_env names {client.token_env!r}, which is unset or empty"
+            )
+        return token
+    if client.token_file:
+        try:
+            token = Path(client.token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read {where}.token_file {client.token_file}: {exc.strerror}"
+            ) from None
+        if not token:
+            raise ConfigError(f"{where}.token_file {client.token_file} is empty")
+        return token
+    if client.token:
+        log.warning(
+            "a client token is written in the configuration itself",
+            client=client.name,
+            advice="use token_env or token_file, and keep the file as secret as the token",
+        )
+        return client.token
+    return None
