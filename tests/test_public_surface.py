@@ -29,7 +29,7 @@ SURFACES = {
         "SidecarRpcError", "StreamedEvent",
     ],
     "cleveragents.sidecar": [
-        "ConfigError", "ProfileConfig", "Sidecar", "SidecarConfig", "SidecarError",
+        "ConfigError", "Policy", "ProfileConfig", "Sidecar", "SidecarConfig", "SidecarError",
         "configure_logging", "load_config",
     ],
 }  # fmt: skip

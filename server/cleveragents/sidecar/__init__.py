@@ -8,13 +8,14 @@ stores), ``hosted`` (tools and an LLM a Session's client hosts), ``config``, ``l
 statuses), ``observability`` (logs, traces, metrics) and ``cli``.
 """
 
-from cleveragents.sidecar.config import ProfileConfig, SidecarConfig, load_config
+from cleveragents.sidecar.config import Policy, ProfileConfig, SidecarConfig, load_config
 from cleveragents.sidecar.errors import ConfigError, SidecarError
 from cleveragents.sidecar.observability.logs import configure_logging
 from cleveragents.sidecar.transport.server import Sidecar
 
 __all__ = [
     "ConfigError",
+    "Policy",
     "ProfileConfig",
     "Sidecar",
     "SidecarConfig",

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cleveragents.sidecar.config.governance import parse_automation_profiles, parse_tool_limits
+from cleveragents.sidecar.config.policies import parse_policies
 from cleveragents.sidecar.config.scripts import parse_script
 from cleveragents.sidecar.config.settings import (
     ENV_PREFIX,
@@ -32,7 +33,8 @@ _PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"]
 _SCALARS = {
     f.name: f
     for f in dataclasses.fields(SidecarConfig)
-    if f.name not in ("profiles", "tool_modules", "automation_profiles", "tool_limits")
+    if f.name
+    not in ("profiles", "tool_modules", "automation_profiles", "tool_limits", "policy", "policies")
 }
 
 
@@ -87,6 +89,10 @@ def _from_env(name: str, value: str, annotation: Any) -> Any:
 
 def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
     kwargs: dict[str, Any] = {}
+    if "policy" in raw or "policies" in raw:
+        kwargs["policy"], kwargs["policies"] = parse_policies(
+            raw.pop("policy", None), raw.pop("policies", None)
+        )
     for key, value in raw.items():
         if key == "profiles":
             kwargs["profiles"] = _profiles(value, base)

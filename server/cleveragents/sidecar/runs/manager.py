@@ -20,6 +20,7 @@ import structlog
 
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.runs.log import LogStats, RunLog
+from cleveragents.sidecar.runs.quotas import RunQuotas
 from cleveragents.sidecar.runs.readers import FrameSink, LogCursor
 from cleveragents.sidecar.runs.recovery import partial_result, restore
 from cleveragents.sidecar.runs.run import Run, RunObserver
@@ -36,6 +37,7 @@ from cleveragents.tool import (
 
 if TYPE_CHECKING:
     from cleveragents.sidecar.assembly import AssembledRun
+    from cleveragents.sidecar.config import Policy
 
 __all__ = ["RunManager"]
 
@@ -82,6 +84,7 @@ class RunManager:
         #: Every watcher's cursor, with its run.
         self._watchers: dict[LogCursor, Run] = {}
         self._finished: collections.OrderedDict[str, Run] = collections.OrderedDict()
+        self.quotas = RunQuotas()
         self.store.watch(self._store_changed)
 
     # -- the store -----------------------------------------------------------------------------
@@ -169,8 +172,12 @@ class RunManager:
         sink: FrameSink | None = None,
         metadata: Mapping[str, str] | None = None,
         sink_answers_approvals: bool = True,
+        policy: Policy | None = None,
+        principal: str = "",
     ) -> Run:
         """Admit an assembled run (its id picked if it has none) and start its loop.
+
+        ``policy``'s run quotas (none without one) count the runs of ``principal``.
 
         ``sink`` is attached before the first event, so the stream that started the run sees
         every event. While it is attached (and ``sink_answers_approvals``), or while a watcher
@@ -203,6 +210,7 @@ class RunManager:
                 f"the sidecar already runs {len(self._live)} runs, its max_concurrent_runs; "
                 "retry later",
             )
+        bucket = self.quotas.check(principal, policy) if policy is not None else None
         if (previous := self._finished.pop(run_id, None)) is not None:
             self.finished_bytes -= _size(previous)
             self.store.forget(run_id)
@@ -214,6 +222,8 @@ class RunManager:
             frame_limit=self.frame_limit,
         )
         run.approvals = assembled.approvals
+        if policy is not None:
+            self.quotas.admit(run, principal, policy, bucket)
         run_log, answering = run.log, sink if sink_answers_approvals else None
 
         def attended() -> bool:
@@ -334,6 +344,7 @@ class RunManager:
 
     def _retire(self, run: Run) -> None:
         self._live.pop(run.run_id, None)
+        self.quotas.release(run)
         if self.max_finished_runs > 0:
             self._keep(run)
         self._expire()

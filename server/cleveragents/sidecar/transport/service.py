@@ -247,20 +247,30 @@ class ToolRuntimeService:
         client_llm: bool = False,
         answers_approvals: bool = True,
         spec_bytes: int = 0,
+        policy: str = "",
+        principal: str = "",
     ) -> Run:
         """Assemble and start the run ``request`` asks for; ``SidecarError`` if it cannot.
 
         ``answers_approvals``: whether the stream behind ``sink`` can answer approvals (a
         Session that did not set ``handles_approvals`` cannot). ``spec_bytes`` is the size of
         the ``RunSpec`` it came in: one that may be too large for its ``run_started`` event to
-        fit in a message is measured exactly, and refused.
+        fit in a message is measured exactly, and refused. ``policy`` names the governance
+        policy the caller runs under (``""``: the global ``[policy]``) and ``principal`` is who
+        calls, whose run quotas this run counts against.
         """
+        try:
+            governance = self.config.policy_named(policy)
+        except KeyError:  # fail closed: a caller whose policy is not configured may do nothing
+            raise SidecarError.denied(f"no governance policy [policies.{policy}]") from None
         assembled = self.assembler.assemble(
             request,
             call_deadline_s=context.time_remaining(),
             host=host,
             client_tools=client_tools,
             client_llm=client_llm,
+            policy=governance,
+            principal=principal,
         )
         if spec_bytes + _SPEC_SLACK > self.frame_limit:
             check_started_fits(assembled, self.frame_limit, self.config.max_message_bytes)
@@ -270,7 +280,12 @@ class ToolRuntimeService:
             if isinstance(value, str)
         }
         return self.manager.start(
-            assembled, sink=sink, metadata=metadata, sink_answers_approvals=answers_approvals
+            assembled,
+            sink=sink,
+            metadata=metadata,
+            sink_answers_approvals=answers_approvals,
+            policy=governance,
+            principal=principal,
         )
 
     def abandoned(self, run: Run, context: Context, reason: str, *, force: bool = False) -> None:
