@@ -43,6 +43,9 @@ class Policy:
     def __post_init__(self) -> None:
         for key in _GLOBS:
             patterns = getattr(self, key)
+            if isinstance(patterns, list):  # a list from code reads as well as a tuple
+                patterns = tuple(patterns)
+                object.__setattr__(self, key, patterns)
             if not isinstance(patterns, tuple) or not all(
                 isinstance(p, str) and p for p in patterns
             ):
