@@ -243,6 +243,7 @@ async def test_concurrent_run_quota_refuses_the_next_run_until_one_ends(
     assert completed_result([*seen, *rest]).content == "done"
     assert after.content == "done"
     assert len(sidecar.manager.retained_runs()) == 2
+    assert sidecar.manager.stats.refused_runs == 1  # cleveragents_refused_runs_total
 
 
 async def test_rate_quota_refuses_runs_beyond_it_until_tokens_come_back(

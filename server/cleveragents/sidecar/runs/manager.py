@@ -210,7 +210,11 @@ class RunManager:
                 f"the sidecar already runs {len(self._live)} runs, its max_concurrent_runs; "
                 "retry later",
             )
-        bucket = self.quotas.check(principal, policy) if policy is not None else None
+        try:
+            bucket = self.quotas.check(principal, policy) if policy is not None else None
+        except SidecarError:
+            self.stats.refused_runs += 1
+            raise
         if (previous := self._finished.pop(run_id, None)) is not None:
             self.finished_bytes -= _size(previous)
             self.store.forget(run_id)
