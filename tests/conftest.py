@@ -3,15 +3,18 @@ for the tests that measure a real server (its RSS from ``/proc``) or put it unde
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
+import structlog
 
 _LISTENING = "cleveragents-sidecar listening on "
 
@@ -74,3 +77,16 @@ def serve_sidecar() -> Iterator[ServeSidecar]:
     for process in started:
         process.terminate()
         process.wait(15)
+
+
+@contextlib.contextmanager
+def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
+    """Every log line written inside the block, whatever level an earlier test configured
+    (``structlog.testing.capture_logs`` keeps the level filter it finds)."""
+    previous = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with structlog.testing.capture_logs() as logs:
+            yield logs
+    finally:
+        structlog.configure(**previous)

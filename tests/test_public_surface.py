@@ -29,7 +29,8 @@ SURFACES = {
         "SidecarRpcError", "StreamedEvent",
     ],
     "cleveragents.sidecar": [
-        "ClientConfig", "ConfigError", "ProfileConfig", "Sidecar", "SidecarConfig", "SidecarError",
+        "ClientConfig", "ConfigError", "Policy", "ProfileConfig", "Sidecar", "SidecarConfig",
+        "SidecarError",
         "configure_logging", "load_config",
     ],
 }  # fmt: skip

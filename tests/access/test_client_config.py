@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import structlog.testing
 
 from cleveragents.sidecar import ClientConfig, ConfigError, SidecarConfig, load_config
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY, Identity
 from cleveragents.sidecar.transport.credentials import read_credentials
+from tests.conftest import captured_logs
 
 
 def load(tmp_path: Path, text: str) -> SidecarConfig:
@@ -28,6 +28,9 @@ def test_a_clients_table_loads_roles_policy_and_a_token_file_beside_the_config(
 token_file = "ci.token"
 roles = ["observer", "approver"]
 policy = "strict"
+
+[policies.strict]
+max_concurrent_runs = 2
 """)  # fmt: skip
     credentials = read_credentials(config, env={})
     assert credentials.by_token(b"Bearer ci-token") == Identity(
@@ -46,7 +49,7 @@ def test_the_shared_token_is_the_default_identity_with_every_role(tmp_path: Path
 
 def test_an_inline_token_works_with_a_warning(tmp_path: Path) -> None:
     config = load(tmp_path, '[clients.dev]\ntoken = "dev-token"\n')
-    with structlog.testing.capture_logs() as logs:
+    with captured_logs() as logs:
         credentials = read_credentials(config, env={})
     assert credentials.by_token(b"Bearer dev-token") == Identity("dev")
     assert [(line["log_level"], line["client"]) for line in logs] == [("warning", "dev")]

@@ -11,10 +11,9 @@ from typing import Any
 
 import grpc
 import pytest
-import structlog.testing
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError
-from cleveragents.sidecar import ClientConfig, Sidecar, SidecarConfig
+from cleveragents.sidecar import ClientConfig, Policy, Sidecar, SidecarConfig
 from cleveragents.sidecar.assembly import AssembledRun, RunAssembler
 from cleveragents.sidecar.identity import Identity
 from cleveragents.sidecar.transport.caller import current_caller
@@ -29,6 +28,7 @@ from cleveragents.tool import (
 )
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc
 from cleveragents.wire import RunRequest, RunState
+from tests.conftest import captured_logs
 
 #: Each identity's token, and the roles it has.
 TOKENS = {"alice": "alice-token-0001", "bob": "bob-token-0002", "olga": "olga-token-0003",
@@ -317,7 +317,7 @@ async def test_rejected_credentials_are_counted_and_logged_once_per_interval(
     start: Start,
 ) -> None:
     sidecar = await start(metrics_listen="127.0.0.1:0", auth_reject_log_interval_s=3600.0)
-    with structlog.testing.capture_logs() as logs:
+    with captured_logs() as logs:
         for token in ("wrong-1", "wrong-2", None):
             async with AsyncSidecarClient(sidecar.address, token=token) as stranger:
                 error = await refused(stranger.list_runs())
@@ -338,7 +338,7 @@ async def test_rejected_credentials_are_counted_and_logged_once_per_interval(
 def test_the_next_line_after_an_interval_says_how_many_went_unlogged() -> None:
     now = [0.0]
     rejections = Rejections(10.0, clock=lambda: now[0])
-    with structlog.testing.capture_logs() as logs:
+    with captured_logs() as logs:
         for at in (0.0, 1.0, 2.0, 9.9, 10.0, 10.5):
             now[0] = at
             rejections.reject("ipv4:10.0.0.1:5", "/m", "no token")
@@ -366,7 +366,9 @@ async def test_start_run_knows_the_callers_name_and_policy_for_every_way_to_star
         name: ClientConfig(name, token_env=f"TEST_TOKEN_{name.upper()}", policy=f"{name}-policy")
         for name in ("alice", "bob")
     }
-    sidecar = await start(clients=policies)
+    sidecar = await start(
+        clients=policies, policies={f"{n}-policy": Policy(f"{n}-policy") for n in ("alice", "bob")}
+    )
     recording = RecordingAssembler(sidecar.service.assembler)
     sidecar.service.assembler = recording  # type: ignore[assignment]
     async with as_(sidecar, "alice") as alice, as_(sidecar, "bob") as bob:

@@ -204,6 +204,19 @@ async def test_a_per_tool_concurrency_cap_holds_across_runs() -> None:
     assert peak == 1
 
 
+async def test_tool_limits_count_each_origin_apart_and_share_within_one() -> None:
+    limits = ToolLimits({"x": ToolLimit(max_concurrent=1)})
+    client_b = limits.for_origins({"x": "client:b"})
+    again_b = limits.for_origins({"x": "client:b"})
+
+    async with client_b.slot("x"):  # client B's "x" holds its slot
+        async with asyncio.timeout(1.0), limits.slot("x"):  # the server's "x" does not wait
+            pass
+        with pytest.raises(TimeoutError):  # another run of B's own "x" does
+            async with asyncio.timeout(0.05), again_b.slot("x"):
+                pass
+
+
 async def test_a_per_tool_rate_limit_spaces_calls_out() -> None:
     registry = ToolRegistry()
     starts: list[float] = []

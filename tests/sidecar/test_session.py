@@ -268,22 +268,6 @@ async def test_client_tool_without_answer_times_out_per_call(client: AsyncSideca
     assert record.error == "tool 'stuck' timed out after 0.2s"
 
 
-async def test_client_tool_shadows_a_server_tool_of_the_same_name(
-    client: AsyncSidecarClient, server_tools: ServerTools
-) -> None:
-    def echo(text: str) -> str:
-        """The client's own echo."""
-        return f"client:{text}"
-
-    script = [turn("", call("e1", "echo", text="hi")), turn("done")]
-    events = await collect(client.session("go", tools=[echo], script=script))
-
-    [record] = completed_result(events).tool_call_history
-    assert dict(record.output) == {"result": "client:hi"}
-    assert server_tools.echo_texts == []
-    assert events[0].event.tool_names.count("echo") == 1  # type: ignore[union-attr]
-
-
 async def test_client_tool_schema_is_enforced_by_the_server(client: AsyncSidecarClient) -> None:
     tool = ShoutTool()
     script = [turn("", call("k1", "shout", wrong=1)), turn("done")]

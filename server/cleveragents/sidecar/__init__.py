@@ -8,7 +8,13 @@ stores), ``hosted`` (tools and an LLM a Session's client hosts), ``config``, ``l
 statuses), ``observability`` (logs, traces, metrics) and ``cli``.
 """
 
-from cleveragents.sidecar.config import ClientConfig, ProfileConfig, SidecarConfig, load_config
+from cleveragents.sidecar.config import (
+    ClientConfig,
+    Policy,
+    ProfileConfig,
+    SidecarConfig,
+    load_config,
+)
 from cleveragents.sidecar.errors import ConfigError, SidecarError
 from cleveragents.sidecar.observability.logs import configure_logging
 from cleveragents.sidecar.transport.server import Sidecar
@@ -16,6 +22,7 @@ from cleveragents.sidecar.transport.server import Sidecar
 __all__ = [
     "ClientConfig",
     "ConfigError",
+    "Policy",
     "ProfileConfig",
     "Sidecar",
     "SidecarConfig",

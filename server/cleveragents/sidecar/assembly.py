@@ -1,8 +1,10 @@
 """Assembly: from a client's ``RunRequest`` to a run ready to start, in one place.
 
 Every check a request must pass before it becomes a run happens here, in this order: the
-prompt, the iteration limit against the sidecar's cap, the tools it names, its LLM profile,
-the tools its client hosts, its automation profile. The result holds the runtime (registry,
+prompt, the iteration limit against the sidecar's cap, the tools it names (and whether its
+client's tools may shadow them), its LLM profile and model, the tools its client hosts, its
+automation profile. The governance policy it runs under decides the "may": a request beyond
+it is ``PERMISSION_DENIED`` naming the rule. The result holds the runtime (registry,
 runner, LLM caller, governance), the context it runs in, its deadline, its approvals broker,
 and the request as accepted, defaults filled in, which ``run_started`` reports.
 """
@@ -14,10 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cleveragents.sidecar.approvals import ApprovalBroker
-from cleveragents.sidecar.config import ProfileConfig, SidecarConfig
+from cleveragents.sidecar.config import Policy, ProfileConfig, SidecarConfig
+from cleveragents.sidecar.config.settings import PROVIDER_KINDS
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost, ClientLLMCaller
-from cleveragents.sidecar.llm_profiles import resolve_llm
+from cleveragents.sidecar.llm_profiles import profile_name, resolve_llm
 from cleveragents.tool import (
     DEFAULT_MAX_ITERATIONS,
     AutomationProfile,
@@ -71,13 +74,18 @@ class RunAssembler:
         host: ClientHost | None = None,
         client_tools: Sequence[ToolSpec] = (),
         client_llm: bool = False,
+        policy: Policy | None = None,
+        principal: str = "",
     ) -> AssembledRun:
         """The run ``request`` asks for; ``SidecarError`` says why it cannot be.
 
         ``call_deadline_s`` is the time left before the starting call's deadline. A session's
-        ``host`` serves ``client_tools`` and, with ``client_llm``, the LLM.
+        ``host`` serves ``client_tools`` and, with ``client_llm``, the LLM. ``policy`` (default:
+        the global one) is what the caller may ask for; ``principal`` (who calls) keeps its
+        client tools' ``tool_limits`` apart from everyone else's.
         """
         config = self.config
+        policy = policy if policy is not None else config.policy
         if not request.prompt.strip():
             raise SidecarError.invalid("spec.prompt must not be empty")
         if request.max_iterations < 0:
@@ -88,7 +96,8 @@ class RunAssembler:
                 f"spec.max_iterations {request.max_iterations} exceeds this sidecar's cap of {cap}"
             )
         max_iterations = request.max_iterations or min(DEFAULT_MAX_ITERATIONS, cap)
-        registry = self._registry_for(request.tool_names, client_tools)
+        registry = self._registry_for(request.tool_names, client_tools, policy)
+        _check_llm(request, config, policy, client_llm)
         profile, llm, router = resolve_llm(request.llm, config, client_llm=client_llm)
         if host is not None:
             try:
@@ -99,7 +108,7 @@ class RunAssembler:
                 llm = ClientLLMCaller(host)
         caller = _require_llm(llm)
         given = request.context if request.context is not None else ToolActorContext()
-        automation = self._automation_profile(given.automation_profile)
+        automation = self._automation_profile(given.automation_profile, policy)
         budget = request.budget or RunBudget()
         if request.max_wall_clock_s is not None:
             budget = dataclasses.replace(budget, max_wall_clock_s=request.max_wall_clock_s)
@@ -108,8 +117,12 @@ class RunAssembler:
             approve_on_timeout=config.approve_on_timeout,
             unattended_timeout_s=config.approval_timeout_unattended_s,
         )
+        limits = self.limits
+        if limits is not None and client_tools:
+            origin = f"client:{principal}"
+            limits = limits.for_origins({spec.name: origin for spec in client_tools})
         runner = ToolRunner(
-            registry, default_timeout_s=config.default_tool_timeout_s, limits=self.limits
+            registry, default_timeout_s=config.default_tool_timeout_s, limits=limits
         )
         runtime = ToolCallingRuntime(
             registry,
@@ -141,7 +154,7 @@ class RunAssembler:
             accepted, runtime, context, call_deadline_s, approvals, profile, automation
         )
 
-    def _automation_profile(self, name: str) -> AutomationProfile:
+    def _automation_profile(self, name: str, policy: Policy) -> AutomationProfile:
         profiles = self.config.all_automation_profiles()
         chosen = name or self.config.default_automation_profile
         if chosen not in profiles:
@@ -150,17 +163,50 @@ class RunAssembler:
                 f"unknown automation profile {chosen!r} in context.automation_profile; "
                 f"configured: {known}"
             )
+        if not policy.allows("automation_profiles", chosen):
+            raise _denied(policy, "automation_profiles", f"automation profile {chosen!r}")
         return profiles[chosen]
 
     def _registry_for(
-        self, tool_names: Sequence[str], client_specs: Sequence[ToolSpec]
+        self, tool_names: Sequence[str], client_specs: Sequence[ToolSpec], policy: Policy
     ) -> ToolRegistry:
         client_names = {s.name for s in client_specs}
+        if not policy.allow_tool_shadowing and (
+            shadowed := sorted(n for n in client_names if n in self.registry)
+        ):
+            raise SidecarError.denied(
+                f"start.tools: client tool {shadowed[0]!r} has the name of a tool this sidecar "
+                f"serves, and {policy.where}.allow_tool_shadowing is false: rename the client "
+                "tool (or the operator allows shadowing)"
+            )
         server_names = [n for n in (tool_names or self.registry.names()) if n not in client_names]
         try:
             return self.registry.subset(server_names)
         except UnknownToolError as exc:
             raise SidecarError.not_found(f"spec.tool_names: {exc}") from None
+
+
+def _check_llm(
+    request: RunRequest, config: SidecarConfig, policy: Policy, client_llm: bool
+) -> None:
+    """The LLM profile a run uses, and the ``llm.model`` it names, are ones its policy allows
+    (a model override counts for provider profiles: the others have no model to pick)."""
+    name = profile_name(request.llm, config, client_llm=client_llm)
+    profiles = config.all_profiles()
+    if name in profiles and not policy.allows("llm_profiles", name):
+        raise _denied(policy, "llm_profiles", f"LLM profile {name!r}")
+    model = request.llm.model
+    profile = profiles.get(name)
+    provider = profile is not None and profile.kind in PROVIDER_KINDS
+    if model and provider and not policy.allows("llm_models", model):
+        raise _denied(policy, "llm_models", f"llm.model {model!r}")
+
+
+def _denied(policy: Policy, key: str, what: str) -> SidecarError:
+    allowed = ", ".join(getattr(policy, key)) or "nothing"
+    return SidecarError.denied(
+        f"{what} is not allowed by the governance policy: {policy.where}.{key} allows {allowed}"
+    )
 
 
 def _require_llm(llm: LLMCaller | None) -> LLMCaller:

@@ -28,6 +28,16 @@ class SidecarError(ToolRuntimeError):
         return cls(grpc.StatusCode.NOT_FOUND, message)
 
     @classmethod
+    def denied(cls, message: str) -> SidecarError:
+        """``PERMISSION_DENIED``: the operator's policy does not allow what the request asks."""
+        return cls(grpc.StatusCode.PERMISSION_DENIED, message)
+
+    @classmethod
+    def quota(cls, message: str) -> SidecarError:
+        """``RESOURCE_EXHAUSTED``: the caller used up a quota; it may retry later."""
+        return cls(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+
+    @classmethod
     def out_of_order(cls, message: str) -> SidecarError:
         """``FAILED_PRECONDITION``: a session message that does not fit the conversation."""
         return cls(grpc.StatusCode.FAILED_PRECONDITION, message)

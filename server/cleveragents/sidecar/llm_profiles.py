@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from cleveragents.providers._caller import HTTPCaller
 
-__all__ = ["DEFAULT_API_KEY_ENV", "close_provider_clients", "resolve_llm"]
+__all__ = ["DEFAULT_API_KEY_ENV", "close_provider_clients", "profile_name", "resolve_llm"]
 
 #: Where a provider profile without ``api_key_env`` finds its key.
 DEFAULT_API_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
@@ -43,7 +43,7 @@ def resolve_llm(
     ``FAILED_PRECONDITION`` when a provider profile's API key variable is not set.
     """
     profiles = config.all_profiles()
-    name = selection.profile or ("client" if client_llm else config.default_profile)
+    name = profile_name(selection, config, client_llm=client_llm)
     profile = profiles.get(name)
     if profile is None:
         known = ", ".join(sorted(profiles))
@@ -76,6 +76,11 @@ def resolve_llm(
         return profile, ScriptedLLMCaller(turns), None
     script = profile.script if profile.script is not None else DEFAULT_SCRIPT
     return profile, ScriptedLLMCaller(script), None
+
+
+def profile_name(selection: LlmChoice, config: SidecarConfig, *, client_llm: bool) -> str:
+    """The name of the profile a run uses: the one it names, else the default for its RPC."""
+    return selection.profile or ("client" if client_llm else config.default_profile)
 
 
 async def close_provider_clients() -> None:

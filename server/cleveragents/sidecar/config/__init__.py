@@ -1,7 +1,9 @@
 """The sidecar's configuration: ``settings`` (the values), ``loading`` (TOML, environment and
-flags), ``governance`` (automation profiles and tool limits) and ``scripts`` (LLM scripts)."""
+flags), ``governance`` (automation profiles and tool limits), ``policies`` (what a client may
+ask for) and ``scripts`` (LLM scripts)."""
 
 from cleveragents.sidecar.config.loading import load_config
+from cleveragents.sidecar.config.policies import Policy
 from cleveragents.sidecar.config.settings import (
     ENV_PREFIX,
     ClientConfig,
@@ -9,4 +11,4 @@ from cleveragents.sidecar.config.settings import (
     SidecarConfig,
 )
 
-__all__ = ["ENV_PREFIX", "ClientConfig", "ProfileConfig", "SidecarConfig", "load_config"]
+__all__ = ["ENV_PREFIX", "ClientConfig", "Policy", "ProfileConfig", "SidecarConfig", "load_config"]

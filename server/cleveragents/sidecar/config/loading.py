@@ -12,6 +12,7 @@ from typing import Any
 
 from cleveragents.sidecar.config.clients import parse_clients
 from cleveragents.sidecar.config.governance import parse_automation_profiles, parse_tool_limits
+from cleveragents.sidecar.config.policies import parse_policies
 from cleveragents.sidecar.config.scripts import parse_script
 from cleveragents.sidecar.config.settings import (
     ENV_PREFIX,
@@ -30,11 +31,12 @@ _PROFILE_KEYS = {
     "openai": {"kind", "model", "base_url", "api_key_env", "timeout", "max_retries", "params"},
 }
 _PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"]
-_SCALARS = {
-    f.name: f
-    for f in dataclasses.fields(SidecarConfig)
-    if f.name not in ("profiles", "tool_modules", "automation_profiles", "tool_limits", "clients")
-}
+#: Settings that are tables or lists, each read on its own.
+_TABLES = (
+    "profiles", "tool_modules", "automation_profiles", "tool_limits", "clients", "policy",
+    "policies",
+)  # fmt: skip
+_SCALARS = {f.name: f for f in dataclasses.fields(SidecarConfig) if f.name not in _TABLES}
 
 
 def load_config(
@@ -88,6 +90,10 @@ def _from_env(name: str, value: str, annotation: Any) -> Any:
 
 def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
     kwargs: dict[str, Any] = {}
+    if "policy" in raw or "policies" in raw:
+        kwargs["policy"], kwargs["policies"] = parse_policies(
+            raw.pop("policy", None), raw.pop("policies", None)
+        )
     for key, value in raw.items():
         if key == "profiles":
             kwargs["profiles"] = _profiles(value, base)

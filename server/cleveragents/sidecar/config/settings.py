@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cleveragents.providers import RESERVED_PARAMS
+from cleveragents.sidecar.config.policies import Policy
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import check_event_loop
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY, ROLES
@@ -166,7 +167,12 @@ class SidecarConfig:
     #: rather than hang a unary RunToolLoop for ``approval_timeout_s`` with no one to ask.
     approval_timeout_unattended_s: float = 0.0
     automation_profiles: Mapping[str, AutomationProfile] = field(default_factory=dict)
+    #: Limits per tool name, counted per origin: the sidecar's own tool, or each principal's
+    #: client-hosted tool of that name.
     tool_limits: Mapping[str, ToolLimit] = field(default_factory=dict)
+    #: Governance: the global ``[policy]`` and the named ``[policies.NAME]`` (see policies.py).
+    policy: Policy = field(default_factory=Policy)
+    policies: Mapping[str, Policy] = field(default_factory=dict)
     metrics_listen: str = ""
     tracing: bool = False
     auth_token_env: str = ""
@@ -245,6 +251,7 @@ class SidecarConfig:
         if self.auth_token_env and self.auth_token_file:
             raise ConfigError("set auth_token_env or auth_token_file, not both")
         self._check_clients()
+        self._check_policies()
 
     def _check_clients(self) -> None:
         subjects: dict[str, str] = {}
@@ -260,6 +267,35 @@ class SidecarConfig:
                     raise ConfigError(
                         f"subject {subject!r} is given to both clients.{other} and clients.{name}"
                     )
+            if client.policy and client.policy not in self.policies:
+                raise ConfigError(
+                    f"clients.{name}.policy names {client.policy!r}, but there is no "
+                    f"[policies.{client.policy}]"
+                )
+
+    def _check_policies(self) -> None:
+        """Every policy's globs name something that exists, and allow the defaults a run that
+        names nothing gets (else every such run would be refused)."""
+        automation, llm = self.all_automation_profiles(), self.all_profiles()
+        for name, policy in {"": self.policy, **self.policies}.items():
+            if policy.name != name:
+                raise ConfigError(f"policies.{name} holds a policy named {policy.name!r}")
+            policy.check_known("automation_profiles", list(automation))
+            policy.check_known("llm_profiles", list(llm))
+            for key, default, setting in (
+                ("automation_profiles", self.default_automation_profile, "default_automation"),
+                ("llm_profiles", self.default_profile, "default"),
+            ):
+                if not policy.allows(key, default):
+                    raise ConfigError(
+                        f"{policy.where}.{key} does not allow {default!r}, the {setting}_profile "
+                        "a run that names none gets: add it, or change that setting"
+                    )
+
+    def policy_named(self, name: str) -> Policy:
+        """The policy ``[policies.NAME]`` (``""``: the global ``[policy]``); ``KeyError`` if
+        there is none."""
+        return self.policies[name] if name else self.policy
 
     def all_automation_profiles(self) -> dict[str, AutomationProfile]:
         """The built-in automation profiles plus the configured ones (which may replace them)."""

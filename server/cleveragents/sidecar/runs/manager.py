@@ -21,10 +21,12 @@ import structlog
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY
 from cleveragents.sidecar.runs.log import LogStats, RunLog
-from cleveragents.sidecar.runs.readers import FrameSink, LogCursor
+from cleveragents.sidecar.runs.quotas import RunQuotas
+from cleveragents.sidecar.runs.readers import FrameSink
 from cleveragents.sidecar.runs.recovery import partial_result, restore
 from cleveragents.sidecar.runs.run import Run, RunObserver
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore
+from cleveragents.sidecar.runs.watchers import Watchers
 from cleveragents.tool import (
     LLMCallError,
     RunCancelled,
@@ -37,6 +39,7 @@ from cleveragents.tool import (
 
 if TYPE_CHECKING:
     from cleveragents.sidecar.assembly import AssembledRun
+    from cleveragents.sidecar.config import Policy
 
 __all__ = ["RunManager"]
 
@@ -81,8 +84,10 @@ class RunManager:
         self.store_changed = asyncio.Event()
         self._live: dict[str, Run] = {}
         #: Every watcher's cursor, with its run.
-        self._watchers: dict[LogCursor, Run] = {}
+        #: The watchers' cursors (``follow``, ``unfollow``, ``drop_stalled``).
+        self.watchers = Watchers(self.stats, watcher_queue_size)
         self._finished: collections.OrderedDict[str, Run] = collections.OrderedDict()
+        self.quotas = RunQuotas()
         self.store.watch(self._store_changed)
 
     # -- the store -----------------------------------------------------------------------------
@@ -172,12 +177,15 @@ class RunManager:
         metadata: Mapping[str, str] | None = None,
         sink_answers_approvals: bool = True,
         owner: str = DEFAULT_IDENTITY.name,
+        policy: Policy | None = None,
     ) -> Run:
         """Admit an assembled run (its id picked if it has none), owned by the identity named
         ``owner``, and start its loop.
 
         The id of a run another identity owns, live or kept, is refused (``ALREADY_EXISTS``):
         a finished run's log is replaced only by a new run of its own owner.
+
+        ``policy``'s run quotas (none without one) count the runs of ``owner``.
 
         ``sink`` is attached before the first event, so the stream that started the run sees
         every event. While it is attached (and ``sink_answers_approvals``), or while a watcher
@@ -215,6 +223,11 @@ class RunManager:
                 f"the sidecar already runs {len(self._live)} runs, its max_concurrent_runs; "
                 "retry later",
             )
+        try:
+            bucket = self.quotas.check(owner, policy) if policy is not None else None
+        except SidecarError:
+            self.stats.refused_runs += 1
+            raise
         if (previous := self._finished.pop(run_id, None)) is not None:
             self.finished_bytes -= _size(previous)
             self.store.forget(run_id)
@@ -226,6 +239,8 @@ class RunManager:
             frame_limit=self.frame_limit,
         )
         run.approvals = assembled.approvals
+        if policy is not None:
+            self.quotas.admit(run, owner, policy, bucket)
         run_log, answering = run.log, sink if sink_answers_approvals else None
 
         def attended() -> bool:
@@ -262,43 +277,6 @@ class RunManager:
         error = SidecarError(grpc.StatusCode.UNAVAILABLE, message)
         run.emit(RunFailed(message, partial_result(run.run_id, run.log.frames), error))
         run.task.cancel(message)  # the loop stops; what it logs now is ignored
-
-    def follow(self, run: Run, after_sequence: int) -> LogCursor:
-        """A watcher's cursor on ``run``, dropped when it falls too far behind or when it
-        stalls in a write (``drop_stalled``); ``unfollow`` it when done."""
-        cursor = run.log.follow(after_sequence, self.watcher_queue_size)
-        self._watchers[cursor] = run
-        return cursor
-
-    def unfollow(self, run: Run, cursor: LogCursor) -> None:
-        """The watcher of ``cursor`` is gone."""
-        run.log.unsubscribe(cursor)
-        self._watchers.pop(cursor, None)
-
-    def count_dropped(self, run: Run, reason: str) -> None:
-        """Count and log a watcher its own handler dropped (``reason`` says why)."""
-        self.stats.dropped_watchers += 1
-        log.warning("watcher dropped", run_id=run.run_id, reason=reason)
-
-    def drop_stalled(self, stall_s: float) -> int:
-        """Drop the watchers stuck in one write for over ``stall_s``; returns how many.
-
-        Its write is left to gRPC: what the client has not read stays buffered there until it
-        reads (then it gets the status after it) or goes. Once the write completes, the
-        cursor reads nothing more and the handler ends the call.
-        """
-        horizon = time.monotonic() - stall_s
-        dropped = 0
-        for cursor, run in list(self._watchers.items()):
-            since = cursor.busy_since
-            if since is None or since > horizon or cursor.dropped:
-                continue
-            cursor.dropped = cursor.stalled = True
-            self.unfollow(run, cursor)
-            self.stats.dropped_watchers += 1
-            dropped += 1
-            log.warning("watcher dropped", run_id=run.run_id, reason="its client stopped reading")
-        return dropped
 
     async def drain(self, grace_s: float) -> None:
         """Stop accepting runs, let live ones finish within ``grace_s``, then cancel the rest."""
@@ -351,6 +329,7 @@ class RunManager:
 
     def _retire(self, run: Run) -> None:
         self._live.pop(run.run_id, None)
+        self.quotas.release(run)
         if self.max_finished_runs > 0:
             self._keep(run)
         self._expire()

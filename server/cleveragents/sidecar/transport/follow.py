@@ -141,7 +141,7 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
             await abort(context, error)
         raise error from None
     finally:
-        service.manager.unfollow(run, cursor)
+        service.manager.watchers.unfollow(run, cursor)
     if dropped is not None:
         await context.abort(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -183,7 +183,7 @@ class _Follower:
                         await flow.wait_for_room(size)
                 except TimeoutError:
                     reason = "it left its window unacknowledged"
-                    self.service.manager.count_dropped(self.run, reason)
+                    self.service.manager.watchers.count_dropped(self.run, reason)
                     return (
                         f"this watcher left {flow.unacked} bytes unacknowledged (its window "
                         f"is {window}) for over {self.stall_s:g} s"

@@ -251,7 +251,7 @@ class Sidecar:
         while True:
             await asyncio.sleep(min(1.0, stall_s / 4))
             try:
-                self.manager.drop_stalled(stall_s)
+                self.manager.watchers.drop_stalled(stall_s)
             except Exception:  # a bug here must not end the sweeps for good
                 log.exception("could not drop stalled watchers")
 

@@ -226,7 +226,7 @@ class ToolRuntimeService:
             while items := await cursor.get_many(limit):
                 await context.write(batch(items))
         finally:
-            self.manager.unfollow(run, cursor)
+            self.manager.watchers.unfollow(run, cursor)
         await self.end_if_dropped(cursor, context)
 
     async def FollowRun(self, request_iterator: Any, context: Context) -> None:
@@ -256,16 +256,19 @@ class ToolRuntimeService:
         the ``RunSpec`` it came in: one that may be too large for its ``run_started`` event to
         fit in a message is measured exactly, and refused.
 
-        The run belongs to the calling identity; its ``policy`` is the governance policy
-        named for it ("" the default).
+        The run belongs to the calling identity, runs under the governance policy named for
+        it (``""``: the global ``[policy]``) and counts against its run quotas.
         """
         caller = current_caller()
+        governance = self.config.policy_named(caller.policy)  # checked to exist at start
         assembled = self.assembler.assemble(
             request,
             call_deadline_s=context.time_remaining(),
             host=host,
             client_tools=client_tools,
             client_llm=client_llm,
+            policy=governance,
+            principal=caller.name,
         )
         if spec_bytes + _SPEC_SLACK > self.frame_limit:
             check_started_fits(assembled, self.frame_limit, self.config.max_message_bytes)
@@ -280,6 +283,7 @@ class ToolRuntimeService:
             metadata=metadata,
             sink_answers_approvals=answers_approvals,
             owner=caller.name,
+            policy=governance,
         )
 
     def abandoned(self, run: Run, context: Context, reason: str, *, force: bool = False) -> None:
@@ -304,7 +308,7 @@ class ToolRuntimeService:
                 ),
             )
         # Past the live end, the cursor simply waits for the run to get there.
-        return run, self.manager.follow(run, after)
+        return run, self.manager.watchers.follow(run, after)
 
     def dropped_reason(self, cursor: LogCursor) -> str | None:
         """Why the run dropped the watcher of ``cursor``; ``None`` if it did not."""

@@ -1,15 +1,19 @@
-"""Per-tool concurrency caps and rate limits, shared by every run that uses a runner."""
+"""Per-tool concurrency caps and rate limits, shared by every run, counted per tool origin."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import math
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 __all__ = ["ToolLimit", "ToolLimits"]
+
+#: The origin of the tools a runner does not name in ``ToolLimits.for_origins``.
+_SERVER_ORIGIN = "server"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,30 +57,47 @@ class _Bucket:
 
 
 class ToolLimits:
-    """Limits by tool name; tools without an entry are not limited."""
+    """Limits by tool name, counted apart per tool origin; tools without an entry are not
+    limited.
+
+    A runner sees the limits through ``for_origins``: the tools it names there (a session
+    client's own tools) count under their origin, every other tool under the sidecar's. So a
+    client tool that never answers holds only its own origin's slots, never those of the
+    server tool with the same name.
+    """
 
     def __init__(self, limits: Mapping[str, ToolLimit]) -> None:
-        self._semaphores = {
-            name: asyncio.Semaphore(limit.max_concurrent)
-            for name, limit in limits.items()
-            if limit.max_concurrent is not None
-        }
-        self._buckets = {
-            name: _Bucket(limit.rate_per_s, limit.burst)
-            for name, limit in limits.items()
-            if limit.rate_per_s is not None
-        }
+        self._limits = dict(limits)
+        self._semaphores: dict[tuple[str, str], asyncio.Semaphore] = {}
+        self._buckets: dict[tuple[str, str], _Bucket] = {}
+        self._origins: Mapping[str, str] = {}
+
+    def for_origins(self, origins: Mapping[str, str]) -> ToolLimits:
+        """A view of these limits where each tool in ``origins`` counts under that origin;
+        the slots and tokens stay shared with every other view."""
+        view = copy.copy(self)
+        view._origins = dict(origins)
+        return view
 
     @contextlib.asynccontextmanager
     async def slot(self, tool_name: str) -> AsyncIterator[None]:
         """Hold one of the tool's concurrency slots, after waiting for its rate limit."""
-        bucket = self._buckets.get(tool_name)
-        if bucket is not None:
-            while (delay := bucket.wait_time()) > 0:  # noqa: ASYNC110 - a rate limit is time
-                await asyncio.sleep(delay)
-        semaphore = self._semaphores.get(tool_name)
-        if semaphore is None:
+        limit = self._limits.get(tool_name)
+        if limit is None:
             yield
             return
+        key = (self._origins.get(tool_name, _SERVER_ORIGIN), tool_name)
+        if limit.rate_per_s is not None:
+            bucket = self._buckets.get(key)
+            if bucket is None:
+                bucket = self._buckets[key] = _Bucket(limit.rate_per_s, limit.burst)
+            while (delay := bucket.wait_time()) > 0:  # noqa: ASYNC110 - a rate limit is time
+                await asyncio.sleep(delay)
+        if limit.max_concurrent is None:
+            yield
+            return
+        semaphore = self._semaphores.get(key)
+        if semaphore is None:
+            semaphore = self._semaphores[key] = asyncio.Semaphore(limit.max_concurrent)
         async with semaphore:
             yield
