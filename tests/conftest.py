@@ -14,6 +14,22 @@ from typing import IO, Any
 import pytest
 
 _LISTENING = "cleveragents-sidecar listening on "
+#: Set for every sidecar process the tests start (they inherit the environment).
+SANDBOX_ROOTS_ENV = "CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_sandbox_roots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The tests' sandboxes live in pytest's temporary directories: sidecars they start allow
+    those as ``sandbox_roots`` (which allows none by default), and nothing else."""
+    base = str(tmp_path_factory.getbasetemp().resolve())
+    previous = os.environ.get(SANDBOX_ROOTS_ENV)
+    os.environ[SANDBOX_ROOTS_ENV] = base
+    yield base
+    if previous is None:
+        os.environ.pop(SANDBOX_ROOTS_ENV, None)
+    else:
+        os.environ[SANDBOX_ROOTS_ENV] = previous
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Every check a request must pass before it becomes a run happens here, in this order: the
 prompt, the iteration limit against the sidecar's cap, the tools it names, its LLM profile,
-the tools its client hosts, its automation profile. The result holds the runtime (registry,
+the tools its client hosts, its sandbox root (``sandbox_roots.py``: resolved, and allowed by
+the operator), its automation profile. The result holds the runtime (registry,
 runner, LLM caller, governance), the context it runs in, its deadline, its approvals broker,
 and the request as accepted, defaults filled in, which ``run_started`` reports.
 """
@@ -18,6 +19,8 @@ from cleveragents.sidecar.config import ProfileConfig, SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost, ClientLLMCaller
 from cleveragents.sidecar.llm_profiles import resolve_llm
+from cleveragents.sidecar.sandbox_roots import SandboxRoots
+from cleveragents.sidecar.secrets import RedactingRunner
 from cleveragents.tool import (
     DEFAULT_MAX_ITERATIONS,
     AutomationProfile,
@@ -27,7 +30,6 @@ from cleveragents.tool import (
     ToolCallingRuntime,
     ToolLimits,
     ToolRegistry,
-    ToolRunner,
     ToolSpec,
     UnknownToolError,
 )
@@ -62,6 +64,9 @@ class RunAssembler:
         self.config = config
         self.registry = registry
         self.limits = ToolLimits(config.tool_limits) if config.tool_limits else None
+        self.sandbox_roots = SandboxRoots(config)
+        #: Values no tool record may carry (the token, provider keys); set when serving starts.
+        self.secrets: tuple[str, ...] = ()
 
     def assemble(
         self,
@@ -99,6 +104,9 @@ class RunAssembler:
                 llm = ClientLLMCaller(host)
         caller = _require_llm(llm)
         given = request.context if request.context is not None else ToolActorContext()
+        root = self.sandbox_roots.resolve(given.sandbox_root)
+        if root != given.sandbox_root:
+            given = dataclasses.replace(given, sandbox_root=root)
         automation = self._automation_profile(given.automation_profile)
         budget = request.budget or RunBudget()
         if request.max_wall_clock_s is not None:
@@ -108,8 +116,11 @@ class RunAssembler:
             approve_on_timeout=config.approve_on_timeout,
             unattended_timeout_s=config.approval_timeout_unattended_s,
         )
-        runner = ToolRunner(
-            registry, default_timeout_s=config.default_tool_timeout_s, limits=self.limits
+        runner = RedactingRunner(
+            registry,
+            secrets=self.secrets,
+            default_timeout_s=config.default_tool_timeout_s,
+            limits=self.limits,
         )
         runtime = ToolCallingRuntime(
             registry,

@@ -28,6 +28,18 @@ class SidecarError(ToolRuntimeError):
         return cls(grpc.StatusCode.NOT_FOUND, message)
 
     @classmethod
+    def denied(cls, message: str) -> SidecarError:
+        """``PERMISSION_DENIED``: the operator's settings do not allow what the request asks;
+        the message names the setting or rule."""
+        return cls(grpc.StatusCode.PERMISSION_DENIED, message)
+
+    @classmethod
+    def failed_precondition(cls, message: str) -> SidecarError:
+        """``FAILED_PRECONDITION``: the request is well formed, but something it names is
+        not in the state it needs (a sandbox root that is not a directory)."""
+        return cls(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+    @classmethod
     def out_of_order(cls, message: str) -> SidecarError:
         """``FAILED_PRECONDITION``: a session message that does not fit the conversation."""
         return cls(grpc.StatusCode.FAILED_PRECONDITION, message)

@@ -32,7 +32,8 @@ _PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"]
 _SCALARS = {
     f.name: f
     for f in dataclasses.fields(SidecarConfig)
-    if f.name not in ("profiles", "tool_modules", "automation_profiles", "tool_limits")
+    if f.name
+    not in ("profiles", "tool_modules", "sandbox_roots", "automation_profiles", "tool_limits")
 }
 
 
@@ -63,6 +64,8 @@ def load_config(
             raw[name] = _from_env(name, value, spec.type)
     if (modules := env.get(ENV_PREFIX + "TOOL_MODULES")) is not None:
         raw["tool_modules"] = [m.strip() for m in modules.split(",") if m.strip()]
+    if (roots := env.get(ENV_PREFIX + "SANDBOX_ROOTS")) is not None:
+        raw["sandbox_roots"] = [r for r in roots.split(os.pathsep) if r]
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return _build(raw, base)
 
@@ -98,6 +101,10 @@ def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
             if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
                 raise ConfigError("tool_modules must be a list of 'module:attribute' strings")
             kwargs["tool_modules"] = tuple(value)
+        elif key == "sandbox_roots":
+            if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
+                raise ConfigError("sandbox_roots must be a list of absolute paths or patterns")
+            kwargs["sandbox_roots"] = tuple(value)
         elif key in _SCALARS:
             kwargs[key] = _typed(key, value, str(_SCALARS[key].type))
         else:

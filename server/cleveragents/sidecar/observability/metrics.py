@@ -13,6 +13,7 @@ This module imports ``prometheus_client``; the sidecar imports it only when metr
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, assert_never
@@ -210,9 +211,13 @@ class MetricsServer:
     scrape of a sidecar with thousands of label sets takes a few milliseconds of it.
     """
 
-    def __init__(self, registry: CollectorRegistry, listen: str) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, listen: str, *, token: str | None = None
+    ) -> None:
         self.registry = registry
         self.listen = listen
+        #: With a token, a scrape must send ``Authorization: Bearer <token>`` (else 401).
+        self._expected = f"Bearer {token}".encode() if token else None
         self.port = 0
         self._server: asyncio.Server | None = None
 
@@ -261,10 +266,15 @@ class MetricsServer:
             return "405 Method Not Allowed", "text/plain", b"only GET and HEAD\n"
         if target.split("?", 1)[0] not in ("/metrics", "/"):
             return "404 Not Found", "text/plain", b"metrics are at /metrics\n"
-        accept = ""
+        accept, presented = "", ""
         for line in lines[1:]:
             name, _, value = line.partition(":")
             if name.strip().lower() == "accept":
                 accept = value.strip()
+            elif name.strip().lower() == "authorization":
+                presented = value.strip()
+        expected = self._expected
+        if expected is not None and not hmac.compare_digest(presented.encode("latin-1"), expected):
+            return "401 Unauthorized", "text/plain", b"send 'Authorization: Bearer <token>'\n"
         encoder, content_type = choose_encoder(accept)
         return "200 OK", content_type, encoder(self.registry)
