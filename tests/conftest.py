@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -51,8 +51,9 @@ class ServedSidecar:
         raise AssertionError(f"no {field} in /proc/{self.pid}/status")
 
 
-#: ``serve_sidecar(*flags, env=..., stderr=..., **settings)``: settings become
-#: ``CLEVERAGENTS_SIDECAR_<NAME>`` variables, ``env`` adds others.
+#: ``serve_sidecar(*flags, env=..., stderr=..., wrapper=..., **settings)``: settings become
+#: ``CLEVERAGENTS_SIDECAR_<NAME>`` variables, ``env`` adds others; ``wrapper`` is a command
+#: the server runs under (its arguments then the server's command line).
 ServeSidecar = Callable[..., ServedSidecar]
 
 
@@ -66,6 +67,7 @@ def serve_sidecar() -> Iterator[ServeSidecar]:
         *flags: str,
         env: Mapping[str, str] | None = None,
         stderr: int | IO[Any] | None = None,
+        wrapper: Sequence[str] = (),
         **settings: object,
     ) -> ServedSidecar:
         environment = dict(os.environ, CLEVERAGENTS_SIDECAR_FILE_TOOLS="false")
@@ -74,7 +76,7 @@ def serve_sidecar() -> Iterator[ServeSidecar]:
             {f"CLEVERAGENTS_SIDECAR_{k.upper()}": str(v) for k, v in settings.items()}
         )
         command = [
-            sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
+            *wrapper, sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
             "--listen", "127.0.0.1:0", "--log-level", "warning", *flags,
         ]  # fmt: skip
         process = subprocess.Popen(
