@@ -7,7 +7,8 @@ setting. Whatever that setting says, these are refused too: ``/``, the sidecar's
 directory or a directory above it, a directory holding the sidecar's own token, TLS key or
 run store, and a directory on a pseudo file system (procfs, sysfs, devfs, cgroup…) or with one
 mounted anywhere below it, checked by file system type from ``/proc/self/mountinfo``, not
-by path. A relative root is ``INVALID_ARGUMENT``; one that is not a directory is
+by path. The entries themselves are resolved once, when the sidecar starts. A relative root
+is ``INVALID_ARGUMENT``; one that is not a directory is
 ``FAILED_PRECONDITION``.
 """
 
@@ -32,6 +33,8 @@ class SandboxRoots:
 
     def __init__(self, config: SidecarConfig, *, cwd: str | None = None) -> None:
         self.patterns = config.sandbox_roots
+        #: Each entry as path components to match, its literal part resolved once, here.
+        self._wanted = [_components(pattern) for pattern in self.patterns]
         self.cwd = os.path.realpath(cwd if cwd is not None else os.getcwd())
         own = (config.auth_token_file, config.tls_key_file, config.event_store)
         self.own_files = tuple(os.path.realpath(path) for path in own if path)
@@ -59,7 +62,8 @@ class SandboxRoots:
                 "never allowed"
             )
         self._check_filesystems(resolved, shown)
-        if not any(_matches(resolved, pattern) for pattern in self.patterns):
+        have = [p for p in resolved.split("/") if p]
+        if not any(_matches(have, wanted) for wanted in self._wanted):
             allowed = ", ".join(self.patterns) if self.patterns else "none"
             raise SidecarError.denied(
                 f"{_FIELD} {shown} is not inside this sidecar's sandbox_roots ({allowed}); "
@@ -102,17 +106,20 @@ def _within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
-def _matches(resolved: str, pattern: str) -> bool:
-    """Whether ``resolved`` is a directory ``pattern`` names, or lies below one. A component
-    with ``*``, ``?`` or ``[`` matches one path component; the literal part before the first
-    such component is itself resolved (so ``/tmp/x`` matches through a symlinked ``/tmp``)."""
+def _components(pattern: str) -> list[str]:
+    """``pattern`` as components: a component with ``*``, ``?`` or ``[`` matches one path
+    component; the literal part before the first such one is resolved (so ``/tmp/x`` works
+    through a symlinked ``/tmp``)."""
     parts = [p for p in pattern.split("/") if p]
     literal = 0
     while literal < len(parts) and not (_GLOB_CHARS & set(parts[literal])):
         literal += 1
     base = os.path.realpath("/" + "/".join(parts[:literal]))
-    wanted = [p for p in base.split("/") if p] + parts[literal:]
-    have = [p for p in resolved.split("/") if p]
+    return [p for p in base.split("/") if p] + parts[literal:]
+
+
+def _matches(have: list[str], wanted: list[str]) -> bool:
+    """Whether the path ``have`` is a directory ``wanted`` names, or lies below one."""
     if len(have) < len(wanted):
         return False
     return all(fnmatch.fnmatchcase(h, w) for h, w in zip(have, wanted, strict=False))
