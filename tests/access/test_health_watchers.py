@@ -1,4 +1,4 @@
-"""Health ``Watch`` streams, open to anyone without a token, are bounded."""
+"""What a peer without the token reaches: health ``Watch`` streams, bounded; not reflection."""
 
 from __future__ import annotations
 
@@ -77,3 +77,24 @@ async def test_5000_unauthenticated_watch_streams_hold_little_server_memory(
     assert codes.count(grpc.StatusCode.OK) == 256  # the default max_health_watchers
     assert set(codes) == {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED}
     assert held_mb < BOUND_MB, f"{STREAMS} Watch streams held {held_mb:.1f} MB"
+
+
+async def test_server_reflection_without_the_token_is_unauthenticated(
+    serve_sidecar: ServeSidecar,
+) -> None:
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    sidecar = serve_sidecar(env={"SIDECAR_TEST_TOKEN": TOKEN}, auth_token_env="SIDECAR_TEST_TOKEN")
+    async with grpc.aio.insecure_channel(sidecar.address) as channel:
+        stub: Any = reflection_pb2_grpc.ServerReflectionStub(channel)  # type: ignore[arg-type]
+        call = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=30
+        )
+        try:
+            async for _ in call:
+                pass
+            code = grpc.StatusCode.OK
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+
+    assert code is grpc.StatusCode.UNAUTHENTICATED
