@@ -3,7 +3,8 @@
 The secrets are the auth token and the values of environment variables that hold keys: those
 the provider profiles name (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY`` or ``api_key_env``) and
 any whose name says it holds one (``KEY``, ``TOKEN``, ``SECRET``, ``PASSWORD``,
-``CREDENTIAL``). Every tool record's output and error, server or client tool, has each such
+``CREDENTIAL``; not the sidecar's own ``CLEVERAGENTS_SIDECAR_*`` settings), of 8 characters
+or more. Every tool record's output and error, server or client tool, has each such
 value replaced by ``[redacted]`` before it becomes an event, a result or a stored record.
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cleveragents.sidecar.config import SidecarConfig
+from cleveragents.sidecar.config.settings import ENV_PREFIX
 from cleveragents.tool import (
     ToolActorContext,
     ToolCall,
@@ -40,7 +42,8 @@ def known_secrets(
 ) -> tuple[str, ...]:
     """The values to keep out of tool records, longest first (so none is half replaced)."""
     env = os.environ if env is None else env
-    names = {name for name in env if _SECRET_NAME.search(name)}
+    # The sidecar's own settings (CLEVERAGENTS_SIDECAR_AUTH_TOKEN_ENV…) name secrets, not hold them.
+    names = {n for n in env if _SECRET_NAME.search(n) and not n.startswith(ENV_PREFIX)}
     for profile in config.all_profiles().values():
         default = _DEFAULT_KEY_ENV.get(profile.kind)
         name = profile.api_key_env if profile.api_key_env is not None else default
