@@ -51,7 +51,9 @@ def approve_markdown_only(request: ApprovalRequest) -> ApprovalDecision:
 async def main() -> None:
     configure_logging("console", "warning")
     sandbox = tempfile.mkdtemp(prefix="sandbox-")
-    sidecar = Sidecar(SidecarConfig(listen="127.0.0.1:0", log_level="warning"))
+    # The operator allows runs this one directory as their sandbox (none by default).
+    config = SidecarConfig(listen="127.0.0.1:0", log_level="warning", sandbox_roots=(sandbox,))
+    sidecar = Sidecar(config)
     await sidecar.start()
     try:
         async with AsyncSidecarClient(sidecar.address) as client:

@@ -8,7 +8,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -17,6 +17,22 @@ import pytest
 import structlog
 
 _LISTENING = "cleveragents-sidecar listening on "
+#: Set for every sidecar process the tests start (they inherit the environment).
+SANDBOX_ROOTS_ENV = "CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_sandbox_roots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The tests' sandboxes live in pytest's temporary directories: sidecars they start allow
+    those as ``sandbox_roots`` (which allows none by default), and nothing else."""
+    base = str(tmp_path_factory.getbasetemp().resolve())
+    previous = os.environ.get(SANDBOX_ROOTS_ENV)
+    os.environ[SANDBOX_ROOTS_ENV] = base
+    yield base
+    if previous is None:
+        os.environ.pop(SANDBOX_ROOTS_ENV, None)
+    else:
+        os.environ[SANDBOX_ROOTS_ENV] = previous
 
 
 @dataclass(frozen=True)
@@ -38,8 +54,9 @@ class ServedSidecar:
         raise AssertionError(f"no {field} in /proc/{self.pid}/status")
 
 
-#: ``serve_sidecar(*flags, env=..., stderr=..., **settings)``: settings become
-#: ``CLEVERAGENTS_SIDECAR_<NAME>`` variables, ``env`` adds others.
+#: ``serve_sidecar(*flags, env=..., stderr=..., wrapper=..., **settings)``: settings become
+#: ``CLEVERAGENTS_SIDECAR_<NAME>`` variables, ``env`` adds others; ``wrapper`` is a command
+#: the server runs under (its arguments then the server's command line).
 ServeSidecar = Callable[..., ServedSidecar]
 
 
@@ -53,6 +70,7 @@ def serve_sidecar() -> Iterator[ServeSidecar]:
         *flags: str,
         env: Mapping[str, str] | None = None,
         stderr: int | IO[Any] | None = None,
+        wrapper: Sequence[str] = (),
         **settings: object,
     ) -> ServedSidecar:
         environment = dict(os.environ, CLEVERAGENTS_SIDECAR_FILE_TOOLS="false")
@@ -61,7 +79,7 @@ def serve_sidecar() -> Iterator[ServeSidecar]:
             {f"CLEVERAGENTS_SIDECAR_{k.upper()}": str(v) for k, v in settings.items()}
         )
         command = [
-            sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
+            *wrapper, sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
             "--listen", "127.0.0.1:0", "--log-level", "warning", *flags,
         ]  # fmt: skip
         process = subprocess.Popen(

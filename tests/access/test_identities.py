@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from cleveragents.tool import (
 )
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc
 from cleveragents.wire import RunRequest, RunState
-from tests.conftest import captured_logs
+from tests.conftest import SANDBOX_ROOTS_ENV, captured_logs
 
 #: Each identity's token, and the roles it has.
 TOKENS = {"alice": "alice-token-0001", "bob": "bob-token-0002", "olga": "olga-token-0003",
@@ -56,7 +57,12 @@ async def start(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Start]:
     started: list[Sidecar] = []
 
     async def run(**settings: Any) -> Sidecar:
-        options: dict[str, Any] = {"listen": "127.0.0.1:0", "clients": clients(), **settings}
+        options: dict[str, Any] = {
+            "listen": "127.0.0.1:0",
+            "clients": clients(),
+            "sandbox_roots": (os.environ[SANDBOX_ROOTS_ENV],),
+            **settings,
+        }
         sidecar = Sidecar(SidecarConfig(**options))
         await sidecar.start()
         started.append(sidecar)

@@ -28,6 +28,7 @@ async def start_in_process(db: Path) -> AsyncIterator[StartInProcess]:
     running: list[Sidecar] = []
 
     async def start(**settings: object) -> Sidecar:
+        settings.setdefault("sandbox_roots", (os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],))
         config = SidecarConfig(listen="127.0.0.1:0", event_store=str(db), **settings)  # type: ignore[arg-type]
         sidecar = Sidecar(config)
         await sidecar.start()

@@ -67,4 +67,6 @@ async def test_finished_runs_stay_within_their_byte_budget_oldest_forgotten_firs
     growth = (after - before) * 1024
     print(f"sidecar RSS after 12 runs of {PROMPT_BYTES // MIB} MiB prompts, {budget // MIB} MiB "
           f"budget: +{growth / MIB:.1f} MiB ({before} KiB -> {after} KiB)")  # fmt: skip
-    assert growth < budget + 16 * MIB, growth
+    # Besides the runs kept: what the allocator and gRPC hold after handling 8 MiB requests
+    # (30-57 MiB of growth seen in all, from run to run).
+    assert growth < budget + 24 * MIB, growth

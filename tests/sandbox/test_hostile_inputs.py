@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cleveragents.sandbox import file_tools
 from cleveragents.sandbox.paths import Sandbox
-from cleveragents.sandbox.tools import MAX_READ_BYTES, _write
+from cleveragents.sandbox.tools import _write
 from cleveragents.tool import ErrorKind, ToolActorContext, ToolCall, ToolRunner
 
 from .conftest import CallTool
@@ -78,15 +78,17 @@ def _remove_chain(root: Path, depth: int) -> None:
         os.rmdir(root.joinpath(*["d"] * level))
 
 
-async def test_read_file_counts_what_it_reads_when_a_file_reports_no_size() -> None:
-    # procfs files report st_size 0: /proc/self/pagemap holds gigabytes.
+async def test_file_tools_refuse_a_procfs_root_whose_files_report_no_size() -> None:
+    # procfs files report st_size 0 (/proc/self/pagemap holds gigabytes, environ the keys):
+    # the tools refuse the whole file system rather than read kernel state.
     runner = ToolRunner(file_tools())
-    call = ToolCall("c1", "read_file", {"path": "pagemap"})
+    call = ToolCall("c1", "read_file", {"path": "environ"})
     record = await runner.run(
         call, iteration=1, context=ToolActorContext(sandbox_root="/proc/self")
     )
-    assert not record.success
-    assert f"holds more than the {MAX_READ_BYTES}-byte read cap" in (record.error or "")
+    assert record.error_kind is ErrorKind.DENIED
+    assert "proc file system" in (record.error or "")
+    assert record.output == {}
 
 
 async def test_write_file_keeps_the_mode_of_the_file_it_replaces(

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import signal
 import sys
 from collections.abc import (
@@ -560,6 +561,7 @@ async def make_sidecar(server_tools: ServerTools) -> AsyncIterator[SidecarFactor
     async def make(**settings: Any) -> Sidecar:
         settings.setdefault("listen", "127.0.0.1:0")
         settings.setdefault("log_format", "console")
+        settings.setdefault("sandbox_roots", (os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],))
         sidecar = Sidecar(SidecarConfig(**settings), registry=server_tools.registry)
         await sidecar.start()
         started.append(sidecar)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -198,16 +199,16 @@ async def test_max_iterations_limit_ends_the_run(client: AsyncSidecarClient) -> 
 
 
 async def test_context_keys_are_threaded_into_tool_inputs(
-    client: AsyncSidecarClient, server_tools: ServerTools
+    client: AsyncSidecarClient, server_tools: ServerTools, tmp_path: Path
 ) -> None:
     context = ToolActorContext(
-        plan_id="p1", sandbox_root="/sandbox", resource_bindings={"repo": "r1"}
+        plan_id="p1", sandbox_root=str(tmp_path), resource_bindings={"repo": "r1"}
     )
     result = await client.run_tool_loop("go", script=echo_script(1), context=context)
 
     assert dict(result.tool_call_history[0].inputs) == {
         "text": "t1",
-        "sandbox_root": "/sandbox",
+        "sandbox_root": str(tmp_path),  # pytest resolves it
         "resource_bindings": {"repo": "r1"},
     }
     assert server_tools.echo_texts == ["t1"]

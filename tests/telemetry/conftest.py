@@ -102,11 +102,18 @@ def attrs(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
 
 
-async def scrape(port: int, path: str = "/metrics", method: str = "GET") -> tuple[int, str]:
+async def scrape(
+    port: int,
+    path: str = "/metrics",
+    method: str = "GET",
+    headers: Mapping[str, str] | None = None,
+) -> tuple[int, str]:
     """GET (or ``method``) ``path`` on the metrics port over real HTTP, off the event loop."""
 
     def fetch() -> tuple[int, str]:
-        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}{path}", method=method, headers=dict(headers or {})
+        )
         try:
             with urllib.request.urlopen(request, timeout=WAIT_S) as response:
                 return response.status, response.read().decode()

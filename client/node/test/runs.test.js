@@ -1,5 +1,8 @@
 // RunToolLoop, StreamToolLoop, GetRun, ListTools: results, JSON fields and the event log.
 import assert from 'node:assert/strict';
+import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import { SidecarClient } from '../src/index.js';
@@ -86,13 +89,14 @@ describe('runToolLoop', () => {
 
   test('context: sandbox_root and resource_bindings reach the tool inputs as JSON', async () => {
     const id = runId();
+    const sandbox = realpathSync(mkdtempSync(path.join(os.tmpdir(), 'context-')));
     const result = await client.runToolLoop({
       prompt: 'p',
       run_id: id,
       tool_names: ['sleep'],
       context: {
         plan_id: 'plan-1',
-        sandbox_root: '/tmp/sandbox',
+        sandbox_root: sandbox,
         resource_bindings: { repo: { path: '/src', big: 12345 } },
       },
       llm: script(callTurn('', ['c', 'sleep', { seconds: 0 }]), { content: 'ok' }),
@@ -100,7 +104,8 @@ describe('runToolLoop', () => {
     assert.equal(result.run_id, id);
     // The runtime adds the context keys to every call's inputs, and the record shows them.
     const { inputs } = result.tool_call_history[0];
-    assert.equal(inputs.sandbox_root, '/tmp/sandbox');
+    assert.equal(inputs.sandbox_root, sandbox);
+    rmSync(sandbox, { recursive: true, force: true });
     assert.deepEqual(inputs.resource_bindings, { repo: { path: '/src', big: 12345 } });
   });
 

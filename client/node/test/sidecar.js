@@ -1,6 +1,6 @@
 // Starts a real sidecar (the repository's Python one, scripted profile) for the tests.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -24,8 +24,12 @@ export async function startSidecar(args = []) {
   if (!existsSync(SIDECAR_BIN)) {
     throw new Error(`${SIDECAR_BIN} is missing: run 'make install' at the repository root first`);
   }
+  // Runs may use sandbox roots under the temporary directory only (a sidecar allows none
+  // unless its operator says so).
+  const env = { CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS: realpathSync(os.tmpdir()), ...process.env };
   const child = spawn(SIDECAR_BIN, ['serve', '--listen', '127.0.0.1:0', '--log-level', 'warning', ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
+    env,
   });
   let stderr = '';
   child.stderr.setEncoding('utf8');

@@ -3,7 +3,10 @@
 Paths are resolved one component at a time from a descriptor of the root, each step opened
 relative to the previous one with ``O_NOFOLLOW``: a symlink anywhere on the path (including
 one swapped in while we walk) makes the open fail instead of leaving the root. Absolute
-paths, ``..``, NUL bytes and over-long paths are refused before anything is opened.
+paths, ``..``, NUL bytes and over-long paths are refused before anything is opened. Every
+directory and file opened is checked to be on ordinary storage: one on a pseudo file system
+(a procfs bind-mounted inside the root, say) is refused, so no tool returns kernel state such
+as a process's environment.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from cleveragents.sandbox.filesystems import pseudo_type_of_fd
 from cleveragents.tool import ToolDeniedError, ToolError
 
 __all__ = ["MAX_COMPONENT", "MAX_PATH", "Sandbox", "split_path"]
@@ -59,6 +63,7 @@ class Sandbox:
                 f"the sandbox root {self.root!r} cannot be opened: {exc.strerror}"
             ) from None
         try:
+            _refuse_pseudo(fd, "the sandbox root")
             yield fd
         finally:
             os.close(fd)
@@ -100,9 +105,13 @@ class Sandbox:
             fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent)
         except OSError as exc:
             raise self._denied_or_missing(exc, path) from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ToolDeniedError(f"{path!r} is not a regular file")
+            _refuse_pseudo(fd, repr(path))
+        except BaseException:
             os.close(fd)
-            raise ToolDeniedError(f"{path!r} is not a regular file")
+            raise
         return fd
 
     def _descend(self, fd: int, part: str, path: str, create: bool) -> int:
@@ -112,7 +121,17 @@ class Sandbox:
         return next_fd
 
     def _step(self, fd: int, part: str, path: str, create: bool) -> int:
-        """Open the subdirectory ``part`` of ``fd``, never through a symlink."""
+        """Open the subdirectory ``part`` of ``fd``, never through a symlink nor onto a
+        pseudo file system."""
+        child = self._open_dir(fd, part, path, create)
+        try:
+            _refuse_pseudo(child, repr(path))
+        except BaseException:
+            os.close(child)
+            raise
+        return child
+
+    def _open_dir(self, fd: int, part: str, path: str, create: bool) -> int:
         try:
             return os.open(part, _DIR_FLAGS, dir_fd=fd)
         except FileNotFoundError:
@@ -137,3 +156,13 @@ class Sandbox:
         if exc.errno == errno.ENAMETOOLONG:
             return ToolDeniedError(f"access denied to {path!r}: the path is too long")
         return ToolError(f"cannot open {path!r}: {exc.strerror}")
+
+
+def _refuse_pseudo(fd: int, what: str) -> None:
+    """``ToolDeniedError`` when ``fd`` is on a pseudo file system (procfs, sysfs…)."""
+    fstype = pseudo_type_of_fd(fd)
+    if fstype is not None:
+        raise ToolDeniedError(
+            f"access denied to {what}: it is on a {fstype} file system, which holds the "
+            "kernel's state, not files"
+        )

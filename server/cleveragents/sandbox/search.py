@@ -15,6 +15,7 @@ import stat
 import time
 from collections.abc import Callable
 
+from cleveragents.sandbox.filesystems import is_pseudo_device, pseudo_type_of_fd
 from cleveragents.sandbox.paths import Sandbox
 from cleveragents.tool import ToolError, current_call
 from cleveragents.tool.execution.linear_regex import compile_linear
@@ -59,6 +60,8 @@ def search_tree(sandbox: Sandbox, path: str, pattern: str, regex: bool) -> dict[
                 try:
                     if deadline is not None and time.monotonic() > deadline:
                         raise ToolError("search_files ran out of time")
+                    if pseudo_type_of_fd(fd) is not None:
+                        continue  # a procfs or sysfs mounted inside the root: not searched
                     subdirs = _search_dir(fd, rel, find, matches)
                     if len(matches) >= MAX_SEARCH_RESULTS:
                         return {"matches": matches, "truncated": True}
@@ -150,6 +153,8 @@ def _search_file(
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SEARCHED_FILE:
             return
+        if is_pseudo_device(info.st_dev):
+            return  # kernel state (procfs reports a size of 0), never searched
         data = os.read(fd, MAX_SEARCHED_FILE + 1)
     finally:
         os.close(fd)

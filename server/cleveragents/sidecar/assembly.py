@@ -3,8 +3,9 @@
 Every check a request must pass before it becomes a run happens here, in this order: the
 prompt, the iteration limit against the sidecar's cap, the tools it names (and whether its
 client's tools may shadow them), its LLM profile and model, the tools its client hosts, its
-automation profile. The governance policy it runs under decides the "may": a request beyond
-it is ``PERMISSION_DENIED`` naming the rule. The result holds the runtime (registry,
+sandbox root (``sandbox_roots.py``: resolved, and allowed by the operator), its automation
+profile. The governance policy it runs under decides the "may": a request beyond it is
+``PERMISSION_DENIED`` naming the rule. The result holds the runtime (registry,
 runner, LLM caller, governance), the context it runs in, its deadline, its approvals broker,
 and the request as accepted, defaults filled in, which ``run_started`` reports.
 """
@@ -21,6 +22,8 @@ from cleveragents.sidecar.config.settings import PROVIDER_KINDS
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost, ClientLLMCaller
 from cleveragents.sidecar.llm_profiles import profile_name, resolve_llm
+from cleveragents.sidecar.sandbox_roots import SandboxRoots
+from cleveragents.sidecar.secrets import RedactingRunner
 from cleveragents.tool import (
     DEFAULT_MAX_ITERATIONS,
     AutomationProfile,
@@ -30,7 +33,6 @@ from cleveragents.tool import (
     ToolCallingRuntime,
     ToolLimits,
     ToolRegistry,
-    ToolRunner,
     ToolSpec,
     UnknownToolError,
 )
@@ -65,6 +67,9 @@ class RunAssembler:
         self.config = config
         self.registry = registry
         self.limits = ToolLimits(config.tool_limits) if config.tool_limits else None
+        self.sandbox_roots = SandboxRoots(config)
+        #: Values no tool record may carry (the token, provider keys); set when serving starts.
+        self.secrets: tuple[str, ...] = ()
 
     def assemble(
         self,
@@ -108,6 +113,9 @@ class RunAssembler:
                 llm = ClientLLMCaller(host)
         caller = _require_llm(llm)
         given = request.context if request.context is not None else ToolActorContext()
+        root = self.sandbox_roots.resolve(given.sandbox_root)
+        if root != given.sandbox_root:
+            given = dataclasses.replace(given, sandbox_root=root)
         automation = self._automation_profile(given.automation_profile, policy)
         budget = request.budget or RunBudget()
         if request.max_wall_clock_s is not None:
@@ -121,8 +129,11 @@ class RunAssembler:
         if limits is not None and client_tools:
             origin = f"client:{principal}"
             limits = limits.for_origins({spec.name: origin for spec in client_tools})
-        runner = ToolRunner(
-            registry, default_timeout_s=config.default_tool_timeout_s, limits=limits
+        runner = RedactingRunner(
+            registry,
+            secrets=self.secrets,
+            default_timeout_s=config.default_tool_timeout_s,
+            limits=limits,
         )
         runtime = ToolCallingRuntime(
             registry,

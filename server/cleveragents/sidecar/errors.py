@@ -29,13 +29,20 @@ class SidecarError(ToolRuntimeError):
 
     @classmethod
     def denied(cls, message: str) -> SidecarError:
-        """``PERMISSION_DENIED``: the operator's policy does not allow what the request asks."""
+        """``PERMISSION_DENIED``: the operator's settings or policy do not allow what the
+        request asks; the message names the setting or rule."""
         return cls(grpc.StatusCode.PERMISSION_DENIED, message)
 
     @classmethod
     def quota(cls, message: str) -> SidecarError:
         """``RESOURCE_EXHAUSTED``: the caller used up a quota; it may retry later."""
         return cls(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+
+    @classmethod
+    def failed_precondition(cls, message: str) -> SidecarError:
+        """``FAILED_PRECONDITION``: the request is well formed, but something it names is
+        not in the state it needs (a sandbox root that is not a directory)."""
+        return cls(grpc.StatusCode.FAILED_PRECONDITION, message)
 
     @classmethod
     def out_of_order(cls, message: str) -> SidecarError:

@@ -515,7 +515,12 @@ class ToolActorContext(_message.Message):
     """Phase of the plan, such as "execute" or "strategize"."""
     sandbox_root: _builtins.str
     """Root directory of the tools' sandbox; when set it is added to every
-    tool's inputs under the key "sandbox_root".
+    tool's inputs under the key "sandbox_root". An absolute path the sidecar
+    resolves once, at run start (symlinks included), and uses resolved; it must
+    lie inside the operator's sandbox_roots setting (PERMISSION_DENIED naming
+    it otherwise, and always for "/", the sidecar's working directory and
+    pseudo file systems such as procfs). A relative path is INVALID_ARGUMENT,
+    one that is not a directory FAILED_PRECONDITION.
     """
     automation_profile: _builtins.str
     """Name of the automation profile that governs the run."""

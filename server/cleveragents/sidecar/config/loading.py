@@ -33,8 +33,8 @@ _PROFILE_KEYS = {
 _PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"]
 #: Settings that are tables or lists, each read on its own.
 _TABLES = (
-    "profiles", "tool_modules", "automation_profiles", "tool_limits", "clients", "policy",
-    "policies",
+    "profiles", "tool_modules", "sandbox_roots", "automation_profiles", "tool_limits", "clients",
+    "policy", "policies",
 )  # fmt: skip
 _SCALARS = {f.name: f for f in dataclasses.fields(SidecarConfig) if f.name not in _TABLES}
 
@@ -66,6 +66,8 @@ def load_config(
             raw[name] = _from_env(name, value, spec.type)
     if (modules := env.get(ENV_PREFIX + "TOOL_MODULES")) is not None:
         raw["tool_modules"] = [m.strip() for m in modules.split(",") if m.strip()]
+    if (roots := env.get(ENV_PREFIX + "SANDBOX_ROOTS")) is not None:
+        raw["sandbox_roots"] = [r for r in roots.split(os.pathsep) if r]
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return _build(raw, base)
 
@@ -107,6 +109,10 @@ def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
             if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
                 raise ConfigError("tool_modules must be a list of 'module:attribute' strings")
             kwargs["tool_modules"] = tuple(value)
+        elif key == "sandbox_roots":
+            if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
+                raise ConfigError("sandbox_roots must be a list of absolute paths or patterns")
+            kwargs["sandbox_roots"] = tuple(value)
         elif key in _SCALARS:
             kwargs[key] = _typed(key, value, str(_SCALARS[key].type))
         else:

@@ -185,6 +185,13 @@ class SidecarConfig:
     clients: Mapping[str, ClientConfig] = field(default_factory=dict)
     #: At most one ``rejected credentials`` warning per this many seconds (the rest counted).
     auth_reject_log_interval_s: float = 10.0
+    #: Directories (or glob patterns, ``*`` matching one path component) a run's
+    #: ``sandbox_root`` must resolve inside; empty: no run may name one (see sandbox_roots.py).
+    sandbox_roots: tuple[str, ...] = ()
+    #: Health ``Watch`` streams open at once, authenticated or not; more is RESOURCE_EXHAUSTED.
+    max_health_watchers: int = 256
+    #: With an auth token, ``GET /metrics`` must carry ``Authorization: Bearer <token>`` too.
+    metrics_require_token: bool = True
     #: ``auto`` (uvloop if installed), ``asyncio`` or ``uvloop``; used by ``cleveragents-sidecar
     #: serve``. An embedding program runs the sidecar on its own loop.
     event_loop: str = "auto"
@@ -200,6 +207,7 @@ class SidecarConfig:
             "max_schema_depth",
             "max_schema_expansion",
             "max_validation_steps",
+            "max_health_watchers",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
@@ -248,6 +256,11 @@ class SidecarConfig:
                 "approval_timeout_unattended_s must be 0 (decide at once) or more seconds"
             )
         check_event_loop(self.event_loop)
+        for root in self.sandbox_roots:
+            if not isinstance(root, str) or not root.startswith("/") or "\x00" in root:
+                raise ConfigError(f"sandbox_roots entries must be absolute paths, got {root!r}")
+            if not root.strip("/"):
+                raise ConfigError("sandbox_roots may not allow '/', the whole file system")
         if self.auth_token_env and self.auth_token_file:
             raise ConfigError("set auth_token_env or auth_token_file, not both")
         self._check_clients()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, assert_never
 
 import structlog
@@ -224,9 +224,17 @@ class MetricsServer:
     scrape of a sidecar with thousands of label sets takes a few milliseconds of it.
     """
 
-    def __init__(self, registry: CollectorRegistry, listen: str) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        listen: str,
+        *,
+        authorized: Callable[[bytes], bool] | None = None,
+    ) -> None:
         self.registry = registry
         self.listen = listen
+        #: With it, a scrape's ``Authorization`` header (``Bearer <token>``) must pass (else 401).
+        self._authorized = authorized
         self.port = 0
         self._server: asyncio.Server | None = None
 
@@ -275,10 +283,15 @@ class MetricsServer:
             return "405 Method Not Allowed", "text/plain", b"only GET and HEAD\n"
         if target.split("?", 1)[0] not in ("/metrics", "/"):
             return "404 Not Found", "text/plain", b"metrics are at /metrics\n"
-        accept = ""
+        accept, presented = "", ""
         for line in lines[1:]:
             name, _, value = line.partition(":")
             if name.strip().lower() == "accept":
                 accept = value.strip()
+            elif name.strip().lower() == "authorization":
+                presented = value.strip()
+        authorized = self._authorized
+        if authorized is not None and not authorized(presented.encode("latin-1")):
+            return "401 Unauthorized", "text/plain", b"send 'Authorization: Bearer <token>'\n"
         encoder, content_type = choose_encoder(accept)
         return "200 OK", content_type, encoder(self.registry)

@@ -23,7 +23,7 @@ from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY, Identity
 from cleveragents.sidecar.transport.access import read_token
 
-__all__ = ["Credentials", "normal_subject", "read_credentials"]
+__all__ = ["Credentials", "normal_subject", "read_credentials", "token_values"]
 
 log = structlog.get_logger("cleveragents.sidecar.auth")
 _RDN_SPLIT = re.compile(r"(?<!\\),")
@@ -98,6 +98,15 @@ def read_credentials(config: SidecarConfig, env: Mapping[str, str] | None = None
         for subject in client.subjects:
             subjects[normal_subject(subject)] = identity
     return Credentials(tuple(tokens), subjects)
+
+
+def token_values(config: SidecarConfig, env: Mapping[str, str] | None = None) -> list[str]:
+    """Every configured token itself (the shared one and each identity's): the values that
+    tool records must never show (``secrets``), though credentials are checked by digest."""
+    env = os.environ if env is None else env
+    shared = read_token(config, env)
+    clients = (_client_token(client, env) for client in config.clients.values())
+    return [token for token in (shared, *clients) if token is not None]
 
 
 def _client_token(client: ClientConfig, env: Mapping[str, str]) -> str | None:

@@ -17,6 +17,7 @@ from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import running_loop_name
 from cleveragents.sidecar.llm_profiles import close_provider_clients
 from cleveragents.sidecar.runs import RunManager, RunObserver, SqliteEventStore
+from cleveragents.sidecar.secrets import known_secrets
 from cleveragents.sidecar.tool_sources import default_registry
 from cleveragents.sidecar.transport.access import (
     check_listen_policy,
@@ -24,8 +25,9 @@ from cleveragents.sidecar.transport.access import (
     server_credentials,
 )
 from cleveragents.sidecar.transport.auth import AuthInterceptor
-from cleveragents.sidecar.transport.credentials import read_credentials
+from cleveragents.sidecar.transport.credentials import read_credentials, token_values
 from cleveragents.sidecar.transport.handlers import SERVICE_NAME, generic_handler
+from cleveragents.sidecar.transport.health import BoundedHealthServicer
 from cleveragents.sidecar.transport.rejections import Rejections
 from cleveragents.sidecar.transport.service import ToolRuntimeService
 from cleveragents.tool import ToolRegistry
@@ -59,7 +61,8 @@ class Sidecar:
     ``tracer_provider``, else the global provider if the application set one, else an SDK
     provider configured by the standard ``OTEL_*`` variables, which the sidecar then owns and
     shuts down (flushing its spans) in :meth:`stop`. With ``config.metrics_listen``, Prometheus
-    metrics (``observability.metrics``) are served there; ``metrics_port`` is the port bound.
+    metrics (``observability.metrics``) are served there (behind the auth token, when there is
+    one and ``metrics_require_token``); ``metrics_port`` is the port bound.
     Neither OpenTelemetry nor prometheus_client is imported when they are off.
     """
 
@@ -106,7 +109,7 @@ class Sidecar:
         if self.metrics is not None:
             self.metrics.track(self.manager, self.rejections)
         self.service = ToolRuntimeService(config, self.registry, self.manager)
-        self.health = health.aio.HealthServicer()
+        self.health = BoundedHealthServicer(config.max_health_watchers)
         self.address = ""
         self._server: grpc.aio.Server | None = None
         self._health_task: asyncio.Task[None] | None = None
@@ -117,6 +120,7 @@ class Sidecar:
         size = self.config.max_message_bytes
         refuse_live_unix_socket(self.config.listen)
         identities = read_credentials(self.config)
+        self.service.assembler.secrets = known_secrets(self.config, token_values(self.config))
         restored = self.manager.open()
         await self.manager.settle()
         credentials = server_credentials(self.config)
@@ -174,7 +178,12 @@ class Sidecar:
         if self.metrics is not None:
             from cleveragents.sidecar.observability.metrics import MetricsServer
 
-            metrics_server = MetricsServer(self.metrics.registry, self.config.metrics_listen)
+            guarded = identities.required and self.config.metrics_require_token
+            metrics_server = MetricsServer(
+                self.metrics.registry,
+                self.config.metrics_listen,
+                authorized=(lambda h: identities.by_token(h) is not None) if guarded else None,
+            )
             try:
                 self.metrics_port = await metrics_server.start()
             except ConfigError:
