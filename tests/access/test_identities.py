@@ -384,3 +384,20 @@ async def test_start_run_knows_the_callers_name_and_policy_for_every_way_to_star
     assert [(c.name, c.policy) for c in recording.callers] == [
         ("alice", "alice-policy"), ("bob", "bob-policy"), ("alice", "alice-policy")
     ]  # fmt: skip
+
+
+async def test_no_identitys_token_shows_in_a_tool_record(start: Start, tmp_path: Path) -> None:
+    # From a file: no environment variable holds it, so only the credentials know it.
+    (tmp_path / "carol.token").write_text("carol-file-token-0006\n")
+    carol = ClientConfig("carol", token_file=str(tmp_path / "carol.token"))
+    sidecar = await start(clients={**clients(), "carol": carol})
+    script = [turn_echo("carol-file-token-0006 and " + TOKENS["bob"]), {"content": "done"}]
+    async with as_(sidecar, "alice") as alice:
+        result = await alice.run_tool_loop("leak", script=script)
+    [record] = result.tool_call_history
+    assert dict(record.output) == {"text": "[redacted] and [redacted]"}
+
+
+def turn_echo(text: str) -> dict[str, Any]:
+    """A script turn calling ``echo`` with ``text``."""
+    return {"tool_calls": [{"id": "e1", "name": "echo", "arguments": {"text": text}}]}

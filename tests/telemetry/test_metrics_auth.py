@@ -1,8 +1,10 @@
-"""The metrics endpoint behind the sidecar's token: ``metrics_require_token``."""
+"""The metrics endpoint behind the sidecar's credentials: ``metrics_require_token``."""
 
 from __future__ import annotations
 
 import pytest
+
+from cleveragents.sidecar import ClientConfig
 
 from .conftest import SidecarFactory, scrape
 
@@ -47,4 +49,21 @@ async def test_metrics_require_token_false_serves_scrapes_without_it(
     status, body = await scrape(sidecar.metrics_port)
 
     assert status == 200
+    assert "cleveragents_runs" in body
+
+
+async def test_a_named_identitys_token_opens_the_metrics_too(
+    make_sidecar: SidecarFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("METRICS_TEST_CI_TOKEN", "ci-metrics-token-4567")
+    ci = ClientConfig("ci", token_env="METRICS_TEST_CI_TOKEN")
+    sidecar = await make_sidecar(clients={"ci": ci})  # no shared token at all
+    assert sidecar.metrics_port is not None
+
+    status, body = await scrape(
+        sidecar.metrics_port, headers={"Authorization": "Bearer ci-metrics-token-4567"}
+    )
+    refused, _ = await scrape(sidecar.metrics_port)
+
+    assert (status, refused) == (200, 401)
     assert "cleveragents_runs" in body
