@@ -9,7 +9,8 @@
   finished runs expired (TTL 2 s, then a GetRun). A last *burst* round lets every session go
   as soon as the sidecar admits it, as a real burst would.
 - fan-out: one StreamToolLoop run (a `pause` turn so watchers attach, then 200 timed `noop`
-  iterations) with 100 WatchRun watchers, against the same run with none, in turns; per-
+  iterations) with 100 WatchRun watchers, against the same run with none and with 100
+  FollowRun watchers that ack as the clients do, in turns; per-
   iteration time from the run's own events' server timestamps, the median of the pairs' ratios.
 - latency: from a client-hosted tool returning to its `tool_call_completed` reaching the same
   client process, at 1 session and at 100 concurrent sessions: 100 whose tools return at once
@@ -529,7 +530,9 @@ class FanOut:
     late_watchers: int
 
 
-async def fanout_run(client: AsyncSidecarClient, stub: Stub, watchers: int) -> FanOut:
+async def fanout_run(
+    client: AsyncSidecarClient, stub: Stub, watchers: int, *, acked: bool = False
+) -> FanOut:
     """A run that pauses in its first iteration (watchers attach), then times N iterations.
 
     Timed: from the server's `iteration_started` of iteration 2 to its `run_completed`. The
@@ -574,7 +577,25 @@ async def fanout_run(client: AsyncSidecarClient, stub: Stub, watchers: int) -> F
         drained.append(time.time())
         return sequences
 
-    streams = await asyncio.gather(follow(), *(watch() for _ in range(watchers)))
+    async def follow_acked() -> list[int]:
+        """A FollowRun watcher, acking what the sidecar asks it to (as the clients do)."""
+        await started.wait()
+        sequences: list[int] = []
+        call = stub.FollowRun()
+        start = service_pb2.FollowRunStart(run_id=run_id)
+        await call.write(service_pb2.FollowRunRequest(start=start))
+        async for response in call:
+            if not sequences:
+                attached.append(time.time())
+            sequences += [event.sequence for event in response.events]
+            if response.ack_requested:
+                ack = service_pb2.FollowRunAck(sequence=sequences[-1])
+                await call.write(service_pb2.FollowRunRequest(ack=ack))
+        drained.append(time.time())
+        return sequences
+
+    watcher = follow_acked if acked else watch
+    streams = await asyncio.gather(follow(), *(watcher() for _ in range(watchers)))
     began = next(
         s.time for s in own if isinstance(s.event, IterationStarted) and s.event.iteration == 2
     )
@@ -591,6 +612,7 @@ async def fanout_run(client: AsyncSidecarClient, stub: Stub, watchers: int) -> F
 async def fanout(target: str) -> list[Figure]:
     alone: list[float] = []
     watched: list[float] = []
+    followed: list[float] = []
     drains: list[float] = []
     lost = disordered = late = 0
     async with (
@@ -604,18 +626,24 @@ async def fanout(target: str) -> list[Figure]:
         for _ in range(FANOUT_REPEATS):  # interleaved, so that drift hits both alike
             alone.append((await fanout_run(client, stub, 0)).per_iteration_us)
             run = await fanout_run(client, stub, WATCHERS)
+            acked = await fanout_run(client, stub, WATCHERS, acked=True)
             watched.append(run.per_iteration_us)
+            followed.append(acked.per_iteration_us)
             drains.append(run.drained_ms)
-            lost += run.lost
-            disordered += run.disordered
-            late += run.late_watchers
+            lost += run.lost + acked.lost
+            disordered += run.disordered + acked.disordered
+            late += run.late_watchers + acked.late_watchers
     name = f"fan-out {WATCHERS} watchers"
     ratio = median([w / a for a, w in zip(alone, watched, strict=True)])
+    acked_ratio = median([f / w for w, f in zip(watched, followed, strict=True)])
     return [
         Figure(name, "per iteration, no watcher", median(alone), "us", "", None, alone),
         Figure(name, f"per iteration, {WATCHERS} watchers", median(watched), "us", "", None,
                watched),
         Figure(name, "watched / no watcher", ratio, "x", "<= 2", ratio <= 2),
+        Figure(name, f"per iteration, {WATCHERS} FollowRun watchers", median(followed), "us", "",
+               None, followed),
+        Figure(name, "FollowRun / WatchRun watchers", acked_ratio, "x", "", None),
         Figure(name, "run end -> last watcher has all", median(drains), "ms", "", None,
                drains),
         Figure(name, "events lost (all watchers)", lost, "events", "0", lost == 0),
