@@ -83,9 +83,8 @@ async def test_file_tools_refuse_a_procfs_root_whose_files_report_no_size() -> N
     # the tools refuse the whole file system rather than read kernel state.
     runner = ToolRunner(file_tools())
     call = ToolCall("c1", "read_file", {"path": "environ"})
-    record = await runner.run(
-        call, iteration=1, context=ToolActorContext(sandbox_root="/proc/self")
-    )
+    root = f"/proc/{os.getpid()}"  # /proc/self is a symbolic link: refused as one
+    record = await runner.run(call, iteration=1, context=ToolActorContext(sandbox_root=root))
     assert record.error_kind is ErrorKind.DENIED
     assert "proc file system" in (record.error or "")
     assert record.output == {}
@@ -123,3 +122,25 @@ def test_a_failed_write_leaves_no_temporary_file(root: Path) -> None:
         raise AssertionError("writing into a read-only descriptor succeeded")
     assert sorted(p.name for p in root.iterdir()) == ["notes.txt"]
     assert (root / "notes.txt").read_text() == "hello\nworld\n"
+
+
+async def test_a_root_swapped_for_a_symlink_after_it_was_resolved_is_denied(
+    tmp_path: Path,
+) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "notes.md").write_text("inside")
+    (outside / "notes.md").write_text("outside")
+    runner = ToolRunner(file_tools())
+    context = ToolActorContext(sandbox_root=str(root))  # resolved, as a run's root is
+    read = ToolCall("c1", "read_file", {"path": "notes.md"})
+    before = await runner.run(read, iteration=1, context=context)
+    root.rename(tmp_path / "moved")
+    root.symlink_to(outside)  # the same path now leads out of the allowed directory
+    after = await runner.run(read, iteration=2, context=context)
+
+    assert before.success
+    assert after.error_kind is ErrorKind.DENIED
+    assert "symbolic link" in (after.error or "")
+    assert after.output == {}

@@ -28,6 +28,34 @@ MAX_COMPONENT = 255
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def _open_root(root: str) -> int:
+    fd = os.open("/" if root.startswith("/") else ".", _DIR_FLAGS & ~os.O_NOFOLLOW)
+    try:
+        for part in (p for p in root.split("/") if p not in ("", ".")):
+            try:
+                step = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                linked = exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(part, fd)
+                why = "a part of it is a symbolic link" if linked else exc.strerror
+                raise ToolDeniedError(
+                    f"the sandbox root {root!r} cannot be opened: {why} (a root is resolved "
+                    "once, when its run starts)"
+                ) from None
+            os.close(fd)
+            fd = step
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
 def split_path(path: str) -> list[str]:
     """The components of a sandbox-relative path, or ``ToolDeniedError`` naming the path."""
     if not isinstance(path, str):
@@ -55,13 +83,11 @@ class Sandbox:
 
     @contextlib.contextmanager
     def root_fd(self) -> Iterator[int]:
-        """A descriptor of the root directory itself."""
-        try:
-            fd = os.open(self.root, _DIR_FLAGS & ~os.O_NOFOLLOW)
-        except OSError as exc:
-            raise ToolDeniedError(
-                f"the sandbox root {self.root!r} cannot be opened: {exc.strerror}"
-            ) from None
+        """A descriptor of the root directory itself, opened one component at a time with
+        ``O_NOFOLLOW``: the sidecar resolves a run's root once, when the run starts, and a
+        component swapped for a symlink since then (to leave the directory the operator
+        allowed) makes every later call ``denied`` instead of following it."""
+        fd = _open_root(self.root)
         try:
             _refuse_pseudo(fd, "the sandbox root")
             yield fd
