@@ -100,3 +100,15 @@ def test_an_unset_token_env_is_refused_at_start(tmp_path: Path) -> None:
     config = SidecarConfig(clients={"a": ClientConfig("a", token_env="NOT_SET_HERE")})
     with pytest.raises(ConfigError, match=r"clients\.a\.token_env names 'NOT_SET_HERE'"):
         read_credentials(config, env={})
+
+
+def test_one_subject_written_two_ways_for_two_identities_is_refused() -> None:
+    alice = ClientConfig("alice", subjects=("CN=alice,O=Acme",))
+    ops = ClientConfig("ops", subjects=("O=Acme, CN=alice",), roles=frozenset({"admin"}))
+    with pytest.raises(ConfigError, match=r"is given to both clients\.alice and clients\.ops"):
+        SidecarConfig(
+            tls_cert_file="server.pem",
+            tls_key_file="server.key",
+            tls_client_ca_file="ca.pem",
+            clients={"alice": alice, "ops": ops},
+        )

@@ -3,6 +3,7 @@ and which settings are refused when the sidecar is configured."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import grpc
@@ -78,3 +79,17 @@ def test_sandbox_roots_come_from_toml_lists_and_colon_separated_variables(tmp_pa
     from_env = load_config(env={"CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS": "/srv/a:/srv/b/*"})
 
     assert from_toml.sandbox_roots == from_env.sandbox_roots == ("/srv/a", "/srv/b/*")
+
+
+@pytest.mark.parametrize("entry", ["/*", "/?tc", "/[e]tc/x"])
+def test_an_entry_that_would_allow_every_top_level_directory_is_refused(entry: str) -> None:
+    with pytest.raises(ConfigError, match="every top-level directory"):
+        SidecarConfig(sandbox_roots=(entry,))
+
+
+def test_a_refused_root_is_told_in_the_clients_own_words_not_where_it_leads() -> None:
+    code, message = _refusal(_policy("/tmp/allowed-nowhere"), "/proc/self/exe")
+
+    assert code is grpc.StatusCode.FAILED_PRECONDITION
+    assert os.path.realpath("/proc/self/exe") not in message
+    assert "'/proc/self/exe' (its links followed)" in message

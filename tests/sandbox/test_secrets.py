@@ -42,3 +42,25 @@ async def test_a_record_holding_a_secret_anywhere_in_its_output_or_error_is_reda
     assert failed.error is not None
     assert "sk-secret-value-9" not in failed.error
     assert REDACTED in failed.error
+
+
+def _nested(depth: int) -> object:
+    value: object = "sk-secret-value-9"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_a_deeply_nested_output_is_redacted_without_exhausting_the_stack() -> None:
+    registry = ToolRegistry()
+
+    @registry.tool(description="Nest it.")
+    def nest(depth: int) -> dict[str, object]:
+        return {"deep": _nested(depth)}
+
+    runner = RedactingRunner(registry, secrets=("sk-secret-value-9",))
+    record = await runner.run(ToolCall("c1", "nest", {"depth": 400}), iteration=1)
+
+    assert record.success
+    assert "sk-secret-value-9" not in str(record.output)
+    assert REDACTED in str(record.output)

@@ -124,26 +124,25 @@ def _unescape(field: str) -> str:
 
 
 class _Devices:
-    """Device number → file system type, read again when a device is not yet known (a mount
-    made after the last read); a device still unknown then is remembered as not pseudo."""
+    """Device number → file system type, from the mount table as it is now: the table is
+    re-read whenever the kernel says it changed (``_MountTable``), and the map with it, so a
+    device number an unmount freed and a new mount took again is not taken for the old one."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._source: tuple[Mount, ...] | None = None
         self._types: dict[int, str] = {}
 
     def fstype(self, device: int) -> str:
-        known = self._types.get(device)
-        if known is not None:
-            return known
+        try:
+            table = mounts()
+        except OSError:
+            table = ()
         with self._lock:
-            try:
-                table = mounts()
-            except OSError:
-                table = ()
-            types = {m.device: m.fstype for m in table}
-            types.setdefault(device, "")
-            self._types = types
-            return types[device]
+            if table is not self._source:
+                self._types = {m.device: m.fstype for m in table}
+                self._source = table
+            return self._types.get(device, "")
 
 
 _devices = _Devices()

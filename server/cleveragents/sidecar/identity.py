@@ -11,9 +11,10 @@ never sees it.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_IDENTITY", "ROLES", "Access", "Identity"]
+__all__ = ["DEFAULT_IDENTITY", "ROLES", "Access", "Identity", "normal_subject"]
 
 #: The roles an identity may hold.
 ROLES = ("observer", "approver", "admin")
@@ -61,3 +62,16 @@ class Identity:
 #: The one identity of a sidecar with a single shared token, or with no auth at all: it has
 #: every role, so it acts on every run (runs stored before owners were recorded included).
 DEFAULT_IDENTITY = Identity("default", frozenset(ROLES))
+
+
+#: Splits a subject at its commas, but not at an escaped one.
+_RDN_SPLIT = re.compile(r"(?<!\\),")
+
+
+def normal_subject(subject: str) -> frozenset[str]:
+    """A certificate subject (``CN=alice,O=Acme``) as its attributes, in any order."""
+    parts = (part.strip() for part in _RDN_SPLIT.split(subject))
+    return frozenset(
+        f"{key.strip().upper()}={value.strip()}"
+        for key, _, value in (part.partition("=") for part in parts if part)
+    )

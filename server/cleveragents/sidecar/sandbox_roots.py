@@ -36,7 +36,8 @@ class SandboxRoots:
         #: Each entry as path components to match, its literal part resolved once, here.
         self._wanted = [_components(pattern) for pattern in self.patterns]
         self.cwd = os.path.realpath(cwd if cwd is not None else os.getcwd())
-        own = (config.auth_token_file, config.tls_key_file, config.event_store)
+        own = [config.auth_token_file, config.tls_key_file, config.event_store]
+        own += [client.token_file for client in config.clients.values()]
         self.own_files = tuple(os.path.realpath(path) for path in own if path)
 
     def resolve(self, root: str | None) -> str | None:
@@ -47,7 +48,9 @@ class SandboxRoots:
         if "\x00" in root or not os.path.isabs(root):
             raise SidecarError.invalid(f"{_FIELD} must be an absolute path, got {root[:200]!r}")
         resolved = os.path.realpath(root)
-        shown = repr(root) if resolved == root else f"{root!r} (resolved to {resolved!r})"
+        # Only the client's own words: where a refused path leads (/proc/self/fd/3, say)
+        # would tell it about the sidecar's host.
+        shown = repr(root) if resolved == root else f"{root!r} (its links followed)"
         if not os.path.isdir(resolved):
             raise SidecarError.failed_precondition(f"{_FIELD} {shown} is not a directory")
         if resolved == "/":
@@ -58,8 +61,8 @@ class SandboxRoots:
             )
         if any(_within(path, resolved) for path in self.own_files):
             raise SidecarError.denied(
-                f"{_FIELD} {shown} holds the sidecar's own token, TLS key or run store, "
-                "never allowed"
+                f"{_FIELD} {shown} holds the sidecar's own token, TLS key or run store (or an "
+                "identity's token file), never allowed"
             )
         self._check_filesystems(resolved, shown)
         have = [p for p in resolved.split("/") if p]

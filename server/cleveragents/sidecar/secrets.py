@@ -11,6 +11,7 @@ value replaced by ``[redacted]`` before it becomes an event, a result or a store
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -19,6 +20,7 @@ from typing import Any
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.config.settings import ENV_PREFIX
 from cleveragents.tool import (
+    ErrorKind,
     ToolActorContext,
     ToolCall,
     ToolCallRecord,
@@ -54,17 +56,28 @@ def known_secrets(
 
 
 def redact(value: Any, secrets: tuple[str, ...]) -> Any:
-    """``value`` (a JSON value) with every secret in its strings and keys replaced."""
-    if isinstance(value, str):
-        if any(secret in value for secret in secrets):
-            for secret in secrets:
-                value = value.replace(secret, REDACTED)
+    """``value`` (a JSON value) with every secret in its strings and keys replaced.
+
+    It works on the value's JSON text, so that no depth of nesting can exhaust the stack (a
+    tool may return hundreds of levels); each secret is looked for as JSON writes it.
+    ``ValueError`` if the value cannot be checked (not JSON, or nested beyond what the JSON
+    encoder accepts).
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"the output could not be checked for secrets ({exc})") from None
+    found = False
+    for secret in secrets:
+        written = json.dumps(secret, ensure_ascii=False)[1:-1]
+        if written in text:
+            text, found = text.replace(written, REDACTED), True
+    if not found:
         return value
-    if isinstance(value, Mapping):
-        return {redact(k, secrets): redact(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact(item, secrets) for item in value]
-    return value
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # a secret of digits that was a number, say
+        raise ValueError("the output held a secret and could not be redacted") from None
 
 
 class RedactingRunner(ToolRunner):
@@ -96,19 +109,18 @@ class RedactingRunner(ToolRunner):
             call, iteration=iteration, context=context, on_started=on_started, gate=gate
         )
         secrets = self.secrets
-        if not secrets or not (
-            _contains(record.output, secrets) or _contains(record.error, secrets)
-        ):
+        if not secrets:
             return record
-        error = redact(record.error, secrets)
-        return dataclasses.replace(record, output=redact(record.output, secrets), error=error)
-
-
-def _contains(value: Any, secrets: tuple[str, ...]) -> bool:
-    if isinstance(value, str):
-        return any(secret in value for secret in secrets)
-    if isinstance(value, Mapping):
-        return any(_contains(k, secrets) or _contains(v, secrets) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return any(_contains(item, secrets) for item in value)
-    return False
+        error = record.error
+        if error is not None:
+            for secret in secrets:
+                error = error.replace(secret, REDACTED)
+        try:
+            output = redact(record.output, secrets)
+        except ValueError as exc:  # withheld: a failed record, never one that may leak
+            return dataclasses.replace(
+                record, output={}, success=False, error=str(exc), error_kind=ErrorKind.EXCEPTION
+            )
+        if output is record.output and error == record.error:
+            return record
+        return dataclasses.replace(record, output=output, error=error)

@@ -13,7 +13,7 @@ from cleveragents.providers import RESERVED_PARAMS
 from cleveragents.sidecar.config.policies import Policy
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import check_event_loop
-from cleveragents.sidecar.identity import DEFAULT_IDENTITY, ROLES
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY, ROLES, normal_subject
 from cleveragents.tool import BUILTIN_PROFILES, AutomationProfile, LLMResponse, ToolLimit
 
 __all__ = [
@@ -259,15 +259,19 @@ class SidecarConfig:
         for root in self.sandbox_roots:
             if not isinstance(root, str) or not root.startswith("/") or "\x00" in root:
                 raise ConfigError(f"sandbox_roots entries must be absolute paths, got {root!r}")
-            if not root.strip("/"):
-                raise ConfigError("sandbox_roots may not allow '/', the whole file system")
+            literal = root.split("/")[1] if root.strip("/") else ""
+            if not literal or any(c in literal for c in "*?["):
+                raise ConfigError(
+                    f"sandbox_roots entry {root!r} would allow every top-level directory (or "
+                    "'/', the whole file system): begin it with a fixed directory"
+                )
         if self.auth_token_env and self.auth_token_file:
             raise ConfigError("set auth_token_env or auth_token_file, not both")
         self._check_clients()
         self._check_policies()
 
     def _check_clients(self) -> None:
-        subjects: dict[str, str] = {}
+        subjects: dict[frozenset[str], str] = {}
         for name, client in self.clients.items():
             if client.name != name:
                 raise ConfigError(f"clients.{name} is named {client.name!r}")
@@ -276,7 +280,9 @@ class SidecarConfig:
                     f"clients.{name}.subjects needs mutual TLS: set tls_client_ca_file"
                 )
             for subject in client.subjects:
-                if (other := subjects.setdefault(subject, name)) != name:
+                # Compared as the certificate check compares them: attribute order and
+                # spacing aside ("CN=a,O=b" and "O=b, CN=a" are one subject).
+                if (other := subjects.setdefault(normal_subject(subject), name)) != name:
                     raise ConfigError(
                         f"subject {subject!r} is given to both clients.{other} and clients.{name}"
                     )

@@ -121,6 +121,11 @@ class LogCursor:
         self._bytes_read: int | None = None
 
     @property
+    def read_all(self) -> bool:
+        """Whether the log has finished and every frame of it was read."""
+        return self._log.finished and self.cursor >= self._log.released
+
+    @property
     def lag(self) -> int:
         """Live frames released but not yet read."""
         return self._log.released - max(self.cursor, self.live_from)

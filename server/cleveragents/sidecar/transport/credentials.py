@@ -1,9 +1,10 @@
 """The credentials the sidecar accepts, each standing for an ``Identity``.
 
-Tokens are kept only as SHA-256 digests of their ``Bearer`` header, and a presented header is
-compared (``hmac.compare_digest``) with every one of them, so neither the comparison nor the
-look-up takes longer for a nearer guess. Mutual-TLS subjects are matched on the verified
-peer certificate's subject, attribute order ignored.
+Credentials are checked against SHA-256 digests of each token's ``Bearer`` header: a presented
+header is compared (``hmac.compare_digest``) with every one of them, so neither the comparison
+nor the look-up takes longer for a nearer guess. (The tokens themselves are also read, by
+``token_values``, so that tool records can be cleaned of them.) Mutual-TLS subjects are
+matched on the verified peer certificate's subject, attribute order ignored.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,22 +20,12 @@ import structlog
 
 from cleveragents.sidecar.config import ClientConfig, SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
-from cleveragents.sidecar.identity import DEFAULT_IDENTITY, Identity
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY, Identity, normal_subject
 from cleveragents.sidecar.transport.access import read_token
 
-__all__ = ["Credentials", "normal_subject", "read_credentials", "token_values"]
+__all__ = ["Credentials", "read_credentials", "token_values"]
 
 log = structlog.get_logger("cleveragents.sidecar.auth")
-_RDN_SPLIT = re.compile(r"(?<!\\),")
-
-
-def normal_subject(subject: str) -> frozenset[str]:
-    """A certificate subject (``CN=alice,O=Acme``) as its attributes, in any order."""
-    parts = (part.strip() for part in _RDN_SPLIT.split(subject))
-    return frozenset(
-        f"{key.strip().upper()}={value.strip()}"
-        for key, _, value in (part.partition("=") for part in parts if part)
-    )
 
 
 def _digest(header: bytes) -> bytes:

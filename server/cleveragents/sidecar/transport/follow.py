@@ -182,8 +182,11 @@ class _Follower:
                     async with asyncio.timeout(self.stall_s):
                         await flow.wait_for_room(size)
                 except TimeoutError:
-                    reason = "it left its window unacknowledged"
-                    self.service.manager.watchers.count_dropped(self.run, reason)
+                    # Gone from the run at once (it no longer counts as following it), though
+                    # its call waits a while for the last ack.
+                    watchers = self.service.manager.watchers
+                    watchers.unfollow(self.run, cursor)
+                    watchers.count_dropped(self.run, "it left its window unacknowledged")
                     return (
                         f"this watcher left {flow.unacked} bytes unacknowledged (its window "
                         f"is {window}) for over {self.stall_s:g} s"

@@ -312,7 +312,7 @@ class ToolRuntimeService:
 
     def dropped_reason(self, cursor: LogCursor) -> str | None:
         """Why the run dropped the watcher of ``cursor``; ``None`` if it did not."""
-        if not cursor.dropped:
+        if not cursor.dropped or cursor.read_all:  # it was sent the whole log all the same
             return None
         if not cursor.stalled:
             return f"this watcher fell more than {self.manager.watcher_queue_size} events behind"
