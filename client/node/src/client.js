@@ -69,7 +69,12 @@ export class SidecarClient {
     this.stub.close();
   }
 
-  /** Resolve once the channel is connected (rejects after `timeoutMs`). */
+  /**
+   * Resolve once the channel is connected (rejects after `timeoutMs`).
+   *
+   * @param {number} [timeoutMs]
+   * @returns {Promise<void>}
+   */
   waitForReady(timeoutMs = 5000) {
     return new Promise((resolve, reject) => {
       this.stub.waitForReady(Date.now() + timeoutMs, (err) => (err ? reject(err) : resolve()));
