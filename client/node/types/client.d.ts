@@ -124,17 +124,21 @@ export class SidecarClient {
      *
      * `llm` is either an `LlmSelection` (`{profile, model, script}`, the sidecar's LLM) or a
      * function `(request) => response` (sync or async): then this process is the LLM.
+     * `approver` (sync or async) decides the run's approval requests: without one they wait for
+     * a watcher, the DecideApproval RPC or the CLI.
      *
      * @param {import('./codec.js').RunSpecInput & {
      *   tools?: Record<string, import('./codec.js').ToolLike> | import('./codec.js').ToolLike[],
      *   llm?: import('./codec.js').RunSpecInput['llm']
-     *     | ((request: import('./session.js').LlmRequest) => any)}} spec
+     *     | ((request: import('./session.js').LlmRequest) => any),
+     *   approver?: import('./session.js').Approver}} spec
      * @param {CallOptions} [options]
      * @returns {SessionRun}
      */
     session(spec: import("./codec.js").RunSpecInput & {
         tools?: Record<string, import("./codec.js").ToolLike> | import("./codec.js").ToolLike[];
         llm?: import("./codec.js").RunSpecInput["llm"] | ((request: import("./session.js").LlmRequest) => any);
+        approver?: import("./session.js").Approver;
     }, options?: CallOptions): SessionRun;
     #private;
 }

@@ -111,16 +111,28 @@ export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | un
  * @property {number} sequence  1, 2, 3… per run, no gaps
  * @property {Date | null} time
  * @property {'run_started' | 'iteration_started' | 'llm_responded' | 'tool_call_started'
- *   | 'tool_call_completed' | 'run_completed' | 'run_failed' | 'run_cancelled'} payload
+ *   | 'tool_call_completed' | 'approval_requested' | 'approval_decided' | 'run_completed'
+ *   | 'run_failed' | 'run_cancelled'} payload
  *   which payload field is set; that field holds the event's data
  * @property {{spec: Record<string, any>}} [run_started]
  * @property {{iteration: number}} [iteration_started]
  * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null}} [llm_responded]
  * @property {{call_id: string, tool_name: string, inputs: Record<string, any>, iteration: number}} [tool_call_started]
  * @property {{record: ToolCallRecord}} [tool_call_completed]
+ * @property {ApprovalRequest & {how_to_answer: string}} [approval_requested]
+ * @property {{call_id: string, approved: boolean, reason: string, decided_by: string,
+ *   iteration: number}} [approval_decided]  `decided_by`: session, rpc, timeout or policy
  * @property {{result: ToolCallRunResult}} [run_completed]
  * @property {{code: number, message: string, result: ToolCallRunResult}} [run_failed]
  * @property {{reason: string, result: ToolCallRunResult}} [run_cancelled]
+ */
+/**
+ * @typedef {object} ApprovalRequest  a tool call that waits for approval
+ * @property {string} call_id
+ * @property {string} tool_name
+ * @property {Record<string, any>} inputs  what it would run with
+ * @property {number} iteration
+ * @property {string} reason  why approval is needed (which profile, which rule)
  */
 /**
  * @typedef {object} RunSpecInput  a `RunSpec`, with its JSON fields as plain values
@@ -318,7 +330,7 @@ export type RunEvent = {
     /**
      *   which payload field is set; that field holds the event's data
      */
-    payload: "run_started" | "iteration_started" | "llm_responded" | "tool_call_started" | "tool_call_completed" | "run_completed" | "run_failed" | "run_cancelled";
+    payload: "run_started" | "iteration_started" | "llm_responded" | "tool_call_started" | "tool_call_completed" | "approval_requested" | "approval_decided" | "run_completed" | "run_failed" | "run_cancelled";
     run_started?: {
         spec: Record<string, any>;
     } | undefined;
@@ -340,6 +352,19 @@ export type RunEvent = {
     tool_call_completed?: {
         record: ToolCallRecord;
     } | undefined;
+    approval_requested?: (ApprovalRequest & {
+        how_to_answer: string;
+    }) | undefined;
+    /**
+     * `decided_by`: session, rpc, timeout or policy
+     */
+    approval_decided?: {
+        call_id: string;
+        approved: boolean;
+        reason: string;
+        decided_by: string;
+        iteration: number;
+    } | undefined;
     run_completed?: {
         result: ToolCallRunResult;
     } | undefined;
@@ -352,6 +377,22 @@ export type RunEvent = {
         reason: string;
         result: ToolCallRunResult;
     } | undefined;
+};
+/**
+ * a tool call that waits for approval
+ */
+export type ApprovalRequest = {
+    call_id: string;
+    tool_name: string;
+    /**
+     * what it would run with
+     */
+    inputs: Record<string, any>;
+    iteration: number;
+    /**
+     * why approval is needed (which profile, which rule)
+     */
+    reason: string;
 };
 /**
  * a `RunSpec`, with its JSON fields as plain values

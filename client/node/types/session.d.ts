@@ -13,6 +13,16 @@
  * @property {{input_tokens: number, output_tokens: number}} [usage]
  */
 /**
+ * @typedef {boolean | {approved: boolean, reason?: string}} ApprovalAnswer  an approver's
+ *   decision: `true`/`false`, or an object with a reason (the model sees a denial's reason)
+ */
+/**
+ * @typedef {(request: import('./codec.js').ApprovalRequest & {run_id: string, signal: AbortSignal})
+ *   => ApprovalAnswer | Promise<ApprovalAnswer>} Approver  decides this session's approval
+ *   requests; `signal` aborts when the session ends. Anything but `true` or an object with
+ *   `approved: true` denies, and so does an approver that throws (saying why).
+ */
+/**
  * One session run. Iterate it for the run's events (`for await (const event of run)`), or
  * just `await run.result`; both work, and the tools are answered either way.
  *
@@ -26,11 +36,12 @@
  */
 export class SessionRun {
     /** @internal */
-    constructor({ call, codec, tools, llm, start }: {
+    constructor({ call, codec, tools, llm, approver, start }: {
         call: any;
         codec: any;
         tools: any;
         llm: any;
+        approver?: null | undefined;
         start: any;
     });
     /** @type {string | null} the run's id, known from its `run_started` event on */
@@ -84,3 +95,20 @@ export type LlmResponse = {
         output_tokens: number;
     } | undefined;
 };
+/**
+ * an approver's
+ *   decision: `true`/`false`, or an object with a reason (the model sees a denial's reason)
+ */
+export type ApprovalAnswer = boolean | {
+    approved: boolean;
+    reason?: string;
+};
+/**
+ * decides this session's approval
+ *   requests; `signal` aborts when the session ends. Anything but `true` or an object with
+ *   `approved: true` denies, and so does an approver that throws (saying why).
+ */
+export type Approver = (request: import("./codec.js").ApprovalRequest & {
+    run_id: string;
+    signal: AbortSignal;
+}) => ApprovalAnswer | Promise<ApprovalAnswer>;

@@ -7,6 +7,8 @@ import {
   Status,
   connect,
   type SessionRun,
+  type Approver,
+  type RunEvent,
 } from '@cleveragents/sidecar-client';
 
 export async function tour(address: string): Promise<string> {
@@ -26,8 +28,18 @@ export async function tour(address: string): Promise<string> {
   const run: SessionRun = client.session({
     prompt: 'What is the capital of France?',
     tools: { capital_of: ({ country }) => ({ capital: String(country) }) },
+    approver,
   });
-  for await (const event of run) names.push(event.payload);
+  for await (const event of run) names.push(describe(event));
   client.close();
   return names.join(',');
+}
+
+const approver: Approver = async (request) =>
+  request.tool_name === 'write_file' && String(request.inputs.path).endsWith('.md')
+    ? { approved: true, reason: 'docs only' }
+    : false;
+
+function describe(event: RunEvent): string {
+  return event.approval_decided ? `${event.payload}:${event.approval_decided.decided_by}` : event.payload;
 }
