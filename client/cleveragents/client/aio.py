@@ -9,7 +9,9 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any, Unpack
 
 import grpc
+from grpc_health.v1 import health_pb2_grpc
 
+from cleveragents.client._ready import HEALTH_REQUEST, RECONNECT_OPTIONS, ReadyPoll
 from cleveragents.client._requests import (
     EventDecoder,
     RunOptions,
@@ -68,11 +70,13 @@ class AsyncSidecarClient:
         if channel is None:
             # Receive what the sidecar may send (its max_message_bytes, 16 MiB by default).
             options = [("grpc.max_receive_message_length", max_message_bytes)]
+            options += RECONNECT_OPTIONS  # a sidecar still starting is seen promptly
             channel = (
                 grpc.aio.insecure_channel(target, options=options)
                 if credentials is None
                 else grpc.aio.secure_channel(target, credentials, options=options)
             )
+        self._target = target
         self._channel = channel
         self._stub = service_pb2_grpc.ToolRuntimeServiceStub(self._channel)
         self._metadata = tuple(metadata) + auth_metadata(token)
@@ -81,6 +85,29 @@ class AsyncSidecarClient:
         """Close the channel (if this client opened it)."""
         if self._owns_channel:
             await self._channel.close()
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until the sidecar serves runs: for a runtime that has just started it.
+
+        Asks the standard health service (no token needed) until the sidecar's service is
+        ``SERVING``, connecting again while nothing listens yet. Raises ``SidecarRpcError``
+        (``DEADLINE_EXCEEDED``, saying what it saw last) if that takes over ``timeout`` s.
+        """
+        poll = ReadyPoll(self._target, timeout)
+        health: Any = health_pb2_grpc.HealthStub(self._channel)  # its stubs lack Check
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (left := deadline - loop.time()) > 0:
+            try:
+                response = await health.Check(HEALTH_REQUEST, timeout=left, wait_for_ready=True)
+            except grpc.RpcError as exc:
+                if (error := poll.failed(exc)) is not None:
+                    raise error from None
+            else:
+                if poll.answered(response):
+                    return
+            await asyncio.sleep(poll.next_pause(deadline - loop.time()))
+        raise poll.not_ready()
 
     async def __aenter__(self) -> AsyncSidecarClient:
         return self

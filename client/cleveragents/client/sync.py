@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import queue
+import time
 from collections.abc import Generator, Iterator, Sequence
 from typing import Any, Unpack
 
 import grpc
+from grpc_health.v1 import health_pb2_grpc
 
+from cleveragents.client._ready import HEALTH_REQUEST, RECONNECT_OPTIONS, ReadyPoll
 from cleveragents.client._requests import (
     EventDecoder,
     RunOptions,
@@ -67,11 +70,13 @@ class SidecarClient:
         if channel is None:
             # Receive what the sidecar may send (its max_message_bytes, 16 MiB by default).
             options = [("grpc.max_receive_message_length", max_message_bytes)]
+            options += RECONNECT_OPTIONS  # a sidecar still starting is seen promptly
             channel = (
                 grpc.insecure_channel(target, options=options)
                 if credentials is None
                 else grpc.secure_channel(target, credentials, options=options)
             )
+        self._target = target
         self._channel = channel
         self._stub = service_pb2_grpc.ToolRuntimeServiceStub(self._channel)
         self._metadata = tuple(metadata) + auth_metadata(token)
@@ -80,6 +85,28 @@ class SidecarClient:
         """Close the channel (if this client opened it)."""
         if self._owns_channel:
             self._channel.close()
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until the sidecar serves runs: for a runtime that has just started it.
+
+        Asks the standard health service (no token needed) until the sidecar's service is
+        ``SERVING``, connecting again while nothing listens yet. Raises ``SidecarRpcError``
+        (``DEADLINE_EXCEEDED``, saying what it saw last) if that takes over ``timeout`` s.
+        """
+        poll = ReadyPoll(self._target, timeout)
+        health: Any = health_pb2_grpc.HealthStub(self._channel)  # its stubs lack Check
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                response = health.Check(HEALTH_REQUEST, timeout=left, wait_for_ready=True)
+            except grpc.RpcError as exc:
+                if (error := poll.failed(exc)) is not None:
+                    raise error from None
+            else:
+                if poll.answered(response):
+                    return
+            time.sleep(poll.next_pause(deadline - time.monotonic()))
+        raise poll.not_ready()
 
     def __enter__(self) -> SidecarClient:
         return self

@@ -37,7 +37,7 @@ export const RESULT_TRAILER = 'cleveragents-result-bin';
  *   of the iteration is still exactly one event, in sequence order.
  */
 
-const SESSION_KEYS = new Set(['tools', 'llm']);
+const SESSION_KEYS = new Set(['tools', 'llm', 'approver']);
 /** The sidecar's default `max_message_bytes` is 16 MiB; grpc-js would stop receiving at 4 MiB. */
 const MESSAGE_BYTES = 16 * 1024 * 1024;
 const DEFAULT_CHANNEL_OPTIONS = Object.freeze({
@@ -69,7 +69,12 @@ export class SidecarClient {
     this.stub.close();
   }
 
-  /** Resolve once the channel is connected (rejects after `timeoutMs`). */
+  /**
+   * Resolve once the channel is connected (rejects after `timeoutMs`).
+   *
+   * @param {number} [timeoutMs]
+   * @returns {Promise<void>}
+   */
   waitForReady(timeoutMs = 5000) {
     return new Promise((resolve, reject) => {
       this.stub.waitForReady(Date.now() + timeoutMs, (err) => (err ? reject(err) : resolve()));
@@ -239,17 +244,23 @@ export class SidecarClient {
    *
    * `llm` is either an `LlmSelection` (`{profile, model, script}`, the sidecar's LLM) or a
    * function `(request) => response` (sync or async): then this process is the LLM.
+   * `approver` (sync or async) decides the run's approval requests: without one they wait for
+   * a watcher, the DecideApproval RPC or the CLI.
    *
    * @param {import('./codec.js').RunSpecInput & {
    *   tools?: Record<string, import('./codec.js').ToolLike> | import('./codec.js').ToolLike[],
    *   llm?: import('./codec.js').RunSpecInput['llm']
-   *     | ((request: import('./session.js').LlmRequest) => any)}} spec
+   *     | ((request: import('./session.js').LlmRequest) => any),
+   *   approver?: import('./session.js').Approver}} spec
    * @param {CallOptions} [options]
    * @returns {SessionRun}
    */
   session(spec, options = {}) {
     if (typeof spec === 'string') spec = { prompt: spec };
-    const { tools, llm, ...rest } = spec;
+    const { tools, llm, approver, ...rest } = spec;
+    if (approver !== undefined && approver !== null && typeof approver !== 'function') {
+      throw new TypeError(`a session's approver is a function (request) => decision, not ${typeof approver}`);
+    }
     const clientLlm = typeof llm === 'function';
     const wireSpec = this.codec.encodeSpec(clientLlm ? rest : { ...rest, llm }, SESSION_KEYS);
     const definitions = normaliseTools(tools);
@@ -259,6 +270,7 @@ export class SidecarClient {
       client_llm: clientLlm,
       batch_events: true, // SessionRun unpacks SessionResponse.events
       incremental_messages: clientLlm, // SessionRun keeps the conversation
+      handles_approvals: typeof approver === 'function', // SessionRun answers approval_requested
     };
     const call = this.stub.Session(this.#metadata(options), this.#options(options));
     const run = new SessionRun({
@@ -266,6 +278,7 @@ export class SidecarClient {
       codec: this.codec,
       tools: definitions,
       llm: clientLlm ? llm : null,
+      approver: approver ?? null,
       start,
     });
     call.on(

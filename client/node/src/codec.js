@@ -59,16 +59,29 @@
  * @property {number} sequence  1, 2, 3… per run, no gaps
  * @property {Date | null} time
  * @property {'run_started' | 'iteration_started' | 'llm_responded' | 'tool_call_started'
- *   | 'tool_call_completed' | 'run_completed' | 'run_failed' | 'run_cancelled'} payload
+ *   | 'tool_call_completed' | 'approval_requested' | 'approval_decided' | 'run_completed'
+ *   | 'run_failed' | 'run_cancelled'} payload
  *   which payload field is set; that field holds the event's data
  * @property {{spec: Record<string, any>}} [run_started]
  * @property {{iteration: number}} [iteration_started]
  * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null}} [llm_responded]
  * @property {{call_id: string, tool_name: string, inputs: Record<string, any>, iteration: number}} [tool_call_started]
  * @property {{record: ToolCallRecord}} [tool_call_completed]
+ * @property {ApprovalRequest & {how_to_answer: string}} [approval_requested]
+ * @property {{call_id: string, approved: boolean, reason: string, decided_by: string,
+ *   iteration: number}} [approval_decided]  `decided_by`: session, rpc, timeout or policy
  * @property {{result: ToolCallRunResult}} [run_completed]
  * @property {{code: number, message: string, result: ToolCallRunResult}} [run_failed]
  * @property {{reason: string, result: ToolCallRunResult}} [run_cancelled]
+ */
+
+/**
+ * @typedef {object} ApprovalRequest  a tool call that waits for approval
+ * @property {string} call_id
+ * @property {string} tool_name
+ * @property {Record<string, any>} inputs  what it would run with
+ * @property {number} iteration
+ * @property {string} reason  why approval is needed (which profile, which rule)
  */
 
 /**
@@ -287,6 +300,9 @@ export class Codec {
         break;
       case 'iteration_started':
         event.iteration_started = { ...data };
+        break;
+      case 'approval_requested':
+        event.approval_requested = { ...data, inputs: this.parse(data.inputs, 'approval_requested.inputs') };
         break;
       default:
         // A payload this client does not know (a newer server): passed through as it came.

@@ -16,3 +16,16 @@ import { SidecarClient } from './client.js';
 export function connect(target, options) {
   return new SidecarClient(target, options);
 }
+
+// The types a TypeScript user names (`import type { RunEvent } from '@cleveragents/sidecar-client'`).
+/** @typedef {import('./codec.js').RunEvent} RunEvent */
+/** @typedef {import('./codec.js').RunSpecInput} RunSpecInput */
+/** @typedef {import('./codec.js').ToolCallRunResult} ToolCallRunResult */
+/** @typedef {import('./codec.js').ToolSpec} ToolSpec */
+/** @typedef {import('./codec.js').ApprovalRequest} ApprovalRequest */
+/** @typedef {import('./session.js').ApprovalAnswer} ApprovalAnswer */
+/** @typedef {import('./session.js').Approver} Approver */
+/** @typedef {import('./session.js').LlmRequest} LlmRequest */
+/** @typedef {import('./session.js').LlmResponse} LlmResponse */
+/** @typedef {import('./client.js').ClientOptions} ClientOptions */
+/** @typedef {import('./client.js').CallOptions} CallOptions */

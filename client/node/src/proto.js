@@ -6,11 +6,16 @@ import { fileURLToPath } from 'node:url';
 import grpc from '@grpc/grpc-js';
 import protoLoader from '@grpc/proto-loader';
 
-/** The repository's `protos/` folder: this file is `client/node/src/proto.js`. */
-export const DEFAULT_PROTOS_DIR = path.resolve(
-  path.dirname(fileURLToPath(import.meta.url)),
-  '../../../protos',
-);
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+/**
+ * Where the service definition is read from: the package's own `protos/` once installed from
+ * a tarball (`npm pack` copies them in), else the repository's (this file is
+ * `client/node/src/proto.js`), so the client runs from a clone with no build step.
+ */
+export const DEFAULT_PROTOS_DIR = existsSync(path.join(here, '../protos'))
+  ? path.resolve(here, '../protos')
+  : path.resolve(here, '../../../protos');
 
 export const SERVICE_PROTO = 'cleveragents/toolruntime/v1/service.proto';
 

@@ -23,6 +23,18 @@ import { RecordsSeen } from './history.js';
  */
 
 /**
+ * @typedef {boolean | {approved: boolean, reason?: string}} ApprovalAnswer  an approver's
+ *   decision: `true`/`false`, or an object with a reason (the model sees a denial's reason)
+ */
+
+/**
+ * @typedef {(request: import('./codec.js').ApprovalRequest & {run_id: string, signal: AbortSignal})
+ *   => ApprovalAnswer | Promise<ApprovalAnswer>} Approver  decides this session's approval
+ *   requests; `signal` aborts when the session ends. Anything but `true` or an object with
+ *   `approved: true` denies, and so does an approver that throws (saying why).
+ */
+
+/**
  * One session run. Iterate it for the run's events (`for await (const event of run)`), or
  * just `await run.result`; both work, and the tools are answered either way.
  *
@@ -42,6 +54,7 @@ export class SessionRun {
   #codec;
   #tools;
   #llm;
+  #approver;
   /** the conversation so far: each LLM invocation brings only the messages added since */
   #conversation = [];
   #queue = [];
@@ -59,8 +72,9 @@ export class SessionRun {
   #result;
 
   /** @internal */
-  constructor({ call, codec, tools, llm, start }) {
+  constructor({ call, codec, tools, llm, approver = null, start }) {
     this.#call = call;
+    this.#approver = approver;
     this.#codec = codec;
     this.#tools = tools;
     this.#llm = llm;
@@ -142,6 +156,9 @@ export class SessionRun {
         }
         this.#queue.push(event);
         queued = true;
+        if (event.payload === 'approval_requested' && this.#approver) {
+          void this.#decide(event.run_id, event.approval_requested);
+        }
       }
       if (message.kind === 'tool_invocation') {
         void this.#invokeTool(message.tool_invocation);
@@ -183,6 +200,27 @@ export class SessionRun {
       this.#inflight.delete(controller);
     }
     await this.#send({ tool_result: answer });
+  }
+
+  async #decide(runId, asked) {
+    const { call_id, tool_name, inputs, iteration, reason } = asked;
+    const controller = new AbortController();
+    this.#inflight.add(controller);
+    let decision;
+    try {
+      const answer = await this.#approver({
+        run_id: runId, call_id, tool_name, inputs, iteration, reason, signal: controller.signal,
+      });
+      decision =
+        answer !== null && typeof answer === 'object'
+          ? { call_id, approved: answer.approved === true, reason: String(answer.reason ?? '') }
+          : { call_id, approved: answer === true, reason: '' };
+    } catch (err) {
+      decision = { call_id, approved: false, reason: `the approver failed: ${describeError(err)}` };
+    } finally {
+      this.#inflight.delete(controller);
+    }
+    await this.#send({ approval_decision: decision });
   }
 
   async #invokeLlm(invocation) {

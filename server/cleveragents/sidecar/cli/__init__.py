@@ -1,10 +1,13 @@
-"""``cleveragents-sidecar``: run the sidecar, watch its runs, list them, decide approvals.
+"""``cleveragents-sidecar``: run the sidecar; start, watch, list and cancel its runs; decide
+approvals.
 
-``serve`` runs the sidecar (``serve.py``). ``watch RUN_ID`` follows one run live in the
-terminal (``watch.py``). ``runs`` lists the recent runs (``ListRuns``), or shows the runs it is
-given by id (``GetRun``; ``tables.py``). ``approve``/``deny RUN_ID CALL_ID`` decide a call that
-waits for approval (``DecideApproval``; ``approve.py``). Only the commands that talk to a
-sidecar import the client.
+``serve`` runs the sidecar (``serve.py``). ``run PROMPT`` starts a run and follows it to its
+end (``run.py``); ``watch RUN_ID`` follows one run live in the terminal (``watch.py``).
+``runs`` lists the recent runs (``ListRuns``), or shows the runs it is given by id, with their
+failed calls (``GetRun``; ``tables.py``). ``cancel RUN_ID`` cancels one (``CancelRun``;
+``cancel.py``). ``approve``/``deny RUN_ID CALL_ID`` decide a call that waits for approval
+(``DecideApproval``; ``approve.py``). Only the commands that talk to a sidecar import the
+client.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from cleveragents.sidecar.cli.approve import decide
+from cleveragents.sidecar.cli.cancel import cancel
+from cleveragents.sidecar.cli.run import add_run_arguments, start_run
 from cleveragents.sidecar.cli.serve import add_serve_arguments, serve
 from cleveragents.sidecar.cli.tables import show_runs
 from cleveragents.sidecar.cli.watch import watch
@@ -41,6 +46,17 @@ def _parser() -> argparse.ArgumentParser:
         commands.add_parser("serve", help="serve the ToolRuntimeService until SIGTERM/SIGINT")
     )
 
+    run_command = commands.add_parser(
+        "run",
+        help="start a run and follow it to its end, as `watch` shows it",
+        description="Start a run (StreamToolLoop) and follow it live, as `watch` does. Exit "
+        "status: 0 when it completed, 1 when it failed or was cancelled, 2 when it could not "
+        "be started or followed (the message says why), 130 when interrupted (Ctrl-C cancels "
+        "the run unless --detach).",
+    )
+    add_run_arguments(run_command)
+    _client_arguments(run_command)
+
     watch_command = commands.add_parser(
         "watch",
         help="follow a run live: its tool calls as they end, then its records and result",
@@ -53,7 +69,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     _client_arguments(watch_command)
 
-    runs = commands.add_parser("runs", help="show runs: their state, iterations and tool calls")
+    cancel_command = commands.add_parser(
+        "cancel",
+        help="cancel a run",
+        description="Cancel a run (CancelRun): it ends with run_cancelled. Exit status: 0 when "
+        "it is cancelled, 1 when there is no such run or it had already ended (its state is "
+        "printed), 2 when the sidecar could not be asked.",
+    )
+    cancel_command.add_argument("run_id", metavar="RUN_ID", help="the run to cancel")
+    cancel_command.add_argument("--reason", default="", help="why, recorded with the run's end")
+    _client_arguments(cancel_command)
+
+    runs = commands.add_parser(
+        "runs", help="show runs: their state, iterations and tool calls (and the failed ones)"
+    )
     runs.add_argument(
         "run_ids", nargs="*", metavar="RUN_ID", help="the runs to show (default: recent runs)"
     )
@@ -96,15 +125,19 @@ def _client_arguments(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args = _parser().parse_args(argv)
-    if args.command in ("watch", "runs", "approve", "deny"):
+    if args.command in ("run", "watch", "cancel", "runs", "approve", "deny"):
         try:
             client = _connect(args)
         except OSError as exc:
             print(f"cleveragents-sidecar: {exc}", file=sys.stderr)
             return 2
         with client:
+            if args.command == "run":
+                return start_run(client, args, sys.stdout)
             if args.command == "watch":
                 return watch(client, args.run_id, args.after, sys.stdout)
+            if args.command == "cancel":
+                return cancel(client, args.run_id, args.reason, sys.stdout)
             if args.command in ("approve", "deny"):
                 approved = args.command == "approve"
                 return decide(client, args.run_id, args.call_id, approved, args.reason, sys.stdout)

@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # the client is imported only by the commands that talk to a 
     from cleveragents.tool import ToolCallRecord, ToolCallRunResult
 
 __all__ = [
+    "failed_calls",
     "list_runs",
     "one_line",
     "records_table",
@@ -110,7 +111,28 @@ def show_runs(client: SidecarClient, run_ids: Sequence[str], limit: int, out: Te
         return 2
     if infos:
         out.write(runs_table(infos) + "\n")
+        failures = failed_calls(infos)
+        if failures:
+            out.write("\n" + failures + "\n")
     return 1 if missing else 0
+
+
+def failed_calls(infos: Sequence[RunInfo]) -> str:
+    """The failed tool calls of the finished runs among ``infos``: which tool, its error kind
+    and message (``runs RUN_ID`` shows them beneath the table); empty when none failed."""
+    rows = [("run id", "#", "iter", "tool", "call id", "kind", "error")]
+    for info in infos:
+        history = info.result.tool_call_history if info.result is not None else ()
+        for index, r in enumerate(history, 1):
+            if not r.success:
+                kind = str(r.error_kind) if r.error_kind is not None else "exception"
+                rows.append(
+                    (info.run_id, str(index), str(r.iteration), r.tool_name, r.call_id, kind,
+                     one_line(r.error or "", 100))
+                )  # fmt: skip
+    if len(rows) == 1:
+        return ""
+    return f"failed tool calls ({len(rows) - 1}):\n" + _table(rows, right={1, 2})
 
 
 def summaries_table(summaries: Sequence[RunSummary], now: float | None = None) -> str:

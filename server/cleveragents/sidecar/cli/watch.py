@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TextIO, assert_never
 
 from cleveragents.sidecar.cli.tables import one_line, records_table, result_summary
@@ -30,11 +31,24 @@ if TYPE_CHECKING:  # the client is imported only by the commands that talk to a 
     from cleveragents.client import SidecarClient, StreamedEvent
     from cleveragents.tool import ToolCallRecord, ToolCallRunResult
 
-__all__ = ["WatchView", "watch"]
+__all__ = ["WatchView", "show_stream", "watch"]
 
 
 def watch(client: SidecarClient, run_id: str, after: int, out: TextIO) -> int:
     """Follow ``run_id`` with ``client``, drawing it on ``out``; returns the exit status."""
+    return show_stream(client.watch(run_id, after_sequence=after), out, f"watch run {run_id!r}")
+
+
+def show_stream(
+    events: Iterable[StreamedEvent],
+    out: TextIO,
+    doing: str,
+    interrupted: Callable[[WatchView], None] | None = None,
+) -> int:
+    """Draw a run's ``events`` on ``out`` as they come (``watch`` and ``run`` share it); the
+    exit status: 0 the run completed, 1 it failed or was cancelled, 2 the stream failed (the
+    message says ``cannot <doing>``), 130 interrupted (``interrupted`` says what became of
+    the run)."""
     from cleveragents.client import SidecarRpcError
 
     view = WatchView(out, live=out.isatty())
@@ -42,17 +56,22 @@ def watch(client: SidecarClient, run_id: str, after: int, out: TextIO) -> int:
     if view.live:  # keep the clocks of the progress line moving between events
         threading.Thread(target=_tick, args=(view, stop), daemon=True).start()
     try:
-        for streamed in client.watch(run_id, after_sequence=after):
+        for streamed in events:
             view.show(streamed)
     except SidecarRpcError as exc:
         view.clear_progress()
-        print(f"cleveragents-sidecar: cannot watch run {run_id!r}: {exc}", file=sys.stderr)
+        print(f"cleveragents-sidecar: cannot {doing}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         view.clear_progress()
+        if interrupted is not None:
+            interrupted(view)
         return 130
     finally:
         stop.set()
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()  # ends the call at once (a run started without detach is cancelled)
     return view.finish()
 
 

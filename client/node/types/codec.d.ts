@@ -1,0 +1,421 @@
+/**
+ * The wire `RunEvent`s one streamed response carries, oldest first: those batched in its
+ * repeated `events` field, then its single `event`, if set. This reads every response this
+ * client streams (`StreamToolLoopResponse`, `WatchRunResponse`, `SessionResponse`), batched
+ * or not: an unset repeated field is `[]` (proto-loader's `defaults`), an unset message field
+ * `null`, and a `SessionResponse` whose `kind` is not `event` has no `event` key at all.
+ * (The sidecar never sets both fields; the order is the one `SessionResponse` documents.)
+ *
+ * @param {{events?: any[] | null, event?: any}} response
+ * @returns {any[]}
+ */
+export function wireEvents(response: {
+    events?: any[] | null;
+    event?: any;
+}): any[];
+/** `Timestamp` → `Date` (millisecond precision), unset → `null`. */
+export function fromTimestamp(ts: any): Date | null;
+/** `Date` or epoch milliseconds → `Timestamp`. */
+export function toTimestamp(value: any): {
+    seconds: number;
+    nanos: number;
+} | null;
+/** `Duration` → milliseconds, unset → `null`. */
+export function fromDuration(d: any): number | null;
+/** Milliseconds → `Duration`. */
+export function toDuration(ms: any): {
+    seconds: number;
+    nanos: number;
+};
+/**
+ * A tool handler's return value as the JSON object the record will hold: objects as they
+ * are, anything else `x` as `{"result": x}` (`undefined` counts as `null`), the rule the
+ * sidecar's own runner applies to server-side tools.
+ *
+ * The sidecar does not apply it to a client's `tool_result.output`: valid JSON that is not
+ * an object (`42`) becomes a failed record there. The Python client normalises before
+ * sending too, so both clients give the same records.
+ */
+export function normaliseOutput(value: any): any;
+/**
+ * @typedef {object} ToolDefinition
+ * @property {string} [name]  defaults to the key (object form) or the function's name
+ * @property {string} [description]
+ * @property {Record<string, any>} [input_schema]  JSON Schema; omitted = any object
+ * @property {number} [timeout]  milliseconds; omitted = the sidecar's default
+ * @property {(inputs: Record<string, any>, call: ToolCallContext) => any} handler
+ */
+/**
+ * @typedef {object} ToolCallContext
+ * @property {string} call_id
+ * @property {string} tool_name
+ * @property {number} iteration
+ * @property {Date | null} deadline  when the sidecar stops waiting for this call
+ * @property {AbortSignal} signal  aborted at the deadline or when the session ends
+ */
+/** @typedef {((inputs: Record<string, any>, call: ToolCallContext) => any) | ToolDefinition} ToolLike */
+/**
+ * Tool definitions by name, from `{name: fn | definition}` or `[fn | definition]`.
+ *
+ * @param {Record<string, ToolLike> | ToolLike[] | undefined} tools
+ * @returns {Map<string, ToolDefinition & {name: string}>}
+ */
+export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | undefined): Map<string, ToolDefinition & {
+    name: string;
+}>;
+/**
+ * @typedef {{parse: (text: string) => any, stringify: (value: any) => string | undefined}} Json
+ *   How JSON text is read and written. The default is the global `JSON`, which turns integers
+ *   beyond 2^53 into approximate numbers; plug in a lossless parser if your tools need them.
+ */
+/** @typedef {{input_tokens: number, output_tokens: number}} Usage */
+/**
+ * @typedef {object} ToolCallRecord
+ * @property {string} tool_name
+ * @property {Record<string, any>} inputs
+ * @property {Record<string, any>} output  `{}` when the call failed
+ * @property {number} duration_ms
+ * @property {boolean} success
+ * @property {string | null} error  `null` when the call succeeded
+ * @property {number} iteration
+ * @property {string} call_id
+ * @property {Date | null} started_at
+ * @property {string} error_kind  an `ErrorKind` name, `"ERROR_KIND_UNSPECIFIED"` on success
+ */
+/**
+ * @typedef {object} ToolCallRunResult
+ * @property {string} run_id
+ * @property {string} content
+ * @property {ToolCallRecord[]} tool_call_history
+ * @property {number} iterations
+ * @property {boolean} terminated_by_limit
+ * @property {Usage | null} usage
+ * @property {string} stop_reason  a `StopReason` name, such as `"STOP_REASON_FINAL_ANSWER"`
+ */
+/**
+ * @typedef {object} ToolCall
+ * @property {string} id
+ * @property {string} name
+ * @property {Record<string, any>} arguments
+ */
+/**
+ * @typedef {object} ToolSpec
+ * @property {string} name
+ * @property {string} description
+ * @property {Record<string, any>} input_schema  a JSON Schema object
+ * @property {number | null} timeout  milliseconds, `null` for the server's default
+ */
+/**
+ * @typedef {object} RunEvent
+ * @property {string} run_id
+ * @property {number} sequence  1, 2, 3… per run, no gaps
+ * @property {Date | null} time
+ * @property {'run_started' | 'iteration_started' | 'llm_responded' | 'tool_call_started'
+ *   | 'tool_call_completed' | 'approval_requested' | 'approval_decided' | 'run_completed'
+ *   | 'run_failed' | 'run_cancelled'} payload
+ *   which payload field is set; that field holds the event's data
+ * @property {{spec: Record<string, any>}} [run_started]
+ * @property {{iteration: number}} [iteration_started]
+ * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null}} [llm_responded]
+ * @property {{call_id: string, tool_name: string, inputs: Record<string, any>, iteration: number}} [tool_call_started]
+ * @property {{record: ToolCallRecord}} [tool_call_completed]
+ * @property {ApprovalRequest & {how_to_answer: string}} [approval_requested]
+ * @property {{call_id: string, approved: boolean, reason: string, decided_by: string,
+ *   iteration: number}} [approval_decided]  `decided_by`: session, rpc, timeout or policy
+ * @property {{result: ToolCallRunResult}} [run_completed]
+ * @property {{code: number, message: string, result: ToolCallRunResult}} [run_failed]
+ * @property {{reason: string, result: ToolCallRunResult}} [run_cancelled]
+ */
+/**
+ * @typedef {object} ApprovalRequest  a tool call that waits for approval
+ * @property {string} call_id
+ * @property {string} tool_name
+ * @property {Record<string, any>} inputs  what it would run with
+ * @property {number} iteration
+ * @property {string} reason  why approval is needed (which profile, which rule)
+ */
+/**
+ * @typedef {object} RunSpecInput  a `RunSpec`, with its JSON fields as plain values
+ * @property {string} prompt
+ * @property {Record<string, any>} [context]  a `ToolActorContext`
+ * @property {number} [max_iterations]  0 = the server's default (25)
+ * @property {{profile?: string, model?: string, script?: any[] | string}} [llm]
+ *   `script`: the scripted LLM's turns, as an array (or its JSON text)
+ * @property {string[]} [tool_names]
+ * @property {string} [run_id]
+ * @property {boolean} [detach]
+ */
+export const TERMINAL: readonly string[];
+export class Codec {
+    /** @param {Json} json */
+    constructor(json: Json);
+    json: Json;
+    /** Parse a JSON text field; `empty` is what empty text means. */
+    parse(text: any, field: any, empty?: {}): any;
+    /** JSON text for a value; `undefined` and `null` become empty text (the field's default). */
+    stringify(value: any, field: any): string;
+    /**
+     * A wire `RunSpec` from a prompt or a `RunSpecInput`. Unknown keys are rejected, so a
+     * camelCase `maxIterations` is an error rather than silently ignored.
+     *
+     * @param {string | RunSpecInput} input
+     * @param {Set<string>} [extra] keys the caller handles itself
+     */
+    encodeSpec(input: string | RunSpecInput, extra?: Set<string>): {
+        prompt: string;
+        max_iterations: number;
+        tool_names: string[];
+        run_id: string;
+        detach: boolean;
+    };
+    encodeContext(context: any): {
+        plan_id: any;
+        phase: any;
+        sandbox_root: any;
+        automation_profile: any;
+        resource_bindings: string;
+        project_resources: string;
+        tool_call_history: any;
+    };
+    /** @param {ToolCallRecord} record */
+    encodeRecord(record: ToolCallRecord): {
+        inputs: string;
+        output: string;
+        started_at: {
+            seconds: number;
+            nanos: number;
+        } | null;
+        tool_name: string;
+        duration_ms: number;
+        success: boolean;
+        /**
+         * `null` when the call succeeded
+         */
+        error: string | null;
+        iteration: number;
+        call_id: string;
+        /**
+         * an `ErrorKind` name, `"ERROR_KIND_UNSPECIFIED"` on success
+         */
+        error_kind: string;
+    };
+    /** A wire `ToolSpec` from a tool definition (see `normaliseTools`). */
+    encodeToolSpec(tool: any): {
+        name: any;
+        description: any;
+        input_schema: string;
+        timeout: {
+            seconds: number;
+            nanos: number;
+        } | null;
+    };
+    /** @param {ToolCall} call */
+    encodeToolCall(call: ToolCall): {
+        id: string;
+        name: string;
+        arguments: string;
+    };
+    /** @returns {ToolCallRecord} */
+    decodeRecord(wire: any): ToolCallRecord;
+    /** @returns {ToolCallRunResult | null} */
+    decodeResult(wire: any): ToolCallRunResult | null;
+    /** @returns {ToolSpec} */
+    decodeToolSpec(wire: any): ToolSpec;
+    /** @returns {ToolCall} */
+    decodeToolCall(wire: any): ToolCall;
+    decodeMessage(wire: any): any;
+    decodeSpec(wire: any): any;
+    /** @returns {RunEvent} */
+    decodeEvent(wire: any): RunEvent;
+}
+export type ToolDefinition = {
+    /**
+     * defaults to the key (object form) or the function's name
+     */
+    name?: string | undefined;
+    description?: string | undefined;
+    /**
+     * JSON Schema; omitted = any object
+     */
+    input_schema?: Record<string, any> | undefined;
+    /**
+     * milliseconds; omitted = the sidecar's default
+     */
+    timeout?: number | undefined;
+    handler: (inputs: Record<string, any>, call: ToolCallContext) => any;
+};
+export type ToolCallContext = {
+    call_id: string;
+    tool_name: string;
+    iteration: number;
+    /**
+     * when the sidecar stops waiting for this call
+     */
+    deadline: Date | null;
+    /**
+     * aborted at the deadline or when the session ends
+     */
+    signal: AbortSignal;
+};
+export type ToolLike = ((inputs: Record<string, any>, call: ToolCallContext) => any) | ToolDefinition;
+/**
+ * How JSON text is read and written. The default is the global `JSON`, which turns integers
+ * beyond 2^53 into approximate numbers; plug in a lossless parser if your tools need them.
+ */
+export type Json = {
+    parse: (text: string) => any;
+    stringify: (value: any) => string | undefined;
+};
+export type Usage = {
+    input_tokens: number;
+    output_tokens: number;
+};
+export type ToolCallRecord = {
+    tool_name: string;
+    inputs: Record<string, any>;
+    /**
+     * `{}` when the call failed
+     */
+    output: Record<string, any>;
+    duration_ms: number;
+    success: boolean;
+    /**
+     * `null` when the call succeeded
+     */
+    error: string | null;
+    iteration: number;
+    call_id: string;
+    started_at: Date | null;
+    /**
+     * an `ErrorKind` name, `"ERROR_KIND_UNSPECIFIED"` on success
+     */
+    error_kind: string;
+};
+export type ToolCallRunResult = {
+    run_id: string;
+    content: string;
+    tool_call_history: ToolCallRecord[];
+    iterations: number;
+    terminated_by_limit: boolean;
+    usage: Usage | null;
+    /**
+     * a `StopReason` name, such as `"STOP_REASON_FINAL_ANSWER"`
+     */
+    stop_reason: string;
+};
+export type ToolCall = {
+    id: string;
+    name: string;
+    arguments: Record<string, any>;
+};
+export type ToolSpec = {
+    name: string;
+    description: string;
+    /**
+     * a JSON Schema object
+     */
+    input_schema: Record<string, any>;
+    /**
+     * milliseconds, `null` for the server's default
+     */
+    timeout: number | null;
+};
+export type RunEvent = {
+    run_id: string;
+    /**
+     * 1, 2, 3… per run, no gaps
+     */
+    sequence: number;
+    time: Date | null;
+    /**
+     *   which payload field is set; that field holds the event's data
+     */
+    payload: "run_started" | "iteration_started" | "llm_responded" | "tool_call_started" | "tool_call_completed" | "approval_requested" | "approval_decided" | "run_completed" | "run_failed" | "run_cancelled";
+    run_started?: {
+        spec: Record<string, any>;
+    } | undefined;
+    iteration_started?: {
+        iteration: number;
+    } | undefined;
+    llm_responded?: {
+        iteration: number;
+        content: string;
+        tool_calls: ToolCall[];
+        usage: Usage | null;
+    } | undefined;
+    tool_call_started?: {
+        call_id: string;
+        tool_name: string;
+        inputs: Record<string, any>;
+        iteration: number;
+    } | undefined;
+    tool_call_completed?: {
+        record: ToolCallRecord;
+    } | undefined;
+    approval_requested?: (ApprovalRequest & {
+        how_to_answer: string;
+    }) | undefined;
+    /**
+     * `decided_by`: session, rpc, timeout or policy
+     */
+    approval_decided?: {
+        call_id: string;
+        approved: boolean;
+        reason: string;
+        decided_by: string;
+        iteration: number;
+    } | undefined;
+    run_completed?: {
+        result: ToolCallRunResult;
+    } | undefined;
+    run_failed?: {
+        code: number;
+        message: string;
+        result: ToolCallRunResult;
+    } | undefined;
+    run_cancelled?: {
+        reason: string;
+        result: ToolCallRunResult;
+    } | undefined;
+};
+/**
+ * a tool call that waits for approval
+ */
+export type ApprovalRequest = {
+    call_id: string;
+    tool_name: string;
+    /**
+     * what it would run with
+     */
+    inputs: Record<string, any>;
+    iteration: number;
+    /**
+     * why approval is needed (which profile, which rule)
+     */
+    reason: string;
+};
+/**
+ * a `RunSpec`, with its JSON fields as plain values
+ */
+export type RunSpecInput = {
+    prompt: string;
+    /**
+     * a `ToolActorContext`
+     */
+    context?: Record<string, any> | undefined;
+    /**
+     * 0 = the server's default (25)
+     */
+    max_iterations?: number | undefined;
+    /**
+     * `script`: the scripted LLM's turns, as an array (or its JSON text)
+     */
+    llm?: {
+        profile?: string;
+        model?: string;
+        script?: any[] | string;
+    } | undefined;
+    tool_names?: string[] | undefined;
+    run_id?: string | undefined;
+    detach?: boolean | undefined;
+};

@@ -1,0 +1,24 @@
+/**
+ * A client for the sidecar at `target` (`host:port` or `unix:/path`).
+ *
+ * @param {string} target
+ * @param {import('./client.js').ClientOptions} [options]
+ */
+export function connect(target: string, options?: import("./client.js").ClientOptions): SidecarClient;
+export { SessionRun } from "./session.js";
+export type RunEvent = import("./codec.js").RunEvent;
+export type RunSpecInput = import("./codec.js").RunSpecInput;
+export type ToolCallRunResult = import("./codec.js").ToolCallRunResult;
+export type ToolSpec = import("./codec.js").ToolSpec;
+export type ApprovalRequest = import("./codec.js").ApprovalRequest;
+export type ApprovalAnswer = import("./session.js").ApprovalAnswer;
+export type Approver = import("./session.js").Approver;
+export type LlmRequest = import("./session.js").LlmRequest;
+export type LlmResponse = import("./session.js").LlmResponse;
+export type ClientOptions = import("./client.js").ClientOptions;
+export type CallOptions = import("./client.js").CallOptions;
+import { SidecarClient } from './client.js';
+export { SidecarClient, RESULT_TRAILER } from "./client.js";
+export { SidecarError, RunFailedError, ToolError, Status, statusName } from "./errors.js";
+export { TERMINAL, normaliseOutput } from "./codec.js";
+export { DEFAULT_PROTOS_DIR, LOADER_OPTIONS, loadService } from "./proto.js";

@@ -1,0 +1,114 @@
+/**
+ * @typedef {object} LlmRequest  what a client-hosted LLM function receives
+ * @property {string} request_id
+ * @property {number} iteration
+ * @property {Array<{role: string, content: string, tool_calls: import('./codec.js').ToolCall[],
+ *   tool_call_id: string, is_error: boolean}>} messages  the whole conversation, oldest first
+ * @property {import('./codec.js').ToolSpec[]} tools
+ */
+/**
+ * @typedef {object} LlmResponse  what a client-hosted LLM function returns (or a string: the content)
+ * @property {string} [content]
+ * @property {Array<{id: string, name: string, arguments?: Record<string, any>}>} [tool_calls]
+ * @property {{input_tokens: number, output_tokens: number}} [usage]
+ */
+/**
+ * @typedef {boolean | {approved: boolean, reason?: string}} ApprovalAnswer  an approver's
+ *   decision: `true`/`false`, or an object with a reason (the model sees a denial's reason)
+ */
+/**
+ * @typedef {(request: import('./codec.js').ApprovalRequest & {run_id: string, signal: AbortSignal})
+ *   => ApprovalAnswer | Promise<ApprovalAnswer>} Approver  decides this session's approval
+ *   requests; `signal` aborts when the session ends. Anything but `true` or an object with
+ *   `approved: true` denies, and so does an approver that throws (saying why).
+ */
+/**
+ * One session run. Iterate it for the run's events (`for await (const event of run)`), or
+ * just `await run.result`; both work, and the tools are answered either way.
+ *
+ * The stream is read as fast as it arrives, so that tool invocations are answered at once
+ * even while the code iterating the events is busy: events wait in memory for the iterator
+ * (at most one run's worth, the same log the sidecar itself keeps).
+ *
+ * The session asks for batched events: one message may carry several events and then an
+ * invocation. The events are queued first, in order, and the invocation starts right after,
+ * without waiting for the iterator to take them, as when each came in a message of its own.
+ */
+export class SessionRun {
+    /** @internal */
+    constructor({ call, codec, tools, llm, approver, start }: {
+        call: any;
+        codec: any;
+        tools: any;
+        llm: any;
+        approver?: null | undefined;
+        start: any;
+    });
+    /** @type {string | null} the run's id, known from its `run_started` event on */
+    runId: string | null;
+    /**
+     * The run's result: resolves on `run_completed` and `run_cancelled` (see `stop_reason`),
+     * rejects with a `RunFailedError` on `run_failed`, and with a `SidecarError` when the
+     * stream ends with a non-OK status (its `result` is the partial result if one was sent).
+     *
+     * @returns {Promise<import('./codec.js').ToolCallRunResult>}
+     */
+    get result(): Promise<import("./codec.js").ToolCallRunResult>;
+    /** Ask the sidecar to cancel the run; it ends with `run_cancelled` carrying `reason`. */
+    cancel(reason?: string): Promise<void>;
+    /** Drop the stream at once (the sidecar cancels the run); `result` rejects with CANCELLED. */
+    abort(): void;
+    /** @returns {AsyncIterator<import('./codec.js').RunEvent>} */
+    [Symbol.asyncIterator](): AsyncIterator<import("./codec.js").RunEvent>;
+    #private;
+}
+/**
+ * what a client-hosted LLM function receives
+ */
+export type LlmRequest = {
+    request_id: string;
+    iteration: number;
+    /**
+     * the whole conversation, oldest first
+     */
+    messages: Array<{
+        role: string;
+        content: string;
+        tool_calls: import("./codec.js").ToolCall[];
+        tool_call_id: string;
+        is_error: boolean;
+    }>;
+    tools: import("./codec.js").ToolSpec[];
+};
+/**
+ * what a client-hosted LLM function returns (or a string: the content)
+ */
+export type LlmResponse = {
+    content?: string | undefined;
+    tool_calls?: {
+        id: string;
+        name: string;
+        arguments?: Record<string, any>;
+    }[] | undefined;
+    usage?: {
+        input_tokens: number;
+        output_tokens: number;
+    } | undefined;
+};
+/**
+ * an approver's
+ *   decision: `true`/`false`, or an object with a reason (the model sees a denial's reason)
+ */
+export type ApprovalAnswer = boolean | {
+    approved: boolean;
+    reason?: string;
+};
+/**
+ * decides this session's approval
+ *   requests; `signal` aborts when the session ends. Anything but `true` or an object with
+ *   `approved: true` denies, and so does an approver that throws (saying why).
+ */
+export type Approver = (request: import("./codec.js").ApprovalRequest & {
+    run_id: string;
+    signal: AbortSignal;
+}) => ApprovalAnswer | Promise<ApprovalAnswer>;
