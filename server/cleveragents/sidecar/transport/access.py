@@ -13,28 +13,36 @@ import grpc
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 
-__all__ = ["check_listen_policy", "read_token", "refuse_live_unix_socket", "server_credentials"]
+__all__ = [
+    "check_listen_policy", "read_secret", "read_token", "refuse_live_unix_socket",
+    "server_credentials",
+]  # fmt: skip
 
 
 def read_token(config: SidecarConfig, env: Mapping[str, str] | None = None) -> str | None:
     """The shared auth token from its env var or file, or ``None`` when auth is off."""
     env = os.environ if env is None else env
-    if config.auth_token_env:
-        token = env.get(config.auth_token_env, "").strip()
+    return read_secret(config.auth_token_env, config.auth_token_file, env, "auth_token")
+
+
+def read_secret(
+    env_name: str, file: str, env: Mapping[str, str], where: str, sep: str = "_"
+) -> str | None:
+    """A token from the environment variable ``env_name`` or the file ``file`` (whichever is
+    set), or ``None``; ``ConfigError`` names the setting (``where`` + ``sep`` + ``env`` or
+    ``file``) when it is unset, unreadable or empty."""
+    if env_name:
+        token = env.get(env_name, "").strip()
         if not token:
-            raise ConfigError(
-                f"auth_token_env names {config.auth_token_env!r}, which is unset or empty"
-            )
+            raise ConfigError(f"{where}{sep}env names {env_name!r}, which is unset or empty")
         return token
-    if config.auth_token_file:
+    if file:
         try:
-            token = Path(config.auth_token_file).read_text(encoding="utf-8").strip()
+            token = Path(file).read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise ConfigError(
-                f"cannot read auth_token_file {config.auth_token_file}: {exc.strerror}"
-            ) from None
+            raise ConfigError(f"cannot read {where}{sep}file {file}: {exc.strerror}") from None
         if not token:
-            raise ConfigError(f"auth_token_file {config.auth_token_file} is empty")
+            raise ConfigError(f"{where}{sep}file {file} is empty")
         return token
     return None
 

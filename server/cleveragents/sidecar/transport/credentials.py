@@ -14,14 +14,13 @@ import hmac
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import structlog
 
 from cleveragents.sidecar.config import ClientConfig, SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY, Identity, normal_subject
-from cleveragents.sidecar.transport.access import read_token
+from cleveragents.sidecar.transport.access import read_secret, read_token
 
 __all__ = ["Credentials", "read_credentials", "token_values"]
 
@@ -101,22 +100,8 @@ def token_values(config: SidecarConfig, env: Mapping[str, str] | None = None) ->
 
 def _client_token(client: ClientConfig, env: Mapping[str, str]) -> str | None:
     where = f"clients.{client.name}"
-    if client.token_env:
-        token = env.get(client.token_env, "").strip()
-        if not token:
-            raise ConfigError(
-                f"{where}.token_env names {client.token_env!r}, which is unset or empty"
-            )
-        return token
-    if client.token_file:
-        try:
-            token = Path(client.token_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read {where}.token_file {client.token_file}: {exc.strerror}"
-            ) from None
-        if not token:
-            raise ConfigError(f"{where}.token_file {client.token_file} is empty")
+    token = read_secret(client.token_env, client.token_file, env, where, ".token_")
+    if token is not None:
         return token
     if client.token:
         log.warning(
