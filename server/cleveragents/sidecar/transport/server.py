@@ -204,6 +204,11 @@ class Sidecar:
         )
         return self.address
 
+    def hurry(self) -> None:
+        """Cut short the grace period of a :meth:`stop` under way: live runs are cancelled
+        now (their store is still flushed before ``stop`` returns)."""
+        self.manager.hurry()
+
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop accepting runs, let live ones finish within the grace period, cancel the rest.
 
