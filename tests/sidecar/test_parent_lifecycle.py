@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import sys
+from asyncio.subprocess import PIPE
 from pathlib import Path
 
+import pytest
+
 from cleveragents.client import AsyncSidecarClient
-from cleveragents.sidecar.cli.lifecycle import VERSION
+from cleveragents.sidecar.cli.lifecycle import VERSION, ParentWatch
 from cleveragents.tool import RunCancelled
 
 from .conftest import CLI, CLI_WAIT_S, call, cli_sidecar, turn, until_tool_started, watch_to_end
@@ -146,3 +150,62 @@ async def test_a_second_sigint_cancels_the_live_runs_at_once() -> None:
     last = rest[-1].event
     assert isinstance(last, RunCancelled)
     assert "shutting down" in last.reason
+
+
+#: A multi-threaded runtime whose spawning thread ends while the process lives on (what a Go
+#: program or a JVM may do): PR_SET_PDEATHSIG fires, and must not stop the sidecar.
+THREADED_PARENT = """
+import subprocess, sys, threading
+def spawn():
+    child = subprocess.Popen([sys.argv[1], "serve", *sys.argv[2:]], stdout=subprocess.PIPE)
+    sys.stdout.buffer.write(child.stdout.readline())  # its ready line: it has armed the signal
+    sys.stdout.flush()
+spawner = threading.Thread(target=spawn)
+spawner.start()
+spawner.join()
+threading.Event().wait()
+"""
+
+
+async def test_the_parent_thread_ending_does_not_stop_the_sidecar() -> None:
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", THREADED_PARENT, CLI, "--listen", "127.0.0.1:0",
+        "--exit-with-parent", "--ready-fd", "1", "--no-file-tools",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert parent.stdout is not None
+    assert parent.stderr is not None
+    try:
+        async with asyncio.timeout(CLI_WAIT_S):
+            ready = json.loads(await parent.stdout.readline())
+            while b"parent thread ended" not in await parent.stderr.readline():
+                pass  # the death signal has come and been checked
+        async with AsyncSidecarClient(ready["address"]) as client:
+            result = await client.run_tool_loop("still there?", timeout=CLI_WAIT_S)
+    finally:
+        parent.kill()
+        await parent.wait()
+    await read_until_exit(parent)  # the parent's real death then stops it (stderr's end)
+
+    assert result.content
+    assert port_is_free(ready["address"])
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polling"])
+async def test_a_watched_process_is_seen_to_exit(
+    pidfd: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not pidfd:
+        monkeypatch.delattr(os, "pidfd_open")  # a kernel or Python without pidfds
+    watched = await asyncio.create_subprocess_exec(sys.executable, "-c", "input()", stdin=PIPE)
+    watch = ParentWatch(watched.pid)
+    gone = asyncio.create_task(watch.gone())
+    assert watch.alive()
+
+    assert watched.stdin is not None
+    watched.stdin.close()  # it exits; the test reaps it, as its parent
+    await watched.wait()
+    async with asyncio.timeout(CLI_WAIT_S):
+        await gone
+
+    assert not watch.alive()

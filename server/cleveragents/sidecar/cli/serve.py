@@ -95,6 +95,8 @@ class _Stop:
         """PR_SET_PDEATHSIG fired: the parent's spawning thread ended; is the process gone?"""
         if self.parent is not None and not self.parent.alive():
             self.parent_gone()
+        elif self.parent is not None:
+            log.info("parent thread ended; the parent process runs on", parent_pid=self.parent.pid)
 
     async def watch_parent(self) -> None:
         if self.parent is not None:
