@@ -226,7 +226,7 @@ class Run:
         }
         if record.error_kind is ErrorKind.DENIED:
             self.logger.info("tool call refused", error=record.error, **fields)
-        elif not self.logger.is_enabled_for(logging.DEBUG):
+        elif not getattr(self.logger, "is_enabled_for", _enabled)(logging.DEBUG):
             return  # the usual case: copy nothing
         elif record.success:
             self.logger.debug(
@@ -262,6 +262,11 @@ class Run:
             # A failed run says why at info: the status and the message its client got.
             **({"code": self.failure[0].name, "error": self.failure[1]} if self.failure else {}),
         )
+
+
+def _enabled(level: int) -> bool:
+    """For a logger that cannot say (an embedder's wrapper class): assume it logs."""
+    return True
 
 
 def _slim(request: RunRequest) -> RunRequest:
