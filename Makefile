@@ -7,6 +7,16 @@ STAMP := $(VENV)/.installed
 # sidecar run from .venv (3.7 MiB more, and start-up took 1.28 times as long).
 LINT_VENV := .venv-lint
 LINT_STAMP := $(LINT_VENV)/.installed
+NODE ?= node
+NPM ?= npm
+
+# A .venv whose Python is older than 3.11, or gone (the interpreter that made it was removed
+# or upgraded away), cannot run anything: say so and build it again.
+VENV_BROKEN := $(shell test -d $(VENV) && ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && echo yes)
+ifeq ($(VENV_BROKEN),yes)
+$(info $(VENV) was made by a Python older than 3.11, or its Python is gone: rebuilding it with $(PYTHON))
+$(shell rm -rf $(VENV))
+endif
 
 .PHONY: install test lint generate demo bench fuzz node-test clean
 
@@ -30,6 +40,7 @@ generate: install
 		--python_out=generated --grpc_python_out=generated \
 		--mypy_out=generated --mypy_grpc_out=generated \
 		$$(cd protos && find cleveragents -name '*.proto' | sort)
+	touch generated/cleveragents/toolruntime/v1/py.typed  # typed for PEP 561, like the rest
 
 lint: install $(LINT_STAMP)
 	$(BIN)/ruff check server client tests bench examples fuzz
@@ -43,6 +54,7 @@ test: lint node-test
 
 # The Node.js client's tests start a real sidecar from .venv, hence the install.
 node-test: install
+	@command -v $(NODE) >/dev/null && command -v $(NPM) >/dev/null || { echo "make node-test (part of make test) needs Node.js 18+ and npm for the Node.js client's tests: install them (Debian: apt-get install nodejs npm), or run make lint and $(BIN)/python -m pytest for the Python part alone" >&2; exit 1; }
 	cd client/node && npm ci --no-audit --no-fund --ignore-scripts && npm test
 
 demo: install

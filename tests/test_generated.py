@@ -26,7 +26,7 @@ def test_generated_code_is_in_step_with_protos(tmp_path: Path) -> None:
     committed = {
         p.relative_to(committed_root): p.read_bytes()
         for p in committed_root.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
+        if p.is_file() and "__pycache__" not in p.parts and p.name != "py.typed"
     }
     assert sorted(fresh) == sorted(committed), "run `make generate` and commit the result"
     stale = [str(path) for path, data in fresh.items() if committed[path] != data]

@@ -199,7 +199,9 @@ async def test_a_provider_failure_ends_the_run_unavailable_with_status_request_i
         await client.run_tool_loop("Echo.", profile="gpt", timeout=10)
 
     assert caught.value.code is grpc.StatusCode.UNAVAILABLE
-    assert "openai: HTTP 503: Error: server_error: Service overloaded" in caught.value.details
+    # Which profile failed, and where it sent the request: an operator with several knows.
+    where = f"openai profile 'gpt' at {provider.url}/v1/chat/completions"
+    assert f"{where}: HTTP 503: Error: server_error: Service overloaded" in caught.value.details
     assert "request id req_503" in caught.value.details
     assert caught.value.result.stop_reason is StopReason.ERROR
     assert [r.call_id for r in caught.value.result.tool_call_history] == ["c1"]

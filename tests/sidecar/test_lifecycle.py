@@ -112,6 +112,7 @@ async def test_reflection_lists_the_services(channel: grpc.aio.Channel) -> None:
     assert names == {
         SERVICE,
         "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
         "grpc.reflection.v1alpha.ServerReflection",
     }
 

@@ -45,6 +45,7 @@ class HTTPCaller:
         params: Mapping[str, Any] | None = None,
         client: httpx2.AsyncClient | None = None,
         retry: RetryPolicy | None = None,
+        profile: str = "",
     ) -> None:
         if not model:
             raise ValueError(f"{self.provider}: a model name is required")
@@ -71,6 +72,8 @@ class HTTPCaller:
             max_retries=max_retries,
             policy=retry or RetryPolicy(),
             secret=api_key,
+            # Named in its errors with its endpoint, so that an operator knows which failed.
+            where=f"profile {profile!r} at {self.url}" if profile else "",
         )
 
     def __repr__(self) -> str:
@@ -142,6 +145,7 @@ class HTTPCaller:
                 f"unusable response: {exc}",
                 status=reply.status,
                 request_id=reply.request_id,
+                where=self._transport.where,
             ) from None
         if all(call.id for call in response.tool_calls):
             return response

@@ -61,6 +61,7 @@ class Transport:
         "policy",
         "provider",
         "timeout_s",
+        "where",
     )
 
     def __init__(
@@ -72,6 +73,7 @@ class Transport:
         max_retries: int,
         policy: RetryPolicy,
         secret: str = "",
+        where: str = "",
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
@@ -84,6 +86,7 @@ class Transport:
         self._client = client
         self._owns_client = client is None
         self._secret = secret
+        self.where = where
 
     @property
     def client(self) -> httpx2.AsyncClient:
@@ -146,6 +149,7 @@ class Transport:
             log.warning(
                 "provider request failed, retrying",
                 provider=self.provider,
+                where=self.where,
                 status=error.status,
                 request_id=error.request_id,
                 error=error.message,
@@ -181,8 +185,9 @@ class Transport:
         if self._secret and self._secret in message:
             message = message.replace(self._secret, "[redacted]")
         return ProviderError(
-            self.provider, message, status=status, request_id=request_id, retryable=retryable
-        )
+            self.provider, message, status=status, request_id=request_id, retryable=retryable,
+            where=self.where,
+        )  # fmt: skip
 
 
 def _error_text(response: httpx2.Response) -> str:

@@ -103,8 +103,12 @@ class ProviderError(ToolRuntimeError):
         request_id: str | None = None,
         retryable: bool = False,
         attempts: int = 1,
+        where: str = "",
     ) -> None:
         self.provider = provider
+        #: Which configuration and endpoint failed (``profile 'prod' at https://…``), when the
+        #: caller was given a profile name: a sidecar with several profiles says which one.
+        self.where = where
         self.message = message
         self.status = status
         self.request_id = request_id
@@ -113,7 +117,8 @@ class ProviderError(ToolRuntimeError):
         super().__init__(provider, message)
 
     def __str__(self) -> str:
-        head = f"{self.provider}: HTTP {self.status}" if self.status is not None else self.provider
+        name = f"{self.provider} {self.where}" if self.where else self.provider
+        head = f"{name}: HTTP {self.status}" if self.status is not None else name
         details = [f"request id {self.request_id}"] if self.request_id else []
         if self.attempts > 1:
             details.append(f"{self.attempts} attempts")

@@ -116,6 +116,7 @@ def _provider_caller(profile: ProfileConfig, model_override: str) -> HTTPCaller:
             max_retries=profile.max_retries,
             params=profile.params,
             client=_CLIENTS.get(profile),
+            profile=profile.name,
         )
     except ValueError as exc:  # the messages never quote the key
         raise SidecarError(

@@ -4,6 +4,9 @@ the ``ToolRegistry`` objects of configured ``tool_modules``."""
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from collections.abc import Sequence
 
 from cleveragents.sandbox import file_tools
 from cleveragents.sidecar.builtin_tools import builtin_registry
@@ -21,19 +24,32 @@ def default_registry(config: SidecarConfig) -> ToolRegistry:
         registry.include(file_tools())
     for reference in config.tool_modules:
         try:
-            registry.include(load_tool_module(reference))
-        except ValueError as exc:
+            registry.include(load_tool_module(reference, config.python_path))
+        except ConfigError:
+            raise
+        except ValueError as exc:  # a name clash between registries
             raise ConfigError(f"tool module {reference!r}: {exc}") from None
     return registry
 
 
-def load_tool_module(reference: str) -> ToolRegistry:
-    """The ``ToolRegistry`` named by ``module:attribute`` (attribute defaults to ``registry``)."""
+def load_tool_module(reference: str, python_path: Sequence[str] = ()) -> ToolRegistry:
+    """The ``ToolRegistry`` named by ``module:attribute`` (attribute defaults to ``registry``).
+
+    The module is looked up in ``python_path``, then the working directory, then ``sys.path``
+    (the directories stay on ``sys.path``: the module's own imports need them later too).
+    """
     module_name, _, attribute = reference.partition(":")
+    searched = [os.path.abspath(p) for p in (*python_path, os.getcwd())]
+    for directory in reversed(searched):
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"tool module {reference!r}: {exc}") from None
+        raise ConfigError(
+            f"tool module {reference!r}: {exc}; looked in {', '.join(searched)} and sys.path "
+            "(add the directory that holds the package to python_path, or to PYTHONPATH)"
+        ) from None
     registry = getattr(module, attribute or "registry", None)
     if not isinstance(registry, ToolRegistry):
         raise ConfigError(f"tool module {reference!r} does not name a ToolRegistry")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from cleveragents.sidecar.cli.approve import decide
 from cleveragents.sidecar.cli.cancel import cancel
+from cleveragents.sidecar.cli.lifecycle import VERSION
 from cleveragents.sidecar.cli.run import add_run_arguments, start_run
 from cleveragents.sidecar.cli.serve import add_serve_arguments, serve
 from cleveragents.sidecar.cli.tables import show_runs
@@ -41,9 +42,16 @@ def _parser() -> argparse.ArgumentParser:
         description="A gRPC sidecar that runs an LLM tool-calling loop.",
         epilog=f"Every setting can also come from {ENV_PREFIX}<SETTING> environment variables.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True)
     add_serve_arguments(
-        commands.add_parser("serve", help="serve the ToolRuntimeService until SIGTERM/SIGINT")
+        commands.add_parser(
+            "serve",
+            help="serve the ToolRuntimeService until SIGTERM/SIGINT",
+            description="Serve the ToolRuntimeService until SIGTERM/SIGINT (a second one "
+            "cancels the live runs at once). Settings come from the defaults, then --config, "
+            "then CLEVERAGENTS_SIDECAR_<SETTING> variables, then these flags.",
+        )
     )
 
     run_command = commands.add_parser(

@@ -1,4 +1,5 @@
-"""``cleveragents-sidecar serve``: run the sidecar until SIGTERM or SIGINT."""
+"""``cleveragents-sidecar serve``: run the sidecar until SIGTERM or SIGINT (a second one
+hurries it), or until its parent dies when it was asked to follow it."""
 
 from __future__ import annotations
 
@@ -15,9 +16,19 @@ from typing import Any
 import structlog
 
 from cleveragents.sidecar.cli.allocator import return_large_blocks
+from cleveragents.sidecar.cli.flags import add_setting_flags, overrides
+from cleveragents.sidecar.cli.lifecycle import (
+    DEATH_SIGNAL,
+    ParentWatch,
+    announcement,
+    arm_death_signal,
+    remove_ready_file,
+    write_ready_fd,
+    write_ready_file,
+)
 from cleveragents.sidecar.config import load_config
 from cleveragents.sidecar.errors import ConfigError
-from cleveragents.sidecar.eventloop import EVENT_LOOPS, loop_factory
+from cleveragents.sidecar.eventloop import loop_factory
 from cleveragents.sidecar.observability.logs import configure_logging
 from cleveragents.sidecar.transport.server import Sidecar
 
@@ -30,46 +41,16 @@ _THREAD_WAIT_S = 2.0
 
 def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     """The flags of ``serve``; each overrides the setting of the same name."""
-    serve.add_argument("--listen", help="host:port (port 0 picks one) or unix:/path")
-    serve.add_argument("--config", help="a TOML configuration file")
-    serve.add_argument("--log-format", choices=("json", "console"), help="log line format")
-    serve.add_argument("--log-level", help="debug, info, warning or error")
-    serve.add_argument("--max-concurrent-runs", type=int, help="runs in flight at most")
-    serve.add_argument("--shutdown-grace-s", type=float, help="seconds runs get to finish")
     serve.add_argument(
-        "--watcher-queue-size", type=int, help="events a watcher may lag before it is dropped"
+        "--config", help="a TOML configuration file (env CLEVERAGENTS_SIDECAR_CONFIG)"
     )
-    serve.add_argument(
-        "--metrics-listen", help="serve Prometheus metrics at http://HOST:PORT/metrics"
-    )
-    serve.add_argument(
-        "--event-loop",
-        choices=EVENT_LOOPS,
-        help="the event loop to serve on (default: auto, which is uvloop if it is installed)",
-    )
-    serve.add_argument(
-        "--tracing",
-        action="store_true",
-        default=None,
-        help="trace runs with OpenTelemetry (exporter from the OTEL_* variables)",
-    )
+    add_setting_flags(serve)
 
 
 def serve(args: argparse.Namespace) -> int:
     """Load the settings, then serve; the exit status (2: the settings are wrong)."""
-    overrides = {
-        "listen": args.listen,
-        "log_format": args.log_format,
-        "log_level": args.log_level,
-        "max_concurrent_runs": args.max_concurrent_runs,
-        "shutdown_grace_s": args.shutdown_grace_s,
-        "watcher_queue_size": args.watcher_queue_size,
-        "metrics_listen": args.metrics_listen,
-        "tracing": args.tracing,
-        "event_loop": args.event_loop,
-    }
     try:
-        config = load_config(args.config, overrides=overrides)
+        config = load_config(args.config, overrides=overrides(args))
         _, new_loop = loop_factory(config.event_loop)
         configure_logging(config.log_format, config.log_level)
     except (ConfigError, ValueError) as exc:
@@ -85,21 +66,82 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Stop:
+    """Why and how the sidecar stops: the first SIGTERM/SIGINT begins a graceful stop, a
+    second one ends the grace period at once; the parent's death stops with no grace (nobody
+    is left to hear the runs end)."""
+
+    def __init__(self, sidecar: Sidecar, parent: ParentWatch | None) -> None:
+        self.sidecar = sidecar
+        self.parent = parent
+        self.requested = asyncio.Event()
+        self.grace_s: float | None = None
+
+    def signalled(self) -> None:
+        if self.requested.is_set():
+            log.warning("second stop signal: cancelling the live runs now")
+            self.sidecar.hurry()
+        self.requested.set()
+
+    def parent_gone(self) -> None:
+        assert self.parent is not None
+        log.warning("parent process exited; stopping", parent_pid=self.parent.pid)
+        self.grace_s = 0.0
+        if self.requested.is_set():
+            self.sidecar.hurry()
+        self.requested.set()
+
+    def parent_thread_ended(self) -> None:
+        """PR_SET_PDEATHSIG fired: the parent's spawning thread ended; is the process gone?"""
+        if self.parent is not None and not self.parent.alive():
+            self.parent_gone()
+        elif self.parent is not None:
+            log.info("parent thread ended; the parent process runs on", parent_pid=self.parent.pid)
+
+    async def watch_parent(self) -> None:
+        if self.parent is not None:
+            await self.parent.gone()
+            self.parent_gone()
+
+
 async def _serve(sidecar: Sidecar) -> None:
     # Handlers first: a supervisor may signal as soon as it reads the listening line.
-    stop = asyncio.Event()
+    config = sidecar.config
+    parent = None
+    if config.exit_with_parent or config.parent_pid:
+        parent = ParentWatch(config.parent_pid or os.getppid())
+    stop = _Stop(sidecar, parent)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, stop.signalled)
+    if parent is not None and parent.direct:
+        loop.add_signal_handler(DEATH_SIGNAL, stop.parent_thread_ended)
+        arm_death_signal()
     threads = _CountingExecutor(thread_name_prefix="tool")
     loop.set_default_executor(threads)  # where sync tools and LLM callers run
     address = await sidecar.start()
-    print(f"cleveragents-sidecar listening on {address}", flush=True)
-    if sidecar.metrics_port is not None:
-        host = sidecar.config.metrics_listen.rpartition(":")[0]
-        print(f"metrics at http://{host}:{sidecar.metrics_port}/metrics", flush=True)
-    await stop.wait()
-    await sidecar.stop()
+    ready = announcement(address, sidecar.metrics_port)
+    try:
+        if config.ready_file:
+            write_ready_file(config.ready_file, ready)
+        if config.ready_fd:
+            write_ready_fd(config.ready_fd, ready)
+        # A stable line (parents may read it), after the ready file is in place.
+        print(f"cleveragents-sidecar listening on {address}", flush=True)
+        if sidecar.metrics_port is not None:
+            host = config.metrics_listen.rpartition(":")[0]
+            print(f"metrics at http://{host}:{sidecar.metrics_port}/metrics", flush=True)
+        async with asyncio.TaskGroup() as tasks:
+            watcher = tasks.create_task(stop.watch_parent(), name="parent-watch")
+            await stop.requested.wait()
+            watcher.cancel()
+    except BaseException:
+        await sidecar.stop(0.0)  # a ready file that cannot be written: store still flushed
+        raise
+    finally:
+        if config.ready_file:
+            remove_ready_file(config.ready_file, ready)
+    await sidecar.stop(stop.grace_s)
     await _leave_stuck_threads(threads)
 
 

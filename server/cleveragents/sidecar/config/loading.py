@@ -34,7 +34,7 @@ _PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"]
 #: Settings that are tables or lists, each read on its own.
 _TABLES = (
     "profiles", "tool_modules", "sandbox_roots", "automation_profiles", "tool_limits", "clients",
-    "policy", "policies",
+    "policy", "policies", "python_path",
 )  # fmt: skip
 _SCALARS = {f.name: f for f in dataclasses.fields(SidecarConfig) if f.name not in _TABLES}
 
@@ -68,8 +68,14 @@ def load_config(
         raw["tool_modules"] = [m.strip() for m in modules.split(",") if m.strip()]
     if (roots := env.get(ENV_PREFIX + "SANDBOX_ROOTS")) is not None:
         raw["sandbox_roots"] = [r for r in roots.split(os.pathsep) if r]
+    if (paths := env.get(ENV_PREFIX + "PYTHON_PATH")) is not None:
+        raw["python_path"] = [p for p in paths.split(os.pathsep) if p]
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return _build(raw, base)
+    config = _build(raw, base)
+    if path is not None and str(base) not in config.python_path:
+        # tool_modules next to the config file import without PYTHONPATH.
+        config = dataclasses.replace(config, python_path=(*config.python_path, str(base)))
+    return config
 
 
 def _from_env(name: str, value: str, annotation: Any) -> Any:
@@ -109,6 +115,10 @@ def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
             if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
                 raise ConfigError("tool_modules must be a list of 'module:attribute' strings")
             kwargs["tool_modules"] = tuple(value)
+        elif key == "python_path":
+            if not isinstance(value, list | tuple) or not all(isinstance(p, str) for p in value):
+                raise ConfigError("python_path must be a list of directories")
+            kwargs[key] = tuple(str(base / p) for p in value)
         elif key == "sandbox_roots":
             if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
                 raise ConfigError("sandbox_roots must be a list of absolute paths or patterns")

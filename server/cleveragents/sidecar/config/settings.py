@@ -195,8 +195,22 @@ class SidecarConfig:
     #: ``auto`` (uvloop if installed), ``asyncio`` or ``uvloop``; used by ``cleveragents-sidecar
     #: serve``. An embedding program runs the sidecar on its own loop.
     event_loop: str = "auto"
+    #: Exit (live runs cancelled, store flushed) when the process that started ``serve``
+    #: dies, even by ``kill -9`` (see cli/lifecycle.py); ``parent_pid`` watches another one.
+    exit_with_parent: bool = False
+    parent_pid: int = 0
+    #: Once listening, ``serve`` writes a one-line JSON ``{"address", "pid", "version",
+    #: "metrics_port"}`` to this file (atomically) and/or this inherited descriptor (0: none).
+    ready_file: str = ""
+    ready_fd: int = 0
+    #: Directories searched for ``tool_modules`` before ``sys.path`` (relative ones from the
+    #: config file's directory); the config file's directory and the working directory always are.
+    python_path: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        _check_listen(self.listen)
+        if self.parent_pid < 0 or self.ready_fd < 0:
+            raise ConfigError("parent_pid and ready_fd must be 0 (none) or a positive number")
         for name in (
             "max_concurrent_runs",
             "max_message_bytes",
@@ -330,3 +344,21 @@ class SidecarConfig:
         }
         profiles.update(self.profiles)
         return profiles
+
+
+def _check_listen(listen: str) -> None:
+    """A ``host:port`` or ``unix:`` address; a bare port gets the two likely meanings."""
+    if listen.startswith("unix:"):
+        return
+    host, colon, port = listen.rpartition(":")
+    if not colon or not host or not port.isdigit():
+        hint = ""
+        if listen.isdigit():
+            hint = (
+                f": did you mean 127.0.0.1:{listen} (this machine only) or [::]:{listen} "
+                "(every interface, which needs auth or TLS)?"
+            )
+        raise ConfigError(
+            f"listen must be HOST:PORT (port 0 picks a free one) or unix:/path, got {listen!r}"
+            + hint
+        )

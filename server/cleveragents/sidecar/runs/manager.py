@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import time
 import uuid
+from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -82,6 +83,7 @@ class RunManager:
         self.store_failure: str | None = None
         #: Set whenever ``store_failure`` changes (the server's health follows it).
         self.store_changed = asyncio.Event()
+        self._hurry = asyncio.Event()
         self._live: dict[str, Run] = {}
         #: Every watcher's cursor, with its run.
         #: The watchers' cursors (``follow``, ``unfollow``, ``drop_stalled``).
@@ -278,13 +280,23 @@ class RunManager:
         run.emit(RunFailed(message, partial_result(run.run_id, run.log.frames), error))
         run.task.cancel(message)  # the loop stops; what it logs now is ignored
 
+    def hurry(self) -> None:
+        """End a drain's grace period now (a second Ctrl-C): its live runs are cancelled."""
+        self._hurry.set()
+
     async def drain(self, grace_s: float) -> None:
         """Stop accepting runs, let live ones finish within ``grace_s``, then cancel the rest."""
         self.accepting = False
         tasks = [run.task for run in self._live.values() if run.task is not None]
         if not tasks:
             return
-        _, pending = await asyncio.wait(tasks, timeout=grace_s)
+        ended = asyncio.ensure_future(asyncio.wait(tasks))
+        hurried = asyncio.ensure_future(self._hurry.wait())
+        await asyncio.wait((ended, hurried), timeout=grace_s, return_when=FIRST_COMPLETED)
+        for waiter in (ended, hurried):
+            waiter.cancel()
+        await asyncio.gather(ended, hurried, return_exceptions=True)
+        pending = [task for task in tasks if not task.done()]
         for run in list(self._live.values()):
             self.cancel(run, "the sidecar is shutting down")
         if pending:

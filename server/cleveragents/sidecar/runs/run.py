@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.runs.log import RunLog
 from cleveragents.sidecar.status import status_of
 from cleveragents.tool import (
+    ErrorKind,
     LLMResponded,
     RunCancelled,
     RunCompleted,
@@ -30,6 +32,7 @@ from cleveragents.tool import (
     RunFailed,
     StopReason,
     ToolCallCompleted,
+    ToolCallRecord,
     ToolCallRunResult,
 )
 from cleveragents.wire import EventEncoder, OversizedEvent, RunRequest, RunState
@@ -171,6 +174,7 @@ class Run:
             return
         if isinstance(event, ToolCallCompleted):
             self.tool_calls += 1
+            self._log_call(event.record)
         elif isinstance(event, LLMResponded):
             self.iterations = event.iteration
         for observer in self.observers:
@@ -212,6 +216,29 @@ class Run:
         self.log.close()
         self._finish()
 
+    def _log_call(self, record: ToolCallRecord) -> None:
+        """A refused call at info (an operator asks why); every call at debug, with its
+        inputs and output (secrets already redacted from the record)."""
+        fields = {
+            "tool": record.tool_name,
+            "call_id": record.call_id,
+            "iteration": record.iteration,
+        }
+        if record.error_kind is ErrorKind.DENIED:
+            self.logger.info("tool call refused", error=record.error, **fields)
+        elif not getattr(self.logger, "is_enabled_for", _enabled)(logging.DEBUG):
+            return  # the usual case: copy nothing
+        elif record.success:
+            self.logger.debug(
+                "tool call", duration_ms=round(record.duration_ms, 3), inputs=dict(record.inputs),
+                output=dict(record.output), **fields,
+            )  # fmt: skip
+        else:
+            self.logger.debug(
+                "tool call failed", error_kind=str(record.error_kind), error=record.error,
+                duration_ms=round(record.duration_ms, 3), inputs=dict(record.inputs), **fields,
+            )  # fmt: skip
+
     def _finish(self) -> None:
         terminal, self._terminal = self._terminal, None
         assert terminal is not None
@@ -232,7 +259,14 @@ class Run:
             stop_reason=f"STOP_REASON_{result.stop_reason.name}",
             iterations=self.iterations,
             tool_calls=self.tool_calls,
+            # A failed run says why at info: the status and the message its client got.
+            **({"code": self.failure[0].name, "error": self.failure[1]} if self.failure else {}),
         )
+
+
+def _enabled(level: int) -> bool:
+    """For a logger that cannot say (an embedder's wrapper class): assume it logs."""
+    return True
 
 
 def _slim(request: RunRequest) -> RunRequest:

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
@@ -28,6 +27,7 @@ from cleveragents.sidecar.transport.auth import AuthInterceptor
 from cleveragents.sidecar.transport.credentials import read_credentials, token_values
 from cleveragents.sidecar.transport.handlers import SERVICE_NAME, generic_handler
 from cleveragents.sidecar.transport.health import BoundedHealthServicer
+from cleveragents.sidecar.transport.reflection import enable_reflection
 from cleveragents.sidecar.transport.rejections import Rejections
 from cleveragents.sidecar.transport.service import ToolRuntimeService
 from cleveragents.tool import ToolRegistry
@@ -150,9 +150,7 @@ class Sidecar:
         )
         server.add_generic_rpc_handlers((generic_handler(self.service),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
+        enable_reflection((SERVICE_NAME, health.SERVICE_NAME), server)
         unix = listen.startswith("unix:")
         # The socket file must never be reachable by others, not even for an instant.
         previous_umask = os.umask(0o177) if unix else None
@@ -203,6 +201,11 @@ class Sidecar:
             event_loop=running_loop_name(),
         )
         return self.address
+
+    def hurry(self) -> None:
+        """Cut short the grace period of a :meth:`stop` under way: live runs are cancelled
+        now (their store is still flushed before ``stop`` returns)."""
+        self.manager.hurry()
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop accepting runs, let live ones finish within the grace period, cancel the rest.

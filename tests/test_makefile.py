@@ -1,0 +1,42 @@
+"""The Makefile tells a newcomer what is wrong with the machine instead of failing obscurely."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_a_venv_whose_python_is_gone_is_rebuilt(tmp_path: Path) -> None:
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(tmp_path / "python3.9-that-was-removed")
+
+    result = make("-n", "install", f"VENV={venv}")
+
+    assert "or its Python is gone: rebuilding it" in result.stdout
+    assert not venv.exists()
+    assert f"-m venv {venv}" in result.stdout
+
+
+def test_a_working_venv_is_kept() -> None:
+    result = make("-n", "install")
+
+    assert "rebuilding" not in result.stdout
+    assert (ROOT / ".venv" / "bin" / "python").exists()
+
+
+def test_node_tests_without_npm_name_what_is_missing() -> None:
+    result = make("node-test", "NPM=npm-that-is-not-installed")
+
+    assert result.returncode != 0
+    assert "needs Node.js 18+ and npm" in result.stderr
+    assert "apt-get install nodejs npm" in result.stderr
