@@ -128,3 +128,16 @@ def _scrape(port: int | None) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=WAIT_S) as response:
         body: bytes = response.read()
     return body.decode()
+
+
+async def test_a_lazy_server_that_cannot_start_does_not_stop_the_sidecar(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    (fault_dir / "refuse").touch()
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir, startup="lazy"))
+    assert sidecar.mcp is not None
+    connection = sidecar.mcp.connections["f"]
+    await bounded(connection.settled())
+
+    assert connection.state == "down"
+    assert "f_echo" not in sidecar.registry

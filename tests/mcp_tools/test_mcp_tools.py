@@ -186,3 +186,21 @@ async def test_stopping_the_sidecar_stops_the_server_process(
     await sidecar.stop(0.2)
 
     assert not alive(pid)
+
+
+async def test_a_changed_tool_list_is_what_new_runs_are_offered(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir))
+    assert sidecar.mcp is not None
+    connection = sidecar.mcp.connections["f"]
+    listings = connection.listings
+    async with AsyncSidecarClient(sidecar.address) as client:
+        assert "f_extra" not in [t.name for t in await client.list_tools()]
+        await call_once(client, "f_grow", name="extra")
+        await bounded(connection.listed_after(listings))
+        offered = [t.name for t in await client.list_tools()]
+        record = await call_once(client, "f_extra")
+
+    assert "f_extra" in offered
+    assert record.output == {"result": "grown"}

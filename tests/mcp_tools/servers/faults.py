@@ -55,6 +55,18 @@ def cancellations() -> list[str]:
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def grow(name: str, ctx: Context) -> str:
+    """Add a tool ``name`` (answering ``grown``) and tell the client the list changed."""
+
+    def grown() -> str:
+        return "grown"
+
+    server.add_tool(grown, name=name, annotations=ToolAnnotations(read_only_hint=True))
+    await ctx.session.send_tool_list_changed()
+    return "ok"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def crash() -> str:
     """Exit mid-call."""
     os._exit(3)

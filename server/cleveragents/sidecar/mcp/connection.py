@@ -71,10 +71,24 @@ class McpConnection:
         self._settled = asyncio.Event()
         self._up = asyncio.Event()
         self._tools_changed: anyio.Event | None = None
+        #: How many times its tools have been listed; ``listed_after`` waits for the next.
+        self.listings = 0
+        self._listed = asyncio.Event()
 
     async def settled(self) -> None:
         """Wait until the first attempt to connect has succeeded or failed."""
         await self._settled.wait()
+
+    async def listed_after(self, listings: int) -> None:
+        """Wait until the tools have been listed more than ``listings`` times."""
+        while self.listings <= listings:
+            await self._listed.wait()
+
+    def _publish(self, tools: list[types.Tool]) -> None:
+        self._on_tools(self, tools)
+        self.listings += 1
+        self._listed.set()
+        self._listed = asyncio.Event()
 
     async def up(self) -> None:
         """Wait until the server is connected (now, or after a restart)."""
@@ -142,7 +156,7 @@ class McpConnection:
             self.server_info = result.server_info
             self._session = session
             self.state, self.problem = "up", ""
-            self._on_tools(self, tools)
+            self._publish(tools)
             self._up.set()
             self._settled.set()
             log.info(
@@ -196,7 +210,7 @@ class McpConnection:
                     "mcp tools not relisted", server=self.config.name, problem=describe(exc)
                 )
                 continue
-            self._on_tools(self, tools)
+            self._publish(tools)
             log.info("mcp tools changed", server=self.config.name, tools=len(tools))
 
 

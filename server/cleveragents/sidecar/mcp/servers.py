@@ -53,7 +53,7 @@ class McpServers:
             first = failed[0].config
             target = f"command {first.command!r}" if first.command else f"url {first.url!r}"
             raise ConfigError(
-                f"MCP server {first.name!r} (mcp_servers.{first.name}, startup = \"eager\") "
+                f'MCP server {first.name!r} (mcp_servers.{first.name}, startup = "eager") '
                 f"could not start with {target}: {failed[0].problem}"
             )
 
