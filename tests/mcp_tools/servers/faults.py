@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,14 +85,23 @@ def huge_image(megabytes: int) -> list[Any]:
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def whoami(ctx: Context) -> dict[str, str]:
-    """The client's name and version from its ``initialize``."""
+    """The client's name and version from its ``initialize``, and (over HTTP) the
+    ``Authorization`` header it sent."""
     params = ctx.session.client_params
     info = params.client_info if params is not None else None
-    return {"name": info.name if info else "", "version": info.version if info else ""}
+    headers = getattr(ctx.request_context.request, "headers", None) or {}
+    return {
+        "name": info.name if info else "",
+        "version": info.version if info else "",
+        "authorization": headers.get("authorization", ""),
+    }
 
 
 if __name__ == "__main__":
     (marks / f"pid-{os.getpid()}").touch()
     if (marks / "refuse").exists():  # a server that cannot start any more
         raise SystemExit("refusing to start: FAULT_DIR/refuse exists")
-    server.run()
+    if len(sys.argv) > 1:  # python faults.py PORT: Streamable HTTP on 127.0.0.1:PORT/mcp
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+    else:
+        server.run()
