@@ -74,7 +74,12 @@ async def test_an_eager_server_that_cannot_start_makes_serve_fail_fast(
     tmp_path: Path, fault_dir: Path
 ) -> None:
     process = await _serve(_config(tmp_path, fault_dir, command="/nonexistent/mcp-server"))
-    _, stderr = await bounded(process.communicate())
+    try:
+        _, stderr = await bounded(process.communicate())
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
 
     assert process.returncode == 2
     message = stderr.decode()

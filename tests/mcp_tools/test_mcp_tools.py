@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -109,28 +111,45 @@ async def test_a_cancelled_run_tells_the_server_to_cancel_its_call(
     make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
 ) -> None:
     sidecar = await make_mcp_sidecar(fault_server(fault_dir))
-    started = fault_dir / "started"
-    os.mkfifo(started)
     script = calling(("h", "f_hang", {"text": "r"}))
-    async with AsyncSidecarClient(sidecar.address) as client:
+    async with (
+        AsyncSidecarClient(sidecar.address) as client,
+        _fifo(fault_dir / "started") as started,
+    ):
         events = [
             event
             async for event in client.stream_tool_loop("go", script=script, run_id="doomed")
             if not isinstance(event.event, ToolCallStarted)
             or await bounded(_cancel_once_started(client, started))
         ]
-        started.unlink()
         seen = await bounded(call_once(client, "f_cancellations"))
 
     assert isinstance(events[-1].event, RunCancelled)
     assert seen.output == {"result": ["r"]}
 
 
-async def _cancel_once_started(client: AsyncSidecarClient, fifo: Path) -> bool:
-    """Cancel run ``doomed`` once the server has the call (it writes to ``fifo``)."""
-    assert await asyncio.to_thread(fifo.read_text) == "r\n"
+async def _cancel_once_started(client: AsyncSidecarClient, started: asyncio.StreamReader) -> bool:
+    """Cancel run ``doomed`` once the server has the call (it writes its text to the FIFO)."""
+    assert await started.readline() == b"r\n"
     await client.cancel_run("doomed", reason="enough")
     return True
+
+
+@contextlib.asynccontextmanager
+async def _fifo(path: Path) -> AsyncIterator[asyncio.StreamReader]:
+    """A FIFO at ``path`` read without blocking the loop (opened read-write, so a writer that
+    never comes leaves a read waiting, cancellable, rather than at end of file)."""
+    os.mkfifo(path)
+    reader = asyncio.StreamReader()
+    pipe = os.fdopen(os.open(path, os.O_RDWR | os.O_NONBLOCK), "rb", buffering=0)
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), pipe
+    )
+    try:
+        yield reader
+    finally:
+        transport.close()
+        os.unlink(path)
 
 
 async def test_side_effects_follow_the_annotations_unless_the_setting_says(
