@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cleveragents.sidecar import ProfileConfig, SidecarConfig
+from cleveragents.sidecar.config.mcp import McpServerConfig
 from cleveragents.sidecar.secrets import REDACTED, RedactingRunner, known_secrets
 from cleveragents.tool import ToolCall, ToolRegistry
 
@@ -64,3 +65,12 @@ async def test_a_deeply_nested_output_is_redacted_without_exhausting_the_stack()
     assert record.success
     assert "sk-secret-value-9" not in str(record.output)
     assert REDACTED in str(record.output)
+
+
+def test_a_variable_an_mcp_servers_headers_name_is_a_secret() -> None:
+    docs = McpServerConfig("docs", url="http://127.0.0.1:1/mcp", headers={"X-Auth": "${DOCS_PASS}"})
+    config = SidecarConfig(mcp_servers={"docs": docs})
+
+    secrets = known_secrets(config, [], {"DOCS_PASS": "docs-pass-value-7", "HOME": "/home/x"})
+
+    assert secrets == ("docs-pass-value-7",)

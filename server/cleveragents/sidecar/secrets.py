@@ -35,6 +35,8 @@ __all__ = ["REDACTED", "RedactingRunner", "known_secrets", "redact"]
 REDACTED = "[redacted]"
 #: Shorter values are too likely to be ordinary text (``1``, ``true``) to replace.
 _MIN_SECRET = 8
+#: A ``${VAR}`` reference in a setting's value.
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
@@ -51,6 +53,9 @@ def known_secrets(
         name = profile.api_key_env if profile.api_key_env is not None else default
         if name:
             names.add(name)
+    for server in config.mcp_servers.values():  # ${VAR} in an MCP server's headers or env
+        for value in (*server.headers.values(), *server.env.values()):
+            names.update(_REFERENCE.findall(value))
     values = {env.get(name, "").strip() for name in names} | {t.strip() for t in tokens}
     return tuple(sorted((v for v in values if len(v) >= _MIN_SECRET), key=len, reverse=True))
 

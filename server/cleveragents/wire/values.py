@@ -135,13 +135,14 @@ def usage_from_pb(pb: types_pb2.Usage) -> Usage:
     return Usage(int(pb.input_tokens), int(pb.output_tokens))
 
 
-def spec_to_pb(spec: ToolSpec) -> types_pb2.ToolSpec:
-    """A tool spec as protobuf, its schema as JSON text."""
+def spec_to_pb(spec: ToolSpec, origin: str = "") -> types_pb2.ToolSpec:
+    """A tool spec as protobuf, its schema as JSON text; ``origin`` only in ``ListTools``."""
     pb = types_pb2.ToolSpec(
         name=spec.name,
         description=spec.description,
         input_schema=dumps(dict(spec.input_schema)),
         side_effects=spec.side_effects,
+        origin=origin,
     )
     if spec.timeout_s is not None:
         pb.timeout.CopyFrom(duration(spec.timeout_s))

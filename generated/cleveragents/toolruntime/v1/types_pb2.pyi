@@ -209,6 +209,7 @@ class ToolSpec(_message.Message):
     INPUT_SCHEMA_FIELD_NUMBER: _builtins.int
     TIMEOUT_FIELD_NUMBER: _builtins.int
     SIDE_EFFECTS_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Unique tool name; must match ^[a-zA-Z0-9_-]{1,64}$."""
     description: _builtins.str
@@ -223,6 +224,11 @@ class ToolSpec(_message.Message):
     """True for tools that change something (files, services, money). Automation
     profiles can require approval before such tools run, or forbid them.
     """
+    origin: _builtins.str
+    """Where the tool comes from, set by ListTools only: "mcp:<server>" for a
+    tool of the MCP server configured as [mcp_servers.<server>]; empty for the
+    sidecar's own tools. Ignored in a Session's tools.
+    """
     @_builtins.property
     def timeout(self) -> _duration_pb2.Duration:
         """Longest time a single call may take; unset means the server's default."""
@@ -235,10 +241,11 @@ class ToolSpec(_message.Message):
         input_schema: _builtins.str = ...,
         timeout: _duration_pb2.Duration | None = ...,
         side_effects: _builtins.bool = ...,
+        origin: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timeout", b"timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "input_schema", b"input_schema", "name", b"name", "side_effects", b"side_effects", "timeout", b"timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "input_schema", b"input_schema", "name", b"name", "origin", b"origin", "side_effects", b"side_effects", "timeout", b"timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -19,6 +19,7 @@ __all__ = ["LIST_FLAGS", "TABLE_SETTINGS", "add_setting_flags", "overrides"]
 #: Settings that are TOML tables: set in the config file only.
 TABLE_SETTINGS = (
     "profiles", "automation_profiles", "tool_limits", "policy", "policies", "clients",
+    "mcp_servers",
 )  # fmt: skip
 #: List settings and their repeatable flag (``--tool-module a:registry --tool-module b``).
 LIST_FLAGS = {

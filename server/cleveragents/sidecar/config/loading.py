@@ -12,6 +12,7 @@ from typing import Any
 
 from cleveragents.sidecar.config.clients import parse_clients
 from cleveragents.sidecar.config.governance import parse_automation_profiles, parse_tool_limits
+from cleveragents.sidecar.config.mcp import parse_mcp_servers
 from cleveragents.sidecar.config.policies import parse_policies
 from cleveragents.sidecar.config.scripts import parse_script
 from cleveragents.sidecar.config.settings import (
@@ -34,7 +35,7 @@ _PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"]
 #: Settings that are tables or lists, each read on its own.
 _TABLES = (
     "profiles", "tool_modules", "sandbox_roots", "automation_profiles", "tool_limits", "clients",
-    "policy", "policies", "python_path",
+    "policy", "policies", "python_path", "mcp_servers",
 )  # fmt: skip
 _SCALARS = {f.name: f for f in dataclasses.fields(SidecarConfig) if f.name not in _TABLES}
 
@@ -109,6 +110,8 @@ def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
             kwargs[key] = parse_automation_profiles(value)
         elif key == "clients":
             kwargs[key] = parse_clients(value, base)
+        elif key == "mcp_servers":
+            kwargs[key] = parse_mcp_servers(value)
         elif key == "tool_limits":
             kwargs[key] = parse_tool_limits(value)
         elif key == "tool_modules":

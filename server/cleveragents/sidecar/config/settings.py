@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cleveragents.providers import RESERVED_PARAMS
+from cleveragents.sidecar.config.mcp import McpServerConfig
 from cleveragents.sidecar.config.policies import Policy
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import check_event_loop
@@ -206,6 +207,8 @@ class SidecarConfig:
     #: Directories searched for ``tool_modules`` before ``sys.path`` (relative ones from the
     #: config file's directory); the config file's directory and the working directory always are.
     python_path: tuple[str, ...] = ()
+    #: MCP servers whose tools the sidecar offers (``[mcp_servers.NAME]``, see config/mcp.py).
+    mcp_servers: Mapping[str, McpServerConfig] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_listen(self.listen)
@@ -283,6 +286,9 @@ class SidecarConfig:
             raise ConfigError("set auth_token_env or auth_token_file, not both")
         self._check_clients()
         self._check_policies()
+        for name, server in self.mcp_servers.items():
+            if server.name != name:
+                raise ConfigError(f"mcp_servers.{name} is named {server.name!r}")
 
     def _check_clients(self) -> None:
         subjects: dict[frozenset[str], str] = {}

@@ -107,6 +107,11 @@ class MetricsObserver:
         credentials, from ``rejections``) at scrape time."""
         self.registry.register(_ManagerCollector(manager, rejections))
 
+    def track_mcp(self, states: Callable[[], Iterable[tuple[str, bool, int]]]) -> None:
+        """Expose each MCP server's state, read from ``states`` (name, up, failures so far) at
+        scrape time."""
+        self.registry.register(_McpCollector(states))
+
     def run_started(self, run: Run, metadata: Mapping[str, str]) -> None:
         """Nothing to count yet: live runs are read from the manager when scraped."""
 
@@ -207,6 +212,38 @@ class _ManagerCollector:
                 value=rejected,
             ),
         ]
+
+
+class _McpCollector:
+    """Whether each MCP server is connected, and how often its connection was lost."""
+
+    def __init__(self, states: Callable[[], Iterable[tuple[str, bool, int]]]) -> None:
+        self.states = states
+
+    def describe(self) -> Iterable[Metric]:
+        """The metric names, so the registry can refuse a clash at registration."""
+        return self._families([])
+
+    def collect(self) -> Iterable[Metric]:
+        """The current values."""
+        return self._families(list(self.states()))
+
+    @staticmethod
+    def _families(states: list[tuple[str, bool, int]]) -> list[Metric]:
+        up = GaugeMetricFamily(
+            "cleveragents_mcp_server_up",
+            "1 while the MCP server is connected; 0 while it is down (its calls fail at once).",
+            labels=["server"],
+        )
+        failures = CounterMetricFamily(
+            "cleveragents_mcp_server_failures",
+            "Times the MCP server could not be started or its connection was lost.",
+            labels=["server"],
+        )
+        for name, is_up, count in states:
+            up.add_metric([name], 1.0 if is_up else 0.0)
+            failures.add_metric([name], count)
+        return [up, failures]
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # imported at run time only when tracing or metrics are on
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
     from opentelemetry.trace import TracerProvider
 
+    from cleveragents.sidecar.mcp import McpServers
     from cleveragents.sidecar.observability.metrics import MetricsObserver, MetricsServer
     from cleveragents.sidecar.observability.tracing import TracingObserver
 
@@ -109,6 +110,15 @@ class Sidecar:
         if self.metrics is not None:
             self.metrics.track(self.manager, self.rejections)
         self.service = ToolRuntimeService(config, self.registry, self.manager)
+        #: The MCP servers' connections; the ``mcp`` SDK is imported only when one is set.
+        self.mcp: McpServers | None = None
+        if config.mcp_servers:
+            from cleveragents.sidecar.mcp import McpServers
+
+            self.mcp = McpServers(config, self.registry)
+            self.service.tool_origins = self.mcp.origins
+            if self.metrics is not None:
+                self.metrics.track_mcp(self.mcp.states)
         self.health = BoundedHealthServicer(config.max_health_watchers)
         self.address = ""
         self._server: grpc.aio.Server | None = None
@@ -116,7 +126,21 @@ class Sidecar:
         self._sweep_task: asyncio.Task[None] | None = None
 
     async def start(self) -> str:
-        """Bind the configured address and start serving; returns the address bound."""
+        """Bind the configured address and start serving; returns the address bound.
+
+        The eager MCP servers are connected first: one that cannot start is a ``ConfigError``
+        before anything listens.
+        """
+        if self.mcp is None:
+            return await self._start()
+        await self.mcp.start()
+        try:
+            return await self._start()
+        except BaseException:
+            await self.mcp.stop()
+            raise
+
+    async def _start(self) -> str:
         size = self.config.max_message_bytes
         refuse_live_unix_socket(self.config.listen)
         identities = read_credentials(self.config)
@@ -225,6 +249,8 @@ class Sidecar:
         if self._server is not None:
             await self._server.stop(min(grace, 2.0))
         await self.manager.close()
+        if self.mcp is not None:
+            await self.mcp.stop()
         self.service.close()
         await close_provider_clients()
         if self._metrics_server is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -80,6 +80,8 @@ class ToolRuntimeService:
         self.frame_limit = event_limit(config.max_message_bytes)
         #: The largest message a watcher is sent (unless one event is larger).
         self.watch_batch_bytes = min(self.batch_limit, WATCH_BATCH_BYTES)
+        #: Where tools come from, by name, for ``ListTools`` (``mcp:<server>``); the rest: "".
+        self.tool_origins: Mapping[str, str] = {}
         #: Where Session openings parse and measure their client's schemas (see ``opening``).
         self.openings = concurrent.futures.ThreadPoolExecutor(
             _OPENING_WORKERS, thread_name_prefix="session-opening"
@@ -155,7 +157,10 @@ class ToolRuntimeService:
     async def ListTools(
         self, request: service_pb2.ListToolsRequest, context: Context
     ) -> service_pb2.ListToolsResponse:
-        return service_pb2.ListToolsResponse(tools=[spec_to_pb(s) for s in self.registry.specs()])
+        origins = self.tool_origins
+        return service_pb2.ListToolsResponse(
+            tools=[spec_to_pb(s, origins.get(s.name, "")) for s in self.registry.specs()]
+        )
 
     async def DecideApproval(
         self, request: service_pb2.DecideApprovalRequest, context: Context

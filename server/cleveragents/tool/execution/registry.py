@@ -142,6 +142,11 @@ class ToolRegistry:
         for entry in other._tools.values():
             self._add(entry)
 
+    def remove(self, name: str) -> None:
+        """Remove the tool called ``name`` (nothing if there is none); registries made from
+        this one by ``subset`` or ``copy`` keep it."""
+        self._tools.pop(name, None)
+
     def copy(self) -> ToolRegistry:
         """A new registry with the same tools, to which more can be added."""
         return self._with(self._tools.values())

@@ -1,0 +1,253 @@
+"""One MCP server's connection, kept up for as long as the sidecar serves.
+
+``McpConnection.run`` is a task the sidecar owns: it starts the server (a stdio command in its
+own process group, which the SDK's transport stops as a group, or a Streamable HTTP session),
+sends ``initialize`` with the sidecar's name and version, lists the tools (every page), and
+waits. When the server dies or the connection fails it reconnects after a backoff that doubles
+from 0.5 s to 30 s (back to 0.5 s after a connection that lasted). Meanwhile calls fail at once
+with a record saying the server is unavailable and why: a run never waits for a server that
+is down. ``notifications/tools/list_changed`` lists the tools again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from importlib import metadata
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from mcp import ClientSession, types
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+
+from cleveragents.sidecar.config.mcp import McpServerConfig, expand_env
+from cleveragents.tool import ToolError
+
+__all__ = ["McpConnection", "ToolsListed"]
+
+log = structlog.get_logger("cleveragents.sidecar.mcp")
+
+#: Called with the connection and its tools each time they are listed.
+ToolsListed = Callable[["McpConnection", list[types.Tool]], None]
+
+#: How long starting, initializing and listing the tools may take before the attempt fails.
+START_TIMEOUT_S = 30.0
+_FIRST_BACKOFF_S = 0.5
+_MAX_BACKOFF_S = 30.0
+#: A connection that lasted this long resets the backoff.
+_STABLE_S = 10.0
+_MAX_PAGES = 1000
+
+
+def _client_info() -> types.Implementation:
+    try:
+        version = metadata.version("cleveragents-sidecar")
+    except metadata.PackageNotFoundError:  # pragma: no cover - run from a bare checkout
+        version = "0"
+    return types.Implementation(name="cleveragents-sidecar", version=version)
+
+
+class McpConnection:
+    """The live session with one MCP server, or why there is none (``state``, ``problem``)."""
+
+    def __init__(self, config: McpServerConfig, on_tools: ToolsListed) -> None:
+        self.config = config
+        self.state = "starting"
+        self.problem = ""
+        #: Connections lost or failed, since the sidecar started (a metric).
+        self.failures = 0
+        #: The server's name and version as it gave them in ``initialize``.
+        self.server_info: types.Implementation | None = None
+        self._on_tools = on_tools
+        self._session: ClientSession | None = None
+        self._settled = asyncio.Event()
+        self._up = asyncio.Event()
+        self._tools_changed: anyio.Event | None = None
+        #: How many times its tools have been listed; ``listed_after`` waits for the next.
+        self.listings = 0
+        self._listed = asyncio.Event()
+
+    async def settled(self) -> None:
+        """Wait until the first attempt to connect has succeeded or failed."""
+        await self._settled.wait()
+
+    async def listed_after(self, listings: int) -> None:
+        """Wait until the tools have been listed more than ``listings`` times."""
+        while self.listings <= listings:
+            await self._listed.wait()
+
+    def _publish(self, tools: list[types.Tool]) -> None:
+        self._on_tools(self, tools)
+        self.listings += 1
+        self._listed.set()
+        self._listed = asyncio.Event()
+
+    async def up(self) -> None:
+        """Wait until the server is connected (now, or after a restart)."""
+        await self._up.wait()
+
+    async def run(self) -> None:
+        """Connect, and reconnect with backoff whenever the connection is lost; until cancelled."""
+        delay = _FIRST_BACKOFF_S
+        while True:
+            began = time.monotonic()
+            try:
+                await self._connect_once()
+                problem = "the server closed the connection"
+            except Exception as exc:
+                problem = describe(exc)
+            self._session = None
+            self._up.clear()
+            self.state, self.problem = "down", problem
+            self.failures += 1
+            self._settled.set()
+            if time.monotonic() - began > _STABLE_S:
+                delay = _FIRST_BACKOFF_S
+            log.warning(
+                "mcp server unavailable",
+                server=self.config.name,
+                problem=problem,
+                restart_in_s=delay,
+                failures=self.failures,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_BACKOFF_S)
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """``tools/call``; ``ToolError`` when the server is down or the connection fails.
+
+        Cancelling the caller (the call's timeout, a cancelled run) sends
+        ``notifications/cancelled`` for the request (the SDK does).
+        """
+        session = self._session
+        if session is None:
+            raise ToolError(
+                f"MCP server {self.config.name!r} is unavailable ({self.problem or self.state}); "
+                "the sidecar is reconnecting to it, try again later"
+            )
+        try:
+            return await session.call_tool(name, arguments)
+        except MCPError as exc:
+            raise ToolError(f"MCP server {self.config.name!r} failed the call: {exc}") from None
+
+    async def _connect_once(self) -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            read, write = await stack.enter_async_context(self._transport())
+            eof = anyio.Event()
+            send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+            group = await stack.enter_async_context(anyio.create_task_group())
+            group.start_soon(_forward, read, send, eof)
+            session = await stack.enter_async_context(
+                ClientSession(
+                    receive, write, client_info=_client_info(), message_handler=self._on_message
+                )
+            )
+            with anyio.fail_after(START_TIMEOUT_S):
+                result = await session.initialize()
+                tools = await _list_tools(session)
+            self.server_info = result.server_info
+            self._session = session
+            self.state, self.problem = "up", ""
+            self._publish(tools)
+            self._up.set()
+            self._settled.set()
+            log.info(
+                "mcp server connected",
+                server=self.config.name,
+                server_info=f"{result.server_info.name} {result.server_info.version}",
+                protocol=result.protocol_version,
+                tools=len(tools),
+            )
+            self._tools_changed = anyio.Event()
+            group.start_soon(self._follow_tool_list, session)
+            await eof.wait()
+            # Calls from now on fail at once, while the transport winds down.
+            self._session = None
+            self._up.clear()
+            self.state, self.problem = "down", "the server closed the connection"
+            group.cancel_scope.cancel()
+
+    @contextlib.asynccontextmanager
+    async def _transport(self) -> AsyncIterator[Any]:
+        config, where = self.config, f"mcp_servers.{self.config.name}"
+        if config.command:
+            params = StdioServerParameters(
+                command=config.command,
+                args=list(config.args),
+                env=expand_env(config.env, f"{where}.env") or None,
+                cwd=config.cwd or None,
+            )
+            async with stdio_client(params) as streams:
+                yield streams
+        else:
+            headers = expand_env(config.headers, f"{where}.headers")
+            async with (
+                create_mcp_http_client(headers=headers) as http,
+                streamable_http_client(config.url, http_client=http) as streams,
+            ):
+                yield streams
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification) and self._tools_changed:
+            self._tools_changed.set()
+
+    async def _follow_tool_list(self, session: ClientSession) -> None:
+        while self._tools_changed is not None:
+            await self._tools_changed.wait()
+            self._tools_changed = anyio.Event()
+            try:
+                tools = await _list_tools(session)
+            except Exception as exc:
+                log.warning(
+                    "mcp tools not relisted", server=self.config.name, problem=describe(exc)
+                )
+                continue
+            self._publish(tools)
+            log.info("mcp tools changed", server=self.config.name, tools=len(tools))
+
+
+async def _list_tools(session: ClientSession) -> list[types.Tool]:
+    """Every page of ``tools/list``."""
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(_MAX_PAGES):
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+    raise ToolError(f"tools/list returned more than {_MAX_PAGES} pages")
+
+
+async def _forward(
+    source: ObjectReceiveStream[SessionMessage | Exception],
+    sink: ObjectSendStream[SessionMessage | Exception],
+    eof: anyio.Event,
+) -> None:
+    """Pass the transport's messages to the session; ``eof`` once the transport has no more
+    (the server exited or closed its output), which is how a dead server is noticed."""
+    try:
+        async with sink:
+            async for item in source:
+                await sink.send(item)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        pass
+    finally:
+        eof.set()
+
+
+def describe(exc: BaseException) -> str:
+    """One line for a failure, the innermost of exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,111 @@
+"""The configured MCP servers as one tool source: their connections and their tools.
+
+``McpServers.start`` starts a task per server (``McpConnection.run``) and waits for the eager
+ones: one that cannot start makes the sidecar refuse to serve, naming it and why. Each time a
+server lists its tools, the sidecar's registry gets them (under the server's prefix, filtered
+by its allow-list) in place of the ones it had: runs started afterwards are offered the new
+list, runs already going keep theirs. ``origins`` says which server each tool comes from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+from mcp import types
+
+from cleveragents.sidecar.config import SidecarConfig
+from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.mcp.connection import McpConnection
+from cleveragents.sidecar.mcp.results import DEFAULT_INLINE_BYTES, call_output, offered_specs
+from cleveragents.tool import ToolRegistry, ToolSpec
+from cleveragents.tool.spec import RESERVED_INPUT_KEYS
+
+__all__ = ["McpServers"]
+
+log = structlog.get_logger("cleveragents.sidecar.mcp")
+
+
+class McpServers:
+    """The sidecar's MCP servers; ``start`` and ``stop`` bracket their tasks."""
+
+    def __init__(self, config: SidecarConfig, registry: ToolRegistry) -> None:
+        self.config = config
+        self.registry = registry
+        self.connections = {
+            name: McpConnection(server, self._listed) for name, server in config.mcp_servers.items()
+        }
+        #: Offered tool name -> ``mcp:<server>``, for ``ListTools``.
+        self.origins: dict[str, str] = {}
+        self._offered: dict[str, list[str]] = {name: [] for name in self.connections}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Start every server's task; wait for the eager ones, ``ConfigError`` if one failed."""
+        for name, connection in self.connections.items():
+            self._tasks.append(asyncio.create_task(connection.run(), name=f"mcp-server-{name}"))
+        eager = [c for c in self.connections.values() if c.config.startup == "eager"]
+        await asyncio.gather(*(c.settled() for c in eager))
+        if failed := [c for c in eager if c.state != "up"]:
+            await self.stop()
+            first = failed[0].config
+            target = f"command {first.command!r}" if first.command else f"url {first.url!r}"
+            raise ConfigError(
+                f'MCP server {first.name!r} (mcp_servers.{first.name}, startup = "eager") '
+                f"could not start with {target}: {failed[0].problem}"
+            )
+
+    async def stop(self) -> None:
+        """Stop every server (a stdio server's whole process group) and wait for it."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    def states(self) -> list[tuple[str, bool, int]]:
+        """Each server's name, whether it is connected, and its failures so far (metrics)."""
+        return [(n, c.state == "up", c.failures) for n, c in self.connections.items()]
+
+    def _listed(self, connection: McpConnection, tools: list[types.Tool]) -> None:
+        server = connection.config
+        for name in self._offered[server.name]:
+            self.registry.remove(name)
+            self.origins.pop(name, None)
+        offered = offered_specs(
+            server,
+            tools,
+            max_schema_bytes=self.config.max_schema_bytes,
+            max_schema_depth=self.config.max_schema_depth,
+            max_schema_expansion=self.config.max_schema_expansion,
+        )
+        kept: list[str] = []
+        for name, (spec, remote) in offered.items():
+            if name in self.registry:
+                log.warning(
+                    "mcp tool skipped",
+                    server=server.name,
+                    tool=remote,
+                    reason=f"another tool is already named {name!r}: set tool_prefix",
+                )
+                continue
+            self.registry.register(spec, _handler(connection, remote, spec))
+            self.origins[name] = f"mcp:{server.name}"
+            kept.append(name)
+        self._offered[server.name] = kept
+
+
+def _handler(connection: McpConnection, remote: str, spec: ToolSpec) -> Any:
+    """The registry handler calling ``remote`` on ``connection``; the context keys the runner
+    threads into every call's inputs stay in the sidecar."""
+
+    async def call(inputs: dict[str, Any]) -> dict[str, Any]:
+        arguments = {k: v for k, v in inputs.items() if k not in RESERVED_INPUT_KEYS}
+        result = await connection.call(remote, arguments)
+        return call_output(result, inline_bytes=DEFAULT_INLINE_BYTES)
+
+    call.__name__ = spec.name
+    return call

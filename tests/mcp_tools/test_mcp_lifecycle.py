@@ -1,0 +1,148 @@
+"""An MCP server's life under the sidecar: started with it, restarted when it dies, its calls
+failing at once while it is down, stopped with the sidecar (its process group: no orphans),
+and ``serve`` refusing to start when an eager server cannot."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from cleveragents.client import AsyncSidecarClient
+from cleveragents.tool import ErrorKind
+
+from .conftest import (
+    FAULTS,
+    WAIT_S,
+    McpSidecarFactory,
+    alive,
+    bounded,
+    call_once,
+    fault_server,
+    pids,
+)
+
+CLI = str(Path(sys.executable).parent / "cleveragents-sidecar")
+
+
+def _config(tmp_path: Path, fault_dir: Path, command: str = sys.executable) -> Path:
+    path = tmp_path / "sidecar.toml"
+    path.write_text(
+        f'file_tools = false\n[mcp_servers.f]\ncommand = "{command}"\nargs = ["{FAULTS}"]\n'
+        f'env = {{ FAULT_DIR = "{fault_dir}" }}\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+async def _serve(config: Path) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        CLI, "serve", "--listen", "127.0.0.1:0", "--config", str(config),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def test_serve_stops_the_server_process_on_sigterm_leaving_no_orphan(
+    tmp_path: Path, fault_dir: Path
+) -> None:
+    process = await _serve(_config(tmp_path, fault_dir))
+    try:
+        assert process.stdout is not None
+        line = await bounded(process.stdout.readline())
+        assert line.startswith(b"cleveragents-sidecar listening on "), line
+        [pid] = pids(fault_dir)
+        assert alive(pid)
+
+        process.send_signal(signal.SIGTERM)
+        assert await bounded(process.wait()) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+    assert not alive(pid)  # an orphan would live on, adopted by init
+
+
+async def test_an_eager_server_that_cannot_start_makes_serve_fail_fast(
+    tmp_path: Path, fault_dir: Path
+) -> None:
+    process = await _serve(_config(tmp_path, fault_dir, command="/nonexistent/mcp-server"))
+    try:
+        _, stderr = await bounded(process.communicate())
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+    assert process.returncode == 2
+    message = stderr.decode()
+    assert "MCP server 'f' (mcp_servers.f" in message
+    assert "could not start with command '/nonexistent/mcp-server'" in message
+
+
+async def test_a_server_that_dies_is_restarted_and_health_stays_serving(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir), metrics_listen="127.0.0.1:0")
+    assert sidecar.mcp is not None
+    connection = sidecar.mcp.connections["f"]
+    async with AsyncSidecarClient(sidecar.address) as client:
+        crashed = await call_once(client, "f_crash")
+        await bounded(connection.up())
+        after = await call_once(client, "f_echo", text="back")
+    async with grpc.aio.insecure_channel(sidecar.address) as channel:
+        stub: Any = health_pb2_grpc.HealthStub(channel)
+        health = await stub.Check(health_pb2.HealthCheckRequest())
+    metrics = await asyncio.to_thread(_scrape, sidecar.metrics_port)
+
+    assert not crashed.success
+    assert "MCP server 'f'" in (crashed.error or "")
+    assert after.success
+    assert after.output == {"result": "back"}
+    assert len(pids(fault_dir)) == 2
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+    assert 'cleveragents_mcp_server_up{server="f"} 1.0' in metrics
+    assert 'cleveragents_mcp_server_failures_total{server="f"} 1.0' in metrics
+
+
+async def test_calls_fail_at_once_with_a_clear_record_while_the_server_is_down(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        (fault_dir / "refuse").touch()  # it will not come back
+        await call_once(client, "f_crash")
+        began = time.monotonic()
+        record = await call_once(client, "f_echo", text="anyone?")
+        took = time.monotonic() - began
+
+    assert record.error_kind is ErrorKind.EXCEPTION
+    assert "MCP server 'f' is unavailable" in (record.error or "")
+    assert "reconnecting" in (record.error or "")
+    assert took < WAIT_S / 4  # not the 60 s tool timeout: no waiting for a dead server
+
+
+def _scrape(port: int | None) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=WAIT_S) as response:
+        body: bytes = response.read()
+    return body.decode()
+
+
+async def test_a_lazy_server_that_cannot_start_does_not_stop_the_sidecar(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    (fault_dir / "refuse").touch()
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir, startup="lazy"))
+    assert sidecar.mcp is not None
+    connection = sidecar.mcp.connections["f"]
+    await bounded(connection.settled())
+
+    assert connection.state == "down"
+    assert "f_echo" not in sidecar.registry
