@@ -1,4 +1,5 @@
-"""What a peer without the token reaches: health ``Watch`` streams, bounded; not reflection."""
+"""What a peer without the token reaches: health ``Watch`` streams, bounded apart from those
+of clients with it; not reflection."""
 
 from __future__ import annotations
 
@@ -55,6 +56,28 @@ async def test_a_watch_beyond_max_health_watchers_is_resource_exhausted(
     assert "max_health_watchers" in (refused.details() or "")
     assert checked.status == health_pb2.HealthCheckResponse.SERVING
     assert again[1] is grpc.StatusCode.OK
+
+
+async def test_peers_without_the_token_cannot_take_the_places_of_clients_with_it(
+    serve_sidecar: ServeSidecar,
+) -> None:
+    sidecar = serve_sidecar(
+        env={"SIDECAR_TEST_TOKEN": TOKEN}, auth_token_env="SIDECAR_TEST_TOKEN",
+        max_health_watchers=5,
+    )  # fmt: skip
+    with_token = (("authorization", f"Bearer {TOKEN}"),)
+    async with grpc.aio.insecure_channel(sidecar.address) as channel:
+        stub: Any = health_pb2_grpc.HealthStub(channel)
+        anonymous = [await _watch(stub) for _ in range(6)]  # the sixth is one too many
+        trusted = stub.Watch(health_pb2.HealthCheckRequest(), metadata=with_token, timeout=30)
+        answer = await trusted.read()
+        for call in [trusted, *(call for call, _ in anonymous)]:
+            call.cancel()
+
+    assert [code for _, code in anonymous] == [grpc.StatusCode.OK] * 5 + [
+        grpc.StatusCode.RESOURCE_EXHAUSTED
+    ]
+    assert answer.status == health_pb2.HealthCheckResponse.SERVING
 
 
 async def test_5000_unauthenticated_watch_streams_hold_little_server_memory(

@@ -14,7 +14,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_IDENTITY", "ROLES", "Access", "Identity", "normal_subject"]
+__all__ = ["ANONYMOUS", "DEFAULT_IDENTITY", "ROLES", "Access", "Identity", "normal_subject"]
 
 #: The roles an identity may hold.
 ROLES = ("observer", "approver", "admin")
@@ -62,6 +62,8 @@ class Identity:
 #: The one identity of a sidecar with a single shared token, or with no auth at all: it has
 #: every role, so it acts on every run (runs stored before owners were recorded included).
 DEFAULT_IDENTITY = Identity("default", frozenset(ROLES))
+#: A caller that presented no credentials (only health checking serves one).
+ANONYMOUS = Identity("(unauthenticated)")
 
 
 #: Splits a subject at its commas, but not at an escaped one.

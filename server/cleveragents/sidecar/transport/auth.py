@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from cleveragents.sidecar.identity import Identity
+from cleveragents.sidecar.identity import ANONYMOUS, Identity
 from cleveragents.sidecar.transport.caller import bind_handler, serving_as
 from cleveragents.sidecar.transport.credentials import Credentials
 from cleveragents.sidecar.transport.rejections import Rejections
@@ -153,9 +153,11 @@ def _unread(handler: Handler) -> Handler:
         return _refusal(handler)  # no exempt method streams its requests
 
     async def unary(requests: AsyncIterator[Any], context: Context) -> Any:
+        serving_as(ANONYMOUS)
         return await behaviour(default, context)
 
     async def streaming(requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
+        serving_as(ANONYMOUS)  # health Watch streams count such callers apart
         result = behaviour(default, context)
         if isinstance(result, AsyncIterator):
             async for response in result:
