@@ -401,3 +401,45 @@ async def test_no_identitys_token_shows_in_a_tool_record(start: Start, tmp_path:
 def turn_echo(text: str) -> dict[str, Any]:
     """A script turn calling ``echo`` with ``text``."""
     return {"tool_calls": [{"id": "e1", "name": "echo", "arguments": {"text": text}}]}
+
+
+async def test_an_observers_watch_does_not_keep_a_runs_approvals_waiting(
+    start: Start, tmp_path: Path
+) -> None:
+    # alice's Session does not answer approvals, so her write_file is asked of whoever follows
+    # the run; olga watches, but may not decide: the request is denied at once, as for a run
+    # nobody follows, instead of waiting approval_timeout_s for an answer she cannot give.
+    sidecar = await start(approval_timeout_s=60.0)
+    release = asyncio.Event()
+
+    async def hold() -> str:
+        """Wait for the test."""
+        await release.wait()
+        return "held"
+
+    arguments = {"path": "notes.md", "content": "x"}
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "h1", "name": "hold", "arguments": {}}]},
+        {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": arguments}]},
+        {"content": "done"},
+    ]
+    context = ToolActorContext(sandbox_root=str(tmp_path))
+    async with as_(sidecar, "alice") as alice, as_(sidecar, "olga") as olga:
+        session = alice.session("w", tools=[hold], script=script, context=context, run_id="s1")
+        async with asyncio.timeout(WAIT_S):
+            async for streamed in session:  # up to the held call: olga then watches
+                if getattr(streamed.event, "tool_name", "") == "hold":
+                    break
+            watched = olga.watch("s1")
+            async for streamed in watched:
+                if getattr(streamed.event, "tool_name", "") == "hold":
+                    break
+            release.set()
+            rest = [streamed.event async for streamed in session]
+            await watched.aclose()
+    final = rest[-1]
+    assert isinstance(final, RunCompleted)
+    [written] = [r for r in final.result.tool_call_history if r.call_id == "w1"]
+    assert not written.success
+    assert "denied by policy" in (written.error or "")
+    assert not (tmp_path / "notes.md").exists()

@@ -246,7 +246,9 @@ class RunManager:
         run_log, answering = run.log, sink if sink_answers_approvals else None
 
         def attended() -> bool:
-            return bool(run_log.cursors) or (answering is not None and answering in run_log.sinks)
+            if any(cursor.decides for cursor in run_log.cursors):
+                return True
+            return answering is not None and answering in run_log.sinks
 
         assembled.approvals.bind(run_id, attended)
         for observer in self.observers:

@@ -105,7 +105,8 @@ class LogCursor:
     """
 
     __slots__ = (
-        "_bytes_read", "_log", "busy_since", "cursor", "dropped", "limit", "live_from", "stalled"
+        "_bytes_read", "_log", "busy_since", "cursor", "decides", "dropped", "limit", "live_from",
+        "stalled",
     )  # fmt: skip
 
     def __init__(self, log: FollowedLog, cursor: int, limit: int) -> None:
@@ -114,6 +115,9 @@ class LogCursor:
         self.limit = limit
         self.live_from = log.released
         self.dropped = False
+        #: Whether its watcher may decide the run's approvals (else its watching does not
+        #: make the run's approval requests wait for an answer).
+        self.decides = True
         #: Set with ``dropped`` when the watcher was dropped for not taking its frames.
         self.stalled = False
         self.busy_since: float | None = None

@@ -24,10 +24,12 @@ class Watchers:
         self.queue_size = queue_size
         self._cursors: dict[LogCursor, Run] = {}
 
-    def follow(self, run: Run, after_sequence: int) -> LogCursor:
+    def follow(self, run: Run, after_sequence: int, *, decides: bool = True) -> LogCursor:
         """A watcher's cursor on ``run``, dropped when it falls too far behind or when it
-        stalls in a write (``drop_stalled``); ``unfollow`` it when done."""
+        stalls in a write (``drop_stalled``); ``unfollow`` it when done. ``decides``: whether
+        the watcher may decide the run's approvals."""
         cursor = run.log.follow(after_sequence, self.queue_size)
+        cursor.decides = decides
         self._cursors[cursor] = run
         return cursor
 

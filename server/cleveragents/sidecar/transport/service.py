@@ -312,8 +312,10 @@ class ToolRuntimeService:
                     f"after_sequence {after} is past the run's last event ({run.last_sequence})"
                 ),
             )
-        # Past the live end, the cursor simply waits for the run to get there.
-        return run, self.manager.watchers.follow(run, after)
+        # Past the live end, the cursor simply waits for the run to get there. A watcher who
+        # may not decide the run's approvals does not make them wait for an answer.
+        decides = current_caller().may(Access.DECIDE, run.owner)
+        return run, self.manager.watchers.follow(run, after, decides=decides)
 
     def dropped_reason(self, cursor: LogCursor) -> str | None:
         """Why the run dropped the watcher of ``cursor``; ``None`` if it did not."""
