@@ -11,6 +11,7 @@ value replaced by ``[redacted]`` before it becomes an event, a result or a store
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -73,8 +74,7 @@ def redact(value: Any, secrets: tuple[str, ...]) -> Any:
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"the output could not be checked for secrets ({exc})") from None
     found = False
-    for secret in secrets:
-        written = json.dumps(secret, ensure_ascii=False)[1:-1]
+    for written in _as_json(secrets):
         if written in text:
             text, found = text.replace(written, REDACTED), True
     if not found:
@@ -83,6 +83,12 @@ def redact(value: Any, secrets: tuple[str, ...]) -> Any:
         return json.loads(text)
     except (ValueError, RecursionError):  # a secret of digits that was a number, say
         raise ValueError("the output held a secret and could not be redacted") from None
+
+
+@functools.cache
+def _as_json(secrets: tuple[str, ...]) -> tuple[str, ...]:
+    """Each secret as it stands inside a JSON string (once per sidecar, not per call)."""
+    return tuple(json.dumps(secret, ensure_ascii=False)[1:-1] for secret in secrets)
 
 
 class RedactingRunner(ToolRunner):

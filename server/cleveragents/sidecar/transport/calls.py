@@ -12,7 +12,10 @@ from cleveragents.sidecar.status import status_of
 from cleveragents.toolruntime.v1 import types_pb2
 from cleveragents.wire import RunRequest, run_request_from_pb
 
-__all__ = ["DEADLINE_SLACK_S", "MAX_STATUS_MESSAGE", "Context", "abort", "bounded", "request_of"]
+__all__ = [
+    "DEADLINE_SLACK_S", "MAX_STATUS_MESSAGE", "Context", "abort", "bounded", "read_start",
+    "request_of",
+]  # fmt: skip
 
 #: A client that gives up this close to its deadline gave up *at* it (clocks differ).
 DEADLINE_SLACK_S = 0.1
@@ -28,6 +31,25 @@ async def abort(context: Context, error: SidecarError) -> NoReturn:
     """End the call with the status that ``error`` maps to, and its (bounded) message."""
     await context.abort(status_of(error), bounded(error.message))
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+
+async def read_start(context: Context, message_type: Any) -> Any | None:
+    """The first message of a bidi call, which must be a ``message_type`` with ``kind`` set to
+    ``start`` (else the call ends: ``INVALID_ARGUMENT`` if it did not parse,
+    ``FAILED_PRECONDITION`` if it is another kind); ``None`` if the client sent nothing."""
+    first = await context.read()
+    if first is grpc.aio.EOF:
+        return None
+    if not isinstance(first, message_type):  # did not parse
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(first.message))
+    kind = first.WhichOneof("kind")
+    if kind != "start":
+        await context.abort(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"the first {message_type.DESCRIPTOR.name} must be 'start', got "
+            f"{kind or 'an empty message'!r}",
+        )
+    return first
 
 
 def bounded(message: str, limit: int = MAX_STATUS_MESSAGE) -> str:

@@ -23,7 +23,7 @@ import grpc
 
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.runs import LogCursor, Run
-from cleveragents.sidecar.transport.calls import Context, abort
+from cleveragents.sidecar.transport.calls import Context, abort, read_start
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import follow_message
 
@@ -109,17 +109,9 @@ class AckWindow:
 
 async def serve(service: ToolRuntimeService, context: Context) -> None:
     """Serve one ``FollowRun`` stream for ``service``."""
-    first = await context.read()
-    if first is grpc.aio.EOF:
+    first = await read_start(context, service_pb2.FollowRunRequest)
+    if first is None:
         return
-    if not isinstance(first, service_pb2.FollowRunRequest):  # did not parse
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(first.message))
-    kind = first.WhichOneof("kind")
-    if kind != "start":
-        await context.abort(
-            grpc.StatusCode.FAILED_PRECONDITION,
-            f"the first FollowRunRequest must be 'start', got {kind or 'an empty message'!r}",
-        )
     start, config = first.start, service.config
     run, cursor = await service.follow(start.run_id, start.after_sequence, context)
     window = min(start.window_bytes or config.watch_window_bytes, config.watch_window_bytes)

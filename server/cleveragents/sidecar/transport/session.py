@@ -16,7 +16,7 @@ import grpc
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.runs import Run
-from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context, abort
+from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context, abort, read_start
 from cleveragents.sidecar.transport.opening import read_opening
 from cleveragents.toolruntime.v1 import session_pb2
 from cleveragents.wire import (
@@ -34,17 +34,9 @@ __all__ = ["serve"]
 
 async def serve(service: ToolRuntimeService, context: Context) -> None:
     """Serve one ``Session`` stream for ``service``."""
-    first = await context.read()
-    if first is grpc.aio.EOF:
+    first = await read_start(context, session_pb2.SessionRequest)
+    if first is None:
         return
-    if not isinstance(first, session_pb2.SessionRequest):  # did not parse
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(first.message))
-    kind = first.WhichOneof("kind")
-    if kind != "start":
-        await context.abort(
-            grpc.StatusCode.FAILED_PRECONDITION,
-            f"the first SessionRequest must be 'start', got {kind or 'an empty message'!r}",
-        )
     try:
         opening, host = await read_opening(
             first.start, service.config, service.frame_limit, service.openings
