@@ -14,9 +14,9 @@ SURFACES = {
     "cleveragents.tool": [
         "BUILTIN_PROFILES", "DEFAULT_MAX_ITERATIONS", "ApprovalDecided", "ApprovalDecision",
         "ApprovalRequest", "ApprovalRequested", "Approver", "AutomationProfile", "CallScope",
-        "Decision", "ErrorKind", "EventSink", "IterationStarted", "LLMCallError", "LLMCaller",
-        "LLMRequest", "LLMResponded", "LLMResponse", "Message", "RecordedRequest", "Responder",
-        "Role", "RunBudget", "RunCancelled", "RunCompleted", "RunEvent", "RunFailed",
+        "Decision", "DeltaSink", "ErrorKind", "EventSink", "IterationStarted", "LLMCallError",
+        "LLMCaller", "LLMRequest", "LLMResponded", "LLMResponse", "Message", "RecordedRequest",
+        "Responder", "ResponseDelta", "Role", "RunBudget", "RunCancelled", "RunCompleted", "RunEvent", "RunFailed",
         "RunStarted", "ScriptExhaustedError", "ScriptedLLMCaller", "StopReason",
         "TerminalEvent", "ToolActorContext", "ToolCall", "ToolCallCompleted", "ToolCallRecord",
         "ToolCallRouter", "ToolCallRunResult", "ToolCallStarted", "ToolCallingRuntime",

@@ -40,7 +40,16 @@ from cleveragents.tool.llm import (
     response_from_dict,
 )
 from cleveragents.tool.loop.runtime import DEFAULT_MAX_ITERATIONS, ToolCallingRuntime
-from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, Role, ToolCall, Usage
+from cleveragents.tool.messages import (
+    DeltaSink,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    ResponseDelta,
+    Role,
+    ToolCall,
+    Usage,
+)
 from cleveragents.tool.policy import (
     BUILTIN_PROFILES,
     ApprovalDecision,
@@ -64,6 +73,7 @@ __all__ = [
     "AutomationProfile",
     "CallScope",
     "Decision",
+    "DeltaSink",
     "ErrorKind",
     "EventSink",
     "IterationStarted",
@@ -75,6 +85,7 @@ __all__ = [
     "Message",
     "RecordedRequest",
     "Responder",
+    "ResponseDelta",
     "Role",
     "RunBudget",
     "RunCancelled",

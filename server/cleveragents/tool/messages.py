@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MAX_TOKEN_COUNT", "LLMRequest", "LLMResponse", "Message", "Role", "ToolCall", "Usage"]
+__all__ = [
+    "MAX_TOKEN_COUNT",
+    "DeltaSink",
+    "LLMRequest",
+    "LLMResponse",
+    "Message",
+    "ResponseDelta",
+    "Role",
+    "ToolCall",
+    "Usage",
+]
 
 #: The largest token count a usage may hold: what the API's int64 fields carry.
 MAX_TOKEN_COUNT = 2**63 - 1
@@ -78,11 +88,40 @@ class LLMRequest:
     ``messages`` is the run's live conversation, shared rather than copied so that each
     iteration costs the same however long the history is: a caller that keeps it past the call
     must copy it. ``tools`` are the tool schemas in the provider's format.
+
+    ``deltas``, when set, is where a caller that can stream puts each piece of the answer as
+    it arrives (see :class:`ResponseDelta`); a caller that cannot stream ignores it, and its
+    answer reaches consumers whole, as before. The sink never blocks and never raises.
     """
 
     messages: Sequence[Message]
     tools: Sequence[Mapping[str, Any]]
     iteration: int
+    deltas: DeltaSink | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseDelta:
+    """One piece of an LLM answer while it streams, before the whole ``LLMResponse``.
+
+    A text delta has ``text`` (appended to the answer's content) and ``tool_call_index``
+    ``None``. A tool-call delta has the call's 0-based position among the answer's tool calls
+    in ``tool_call_index``; the first delta of each call carries its ``tool_call_id`` and
+    ``tool_name``, and ``arguments`` are fragments of its arguments' JSON text, appended in
+    order. A delta may carry ``usage`` (the counts so far; the last one wins). Concatenated in
+    order, the deltas of one call give exactly the response's content and tool calls.
+    """
+
+    text: str = ""
+    tool_call_index: int | None = None
+    tool_call_id: str = ""
+    tool_name: str = ""
+    arguments: str = ""
+    usage: Usage | None = None
+
+
+#: Receives an answer's deltas in order, as they arrive (``LLMRequest.deltas``).
+DeltaSink = Callable[[ResponseDelta], None]
 
 
 @dataclass(frozen=True, slots=True)
