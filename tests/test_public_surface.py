@@ -17,7 +17,7 @@ SURFACES = {
         "Decision", "DeltaSink", "ErrorKind", "EventSink", "IterationStarted", "LLMCallError",
         "LLMCaller", "LLMRequest", "LLMResponded", "LLMResponse", "Message", "RecordedRequest",
         "Responder", "ResponseDelta", "Role", "RunBudget", "RunCancelled", "RunCompleted",
-        "RunEvent", "RunFailed",
+        "RunEvent", "RunFailed", "RunResumed", "Resumption",
         "RunStarted", "ScriptExhaustedError", "ScriptedLLMCaller", "StopReason",
         "TerminalEvent", "ToolActorContext", "ToolCall", "ToolCallCompleted", "ToolCallRecord",
         "ToolCallRouter", "ToolCallRunResult", "ToolCallStarted", "ToolCallingRuntime",

@@ -115,10 +115,12 @@ class RedactingRunner(ToolRunner):
         context: ToolActorContext | None = None,
         on_started: StartedCallback | None = None,
         gate: Gate | None = None,
+        run_id: str = "",
     ) -> ToolCallRecord:
         record = await super().run(
-            call, iteration=iteration, context=context, on_started=on_started, gate=gate
-        )
+            call, iteration=iteration, context=context, on_started=on_started, gate=gate,
+            run_id=run_id,
+        )  # fmt: skip
         secrets = self.secrets
         if not secrets:
             return record

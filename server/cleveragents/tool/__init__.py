@@ -24,6 +24,7 @@ from cleveragents.tool.events import (
     RunCompleted,
     RunEvent,
     RunFailed,
+    RunResumed,
     RunStarted,
     TerminalEvent,
     ToolCallCompleted,
@@ -39,6 +40,7 @@ from cleveragents.tool.llm import (
     ScriptedLLMCaller,
     response_from_dict,
 )
+from cleveragents.tool.loop.resume import Resumption
 from cleveragents.tool.loop.runtime import DEFAULT_MAX_ITERATIONS, ToolCallingRuntime
 from cleveragents.tool.messages import (
     DeltaSink,
@@ -92,6 +94,8 @@ __all__ = [
     "RunCompleted",
     "RunEvent",
     "RunFailed",
+    "RunResumed",
+    "Resumption",
     "RunStarted",
     "ScriptExhaustedError",
     "ScriptedLLMCaller",

@@ -24,6 +24,7 @@ __all__ = [
     "RunCompleted",
     "RunEvent",
     "RunFailed",
+    "RunResumed",
     "RunStarted",
     "TerminalEvent",
     "ToolCallCompleted",
@@ -39,6 +40,23 @@ class RunStarted:
     prompt: str
     tool_names: tuple[str, ...]
     max_iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunResumed:
+    """The run goes on after its sidecar stopped mid-run, rebuilt from its log.
+
+    ``after_sequence`` is the last logged event before this one; ``iteration`` the last LLM
+    response the log holds (0: none yet); ``reason`` why the run resumed. Of the tool calls
+    in flight at the stop, ``rerun_call_ids`` run again (idempotent tools, or calls that had
+    not begun executing) and ``interrupted_call_ids`` end with a failed record instead.
+    """
+
+    after_sequence: int
+    iteration: int
+    reason: str
+    rerun_call_ids: tuple[str, ...] = ()
+    interrupted_call_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +146,7 @@ class RunCancelled:
 
 RunEvent: TypeAlias = (
     RunStarted
+    | RunResumed
     | IterationStarted
     | LLMResponded
     | ToolCallStarted

@@ -22,7 +22,9 @@ class ToolSpec:
     """A tool as the model sees it, plus its execution timeout in seconds (``None``: default).
 
     ``side_effects`` marks tools that change something (files, services, money): automation
-    profiles can ask before running them, or forbid them.
+    profiles can ask before running them, or forbid them. ``idempotent`` marks tools that may
+    safely run twice with the same inputs: a call in flight when its sidecar stopped runs
+    again when the run resumes (any other gets an "interrupted" record instead).
     """
 
     name: str
@@ -30,6 +32,7 @@ class ToolSpec:
     input_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
     timeout_s: float | None = None
     side_effects: bool = False
+    idempotent: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not TOOL_NAME_PATTERN.fullmatch(self.name):

@@ -35,11 +35,21 @@ Gate = Callable[[ToolCall, Mapping[str, Any], ToolSpec, int], Awaitable[str | No
 
 @dataclass(frozen=True, slots=True)
 class CallScope:
-    """The call a handler is executing, for handlers that need more than their inputs."""
+    """The call a handler is executing, for handlers that need more than their inputs.
+
+    ``idempotency_key`` (the run id and the call id) is the same each time the call runs,
+    a run resumed after a restart included: a tool can use it to do its work only once.
+    """
 
     call: ToolCall
     iteration: int
     timeout_s: float | None
+    run_id: str = ""
+
+    @property
+    def idempotency_key(self) -> str:
+        """``RUN_ID:CALL_ID``, unique to this call of this run."""
+        return f"{self.run_id}:{self.call.id}"
 
 
 _current: ContextVar[CallScope | None] = ContextVar("cleveragents_tool_call", default=None)
@@ -84,9 +94,10 @@ class ToolRunner:
         context: ToolActorContext | None = None,
         on_started: StartedCallback | None = None,
         gate: Gate | None = None,
+        run_id: str = "",
     ) -> ToolCallRecord:
         """Run ``call`` and return its record; ``on_started`` sees the inputs before execution,
-        then ``gate`` may deny the call."""
+        then ``gate`` may deny the call. ``run_id`` goes into the call's ``CallScope``."""
         started_at = time.time()
         entry = self.registry.get(call.name)
         if entry is None:
@@ -120,7 +131,7 @@ class ToolRunner:
                 call.name, inputs, {}, 0.0, False, denial, iteration, call.id, ErrorKind.DENIED,
                 started_at,
             )  # fmt: skip
-        return await self._execute(entry, call, inputs, iteration, started_at)
+        return await self._execute(entry, call, inputs, iteration, started_at, run_id)
 
     async def invoke(self, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Call a tool's handler with ``inputs`` exactly as given and normalise its output.
@@ -185,13 +196,14 @@ class ToolRunner:
         inputs: dict[str, Any],
         iteration: int,
         started_at: float,
+        run_id: str = "",
     ) -> ToolCallRecord:
         timeout_s = entry.spec.timeout_s or self.default_timeout_s
         clock = time.perf_counter()
         kind: ErrorKind | None = None
         error: str | None = None
         output: dict[str, Any] = {}
-        token = _current.set(CallScope(call, iteration, timeout_s))
+        token = _current.set(CallScope(call, iteration, timeout_s, run_id))
         try:
             if timeout_s is None:
                 raw = await self._invoke(entry, inputs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
@@ -19,7 +20,7 @@ from cleveragents.tool.events import EventSink, ToolCallCompleted, ToolCallStart
 from cleveragents.tool.execution.runner import Gate, ToolRunner
 from cleveragents.tool.jsontext import Encoder
 from cleveragents.tool.messages import Message, Role, ToolCall
-from cleveragents.tool.records import ToolCallRecord
+from cleveragents.tool.records import ErrorKind, ToolCallRecord
 from cleveragents.tool.spec import ToolSpec
 
 __all__ = ["ToolBatch", "feedback"]
@@ -39,11 +40,14 @@ class ToolBatch:
         "_gate",
         "_runner",
         "allowed",
+        "approved",
         "calls",
         "executed",
         "iteration",
+        "logged_starts",
         "over_budget",
         "records",
+        "run_id",
         "started",
     )
 
@@ -58,8 +62,10 @@ class ToolBatch:
         gate: Gate | None,
         allowed: int,
         over_budget: str = "",
+        run_id: str = "",
     ) -> None:
         self.calls = calls
+        self.run_id = run_id
         self.iteration = iteration
         self.allowed = allowed
         self.over_budget = over_budget
@@ -68,10 +74,40 @@ class ToolBatch:
         self.records: list[ToolCallRecord | None] = [None] * len(calls)
         #: Each started call's inputs and start time.
         self.started: list[tuple[Mapping[str, Any], float] | None] = [None] * len(calls)
+        #: Calls whose ``ToolCallStarted`` an earlier life of the run logged (a resumed run's):
+        #: not logged again when they run again; ``approved`` ones are not asked again.
+        self.logged_starts: frozenset[str] = frozenset()
+        self.approved: frozenset[str] = frozenset()
         self._runner = runner
         self._context = context
         self._emit = emit
         self._gate = gate
+
+    def resume(
+        self,
+        records: Mapping[str, ToolCallRecord],
+        *,
+        logged_starts: frozenset[str],
+        approved: frozenset[str],
+        interrupted: Sequence[str],
+        reason: str,
+    ) -> None:
+        """Take what a resumed run's log holds of this batch: the calls that ended keep their
+        ``records``; each ``interrupted`` call ends now, failed with ``reason``; ``run`` then
+        runs the rest."""
+        self.logged_starts, self.approved = logged_starts, approved
+        for index, call in enumerate(self.calls):
+            record = records.get(call.id)
+            if record is None and call.id in interrupted:
+                inputs = ToolRunner.thread_context(call.arguments, self._context)
+                record = dataclasses.replace(
+                    ToolRunner.cancelled_record(call, inputs, self.iteration, time.time(), ""),
+                    error=reason, error_kind=ErrorKind.EXCEPTION, duration_ms=0.0,
+                )  # fmt: skip
+                self._emit(ToolCallCompleted(record))
+            if record is not None:
+                self.records[index] = record
+                self.executed += index < self.allowed
 
     def run(self, *, parallel: bool, max_concurrent: int | None) -> Awaitable[None]:
         """Run every call; concurrently when ``parallel`` (at most ``max_concurrent`` at once).
@@ -109,7 +145,8 @@ class ToolBatch:
             if begun is None:
                 inputs = ToolRunner.thread_context(call.arguments, self._context)
                 begun = self.started[index] = (inputs, time.time())
-                self._emit(ToolCallStarted(call.id, call.name, inputs, self.iteration))
+                if call.id not in self.logged_starts:
+                    self._emit(ToolCallStarted(call.id, call.name, inputs, self.iteration))
             record = ToolRunner.cancelled_record(call, begun[0], self.iteration, begun[1], reason)
             self.records[index] = record
             self._emit(ToolCallCompleted(record))
@@ -119,11 +156,15 @@ class ToolBatch:
         return [r for r in self.records if r is not None]
 
     async def _run_call(self, index: int, limit: asyncio.Semaphore | None) -> None:
+        if self.records[index] is not None:  # a resumed run's call that had ended
+            return
         over_budget = index >= self.allowed
+        gate = self._gate if self.calls[index].id not in self.approved else None
 
         def started(call: ToolCall, inputs: Mapping[str, Any]) -> None:
             self.started[index] = (inputs, time.time())
-            self._emit(ToolCallStarted(call.id, call.name, inputs, self.iteration))
+            if call.id not in self.logged_starts:
+                self._emit(ToolCallStarted(call.id, call.name, inputs, self.iteration))
 
         async def refuse(
             call: ToolCall, inputs: Mapping[str, Any], spec: ToolSpec, iteration: int
@@ -133,7 +174,7 @@ class ToolBatch:
         async with limit if limit is not None else _UNLIMITED:
             record = await self._runner.run(
                 self.calls[index], iteration=self.iteration, context=self._context,
-                on_started=started, gate=refuse if over_budget else self._gate,
+                on_started=started, gate=refuse if over_budget else gate, run_id=self.run_id,
             )  # fmt: skip
         if not over_budget:
             self.executed += 1

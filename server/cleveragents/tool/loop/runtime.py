@@ -31,9 +31,12 @@ from cleveragents.tool.execution.runner import ToolRunner
 from cleveragents.tool.llm import LLMCaller
 from cleveragents.tool.loop.batch import ToolBatch, feedback
 from cleveragents.tool.loop.blocking import run_blocking
-from cleveragents.tool.loop.checks import check_prompt, response_problem
+from cleveragents.tool.loop.checks import check_prompt
 from cleveragents.tool.loop.event_channel import EventChannel
 from cleveragents.tool.loop.gate import CallGate
+from cleveragents.tool.loop.llm_call import call_llm, run_limit
+from cleveragents.tool.loop.resume import Resumption
+from cleveragents.tool.loop.resumed import resume_loop
 from cleveragents.tool.loop.run_state import RunState
 from cleveragents.tool.loop.yield_timer import YieldTimer
 from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, Role, ToolCall
@@ -154,8 +157,13 @@ class ToolCallingRuntime:
         run_id: str = "",
         timeout_s: float | None = None,
         on_event: EventSink | None = None,
+        resume: Resumption | None = None,
     ) -> ToolCallRunResult:
         """Run the loop and return the result; ``on_event`` receives every event in order.
+
+        With ``resume``, the run goes on from its logged events (``resume.py``) instead of
+        starting: ``RunResumed`` instead of ``RunStarted``, then the loop where it stopped;
+        ``timeout_s`` and the wall-clock budget count from the run's first start.
 
         ``timeout_s`` is the run's deadline: when it passes, calls in flight are closed as
         cancelled, ``RunCancelled`` ends the run and the partial result comes back with
@@ -165,7 +173,7 @@ class ToolCallingRuntime:
         closes calls in flight, emits ``RunCancelled`` and re-raises ``CancelledError``.
         """
         check_prompt(prompt)
-        return await self._execute(prompt, context, run_id, timeout_s, on_event or _ignore)
+        return await self._execute(prompt, context, run_id, timeout_s, on_event or _ignore, resume)
 
     def stream_tool_loop(
         self,
@@ -213,6 +221,7 @@ class ToolCallingRuntime:
         run_id: str,
         timeout_s: float | None,
         emit: EventSink,
+        resume: Resumption | None = None,
     ) -> ToolCallRunResult:
         state = RunState(run_id, context if context is not None else ToolActorContext())
         if self.profile is not None:
@@ -236,21 +245,16 @@ class ToolCallingRuntime:
         if self.system_prompt:
             state.messages.append(Message(Role.SYSTEM, self.system_prompt))
         state.messages.append(Message(Role.USER, prompt))
-        emit(RunStarted(run_id, prompt, tuple(s.name for s in specs), self.max_iterations))
-        # The earlier of the deadline (cancels) and the wall-clock budget (a limit) applies.
-        wall_clock = self.budget.max_wall_clock_s
-        by_budget = wall_clock is not None and (timeout_s is None or wall_clock <= timeout_s)
-        limit_s = wall_clock if by_budget else timeout_s
-        if by_budget:
-            stop_at, why = StopReason.WALL_CLOCK_BUDGET, "wall-clock budget (max_wall_clock)"
-        else:
-            stop_at, why = StopReason.DEADLINE, "deadline"
+        if resume is None:
+            emit(RunStarted(run_id, prompt, tuple(s.name for s in specs), self.max_iterations))
+        limit_s, by_budget, stop_at, why = run_limit(self.budget, timeout_s)
+        left_s = None if limit_s is None else limit_s - (resume.elapsed_s if resume else 0.0)
         try:
-            if limit_s is None:
-                result = await self._loop(state, tools, emit)
+            if left_s is None:
+                result = await self._body(state, tools, emit, resume)
             else:
-                async with asyncio.timeout(limit_s) as scope:
-                    result = await self._loop(state, tools, emit)
+                async with asyncio.timeout(left_s) as scope:
+                    result = await self._body(state, tools, emit, resume)
         except TimeoutError:
             if limit_s is None or not scope.expired():
                 raise
@@ -280,15 +284,31 @@ class ToolCallingRuntime:
         emit(RunCompleted(result))
         return result
 
+    async def _body(
+        self,
+        state: RunState,
+        tools: Sequence[Mapping[str, Any]],
+        emit: EventSink,
+        resume: Resumption | None,
+    ) -> ToolCallRunResult:
+        """The loop, from its start or (``resume``) from where the run's log stops."""
+        if resume is None:
+            return await self._loop(state, tools, emit)
+        return await resume_loop(self, state, tools, emit, resume)
+
     async def _loop(
-        self, state: RunState, tools: Sequence[Mapping[str, Any]], emit: EventSink
+        self,
+        state: RunState,
+        tools: Sequence[Mapping[str, Any]],
+        emit: EventSink,
+        first: int = 1,
     ) -> ToolCallRunResult:
         route = self.router.route if self.router is not None else route_call
         budget = self.budget
         loop = asyncio.get_running_loop()
         yield_timer = YieldTimer(loop, _YIELD_EVERY_S)
         stop = StopReason.MAX_ITERATIONS
-        for iteration in range(1, self.max_iterations + 1):
+        for iteration in range(first, self.max_iterations + 1):
             emit(IterationStarted(iteration))
             response = await self._call_llm(state, tools, iteration)
             state.iterations = iteration
@@ -338,27 +358,9 @@ class ToolCallingRuntime:
         self, state: RunState, tools: Sequence[Mapping[str, Any]], iteration: int
     ) -> LLMResponse:
         request = LLMRequest(state.messages, tools, iteration)
-        try:
-            if self._llm_is_async:
-                response: Any = await self.llm_caller.call(request)  # type: ignore[misc]
-            else:
-                response = await asyncio.to_thread(self.llm_caller.call, request)
-                if inspect.isawaitable(response):
-                    response = await response
-        except Exception as exc:
-            raise LLMCallError(
-                f"the LLM call of iteration {iteration} failed: {type(exc).__name__}: {exc}",
-                iteration=iteration,
-                result=state.result(StopReason.ERROR),
-            ) from exc
-        problem = response_problem(response, self.max_calls_per_response)
-        if problem is not None:
-            raise LLMCallError(
-                f"the LLM caller of iteration {iteration} {problem}",
-                iteration=iteration,
-                result=state.result(StopReason.ERROR),
-            )
-        return response  # type: ignore[no-any-return]
+        return await call_llm(
+            self.llm_caller, request, self._llm_is_async, state, self.max_calls_per_response
+        )
 
     async def _run_batch(
         self,
@@ -373,7 +375,7 @@ class ToolCallingRuntime:
         ``refusal`` as their error."""
         batch = state.batch = ToolBatch(
             calls, iteration, runner=self.runner, context=state.context, emit=emit,
-            gate=state.gate, allowed=allowed, over_budget=refusal,
+            gate=state.gate, allowed=allowed, over_budget=refusal, run_id=state.run_id,
         )  # fmt: skip
         await batch.run(
             parallel=self.parallel_tool_calls, max_concurrent=self.budget.max_concurrent_tool_calls
