@@ -53,15 +53,18 @@ class SidecarProcess:
         self.process.wait(10)
 
 
-Spawn = Callable[[], SidecarProcess]
+Spawn = Callable[..., SidecarProcess]
 
 
 @pytest.fixture
 def spawn(db: Path) -> Iterator[Spawn]:
+    """Start ``serve`` processes on ``db``; keyword arguments are settings, given as their
+    environment variables (``resume_runs="false"``)."""
     processes: list[SidecarProcess] = []
 
-    def start() -> SidecarProcess:
+    def start(**settings: str) -> SidecarProcess:
         env = dict(os.environ, CLEVERAGENTS_SIDECAR_EVENT_STORE=str(db))
+        env.update({f"CLEVERAGENTS_SIDECAR_{k.upper()}": v for k, v in settings.items()})
         command = [
             sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
             "--listen", "127.0.0.1:0", "--log-level", "warning",

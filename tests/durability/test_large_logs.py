@@ -89,7 +89,7 @@ async def test_a_large_run_live_at_a_crash_ends_with_a_bounded_result(
                 break
     first.kill()
 
-    second: SidecarProcess = spawn()
+    second: SidecarProcess = spawn(resume_runs="false")
     async with AsyncSidecarClient(second.address) as client, asyncio.timeout(LONG_S):
         info = await client.get_run("crashed")
         log = [event async for event in client.watch("crashed")]

@@ -87,7 +87,7 @@ def file_tools() -> ToolRegistry:
     ``search_files`` and ``make_dir``."""
     registry = ToolRegistry()
 
-    @registry.tool
+    @registry.tool(idempotent=True)
     def read_file(path: str, sandbox_root: str | None = None) -> dict[str, object]:
         """Read a UTF-8 text file from the sandbox.
 
@@ -140,7 +140,7 @@ def file_tools() -> ToolRegistry:
         _write(sandbox, path, text.replace(old_text, new_text).encode("utf-8"), create_dirs=False)
         return {"path": path, "replacements": count}
 
-    @registry.tool
+    @registry.tool(idempotent=True)
     def list_dir(path: str = ".", sandbox_root: str | None = None) -> dict[str, object]:
         """List a directory of the sandbox; symbolic links are shown, never followed.
 
@@ -162,7 +162,7 @@ def file_tools() -> ToolRegistry:
         entries.sort(key=lambda e: str(e["name"]))
         return {"path": path, "entries": entries}
 
-    @registry.tool
+    @registry.tool(idempotent=True)
     def search_files(
         pattern: str, path: str = ".", regex: bool = False, sandbox_root: str | None = None
     ) -> dict[str, object]:

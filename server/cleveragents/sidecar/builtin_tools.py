@@ -15,7 +15,7 @@ def builtin_registry() -> ToolRegistry:
     """A registry with ``echo`` and ``sleep``: harmless tools for dry runs and client tests."""
     registry = ToolRegistry()
 
-    @registry.tool
+    @registry.tool(idempotent=True)
     async def echo(text: str) -> dict[str, str]:
         """Return the given text unchanged.
 

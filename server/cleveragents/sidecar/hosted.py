@@ -192,8 +192,9 @@ class ClientHost:
                 )
             timeout_s = scope.timeout_s or self.default_tool_timeout_s
             invocation = tool_invocation(
-                call_id, spec.name, inputs, scope.iteration, time.time() + timeout_s
-            )
+                call_id, spec.name, inputs, scope.iteration, time.time() + timeout_s,
+                scope.idempotency_key,
+            )  # fmt: skip
             if (why := self.too_large(invocation, f"the invocation of {spec.name!r}")) is not None:
                 raise ToolRuntimeError(f"{why}: it was not sent")
             future: asyncio.Future[ToolAnswer] = asyncio.get_running_loop().create_future()

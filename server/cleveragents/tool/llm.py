@@ -79,6 +79,11 @@ class ScriptedLLMCaller:
         self.calls = 0
         self.requests: list[RecordedRequest] = []
 
+    def skip(self, turns: int) -> None:
+        """Go on from the turn after the next ``turns``: a run resumed from its log has had
+        those answers already."""
+        self.calls += turns
+
     def __len__(self) -> int:
         """How many responses the script holds (0 for a responder function)."""
         return len(self._responses)

@@ -21,6 +21,7 @@ from cleveragents.tool import (
     RunCompleted,
     RunEvent,
     RunFailed,
+    RunResumed,
     RunStarted,
     ToolCallCompleted,
     ToolCallStarted,
@@ -125,6 +126,12 @@ def event_to_pb(
         case RunStarted():
             request = accepted if accepted is not None else RunRequest(event.prompt)
             started_spec(run_event.run_started.spec, request, event)
+        case RunResumed():
+            resumed = run_event.run_resumed
+            resumed.after_sequence, resumed.iteration = event.after_sequence, event.iteration
+            resumed.reason = event.reason
+            resumed.rerun_call_ids.extend(event.rerun_call_ids)
+            resumed.interrupted_call_ids.extend(event.interrupted_call_ids)
         case RunCompleted():
             run_event.run_completed.result.CopyFrom(result_to_pb(event.result))
         case RunFailed():
@@ -181,6 +188,12 @@ def event_from_pb(pb: events_pb2.RunEvent, record_from: RecordDecoder = record_f
     if kind == "approval_decided":
         d = pb.approval_decided
         return ApprovalDecided(d.call_id, d.approved, d.reason, d.decided_by, d.iteration)
+    if kind == "run_resumed":
+        b = pb.run_resumed
+        return RunResumed(
+            b.after_sequence, b.iteration, b.reason, tuple(b.rerun_call_ids),
+            tuple(b.interrupted_call_ids),
+        )  # fmt: skip
     raise ValueError(f"RunEvent {pb.sequence} has no payload")
 
 

@@ -43,16 +43,22 @@ __all__ = [
 
 
 def tool_invocation(
-    call_id: str, tool_name: str, inputs: Mapping[str, Any], iteration: int, deadline: float
+    call_id: str,
+    tool_name: str,
+    inputs: Mapping[str, Any],
+    iteration: int,
+    deadline: float,
+    idempotency_key: str = "",
 ) -> bytes:
     """A serialised ``SessionResponse`` asking the client to run one tool call by ``deadline``
-    (Unix seconds)."""
+    (Unix seconds); ``idempotency_key`` is the call's ``RUN_ID:CALL_ID``."""
     response = session_pb2.SessionResponse()  # filled in place: no submessage copies
     invocation = response.tool_invocation
     invocation.call_id = call_id
     invocation.tool_name = tool_name
     invocation.inputs = dumps(inputs)
     invocation.iteration = iteration
+    invocation.idempotency_key = idempotency_key
     set_time(invocation.deadline, deadline)
     return response.SerializeToString()
 

@@ -143,6 +143,7 @@ def spec_to_pb(spec: ToolSpec, origin: str = "") -> types_pb2.ToolSpec:
         input_schema=dumps(dict(spec.input_schema)),
         side_effects=spec.side_effects,
         origin=origin,
+        idempotent=spec.idempotent,
     )
     if spec.timeout_s is not None:
         pb.timeout.CopyFrom(duration(spec.timeout_s))
@@ -159,7 +160,7 @@ def spec_from_pb(pb: types_pb2.ToolSpec) -> ToolSpec:
         timeout_s = pb.timeout.ToNanoseconds() / 1e9
         if timeout_s <= 0:
             raise ValueError(f"tools[{pb.name}].timeout must be positive")
-    return ToolSpec(pb.name, pb.description, schema, timeout_s, pb.side_effects)
+    return ToolSpec(pb.name, pb.description, schema, timeout_s, pb.side_effects, pb.idempotent)
 
 
 def call_to_pb(call: ToolCall) -> types_pb2.ToolCall:

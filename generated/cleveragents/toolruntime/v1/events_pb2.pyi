@@ -42,6 +42,7 @@ class RunEvent(_message.Message):
     RUN_CANCELLED_FIELD_NUMBER: _builtins.int
     APPROVAL_REQUESTED_FIELD_NUMBER: _builtins.int
     APPROVAL_DECIDED_FIELD_NUMBER: _builtins.int
+    RUN_RESUMED_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """Identifier of the run that emitted the event."""
     sequence: _builtins.int
@@ -92,6 +93,12 @@ class RunEvent(_message.Message):
     def approval_decided(self) -> Global___ApprovalDecided:
         """The decision on a call that waited for approval."""
 
+    @_builtins.property
+    def run_resumed(self) -> Global___RunResumed:
+        """The run goes on after its sidecar stopped mid-run (a restart on a durable
+        event store): the events after it continue the same log.
+        """
+
     def __init__(
         self,
         *,
@@ -108,12 +115,13 @@ class RunEvent(_message.Message):
         run_cancelled: Global___RunCancelled | None = ...,
         approval_requested: Global___ApprovalRequested | None = ...,
         approval_decided: Global___ApprovalDecided | None = ...,
+        run_resumed: Global___RunResumed | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_started", b"run_started", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_started", b"tool_call_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_resumed", b"run_resumed", "run_started", b"run_started", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_started", b"tool_call_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_started", b"tool_call_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_resumed", b"run_resumed", "run_started", b"run_started", "sequence", b"sequence", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_started", b"tool_call_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "iteration_started", "llm_responded", "tool_call_started", "tool_call_completed", "run_completed", "run_failed", "run_cancelled", "approval_requested", "approval_decided"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "iteration_started", "llm_responded", "tool_call_started", "tool_call_completed", "run_completed", "run_failed", "run_cancelled", "approval_requested", "approval_decided", "run_resumed"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
@@ -442,3 +450,58 @@ class ApprovalDecided(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ApprovalDecided: _TypeAlias = ApprovalDecided  # noqa: Y015
+
+@_typing.final
+class RunResumed(_message.Message):
+    """RunResumed is logged when a run that was live when its sidecar stopped goes
+    on in a restarted sidecar, rebuilt from its log (the sidecar's resume_runs
+    setting). The run keeps its id and its log: this event follows the last one
+    stored before the stop. An LLM call that was in flight is made again (its
+    iteration_started may appear twice); an approval that was pending is asked
+    again (a second approval_requested). Budgets carry over: tool calls and
+    tokens as the log counts them, the wall clock and the starting call's
+    deadline from the run's first start.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
+    ITERATION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    RERUN_CALL_IDS_FIELD_NUMBER: _builtins.int
+    INTERRUPTED_CALL_IDS_FIELD_NUMBER: _builtins.int
+    after_sequence: _builtins.int
+    """The sequence of the last event logged before the stop."""
+    iteration: _builtins.int
+    """The iteration of the last LLM response the log holds (0: none yet)."""
+    reason: _builtins.str
+    """Why the run resumed (e.g. "the sidecar restarted")."""
+    @_builtins.property
+    def rerun_call_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Calls that were in flight at the stop and run again: their tools are
+        idempotent (ToolSpec.idempotent), or they had not begun executing.
+        """
+
+    @_builtins.property
+    def interrupted_call_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Calls that were in flight at the stop and do not run again: each ends
+        with a failed record ("interrupted by a sidecar restart") that the model
+        sees.
+        """
+
+    def __init__(
+        self,
+        *,
+        after_sequence: _builtins.int = ...,
+        iteration: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        rerun_call_ids: _abc.Iterable[_builtins.str] | None = ...,
+        interrupted_call_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "interrupted_call_ids", b"interrupted_call_ids", "iteration", b"iteration", "reason", b"reason", "rerun_call_ids", b"rerun_call_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunResumed: _TypeAlias = RunResumed  # noqa: Y015

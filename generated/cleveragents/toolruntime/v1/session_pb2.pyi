@@ -296,6 +296,7 @@ class ToolInvocation(_message.Message):
     INPUTS_FIELD_NUMBER: _builtins.int
     ITERATION_FIELD_NUMBER: _builtins.int
     DEADLINE_FIELD_NUMBER: _builtins.int
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """Identifier to echo back in the matching ToolResult."""
     tool_name: _builtins.str
@@ -304,6 +305,11 @@ class ToolInvocation(_message.Message):
     """UTF-8 JSON object text: the arguments for the tool, context keys included."""
     iteration: _builtins.int
     """The iteration that requested the call."""
+    idempotency_key: _builtins.str
+    """"RUN_ID:CALL_ID": the same every time this call is invoked, when a run
+    resumed after a restart asks for it again included. A tool with side
+    effects can use it to do its work only once.
+    """
     @_builtins.property
     def deadline(self) -> _timestamp_pb2.Timestamp:
         """Moment after which the server stops waiting and records a timeout;
@@ -318,10 +324,11 @@ class ToolInvocation(_message.Message):
         inputs: _builtins.str = ...,
         iteration: _builtins.int = ...,
         deadline: _timestamp_pb2.Timestamp | None = ...,
+        idempotency_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "deadline", b"deadline", "inputs", b"inputs", "iteration", b"iteration", "tool_name", b"tool_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "deadline", b"deadline", "idempotency_key", b"idempotency_key", "inputs", b"inputs", "iteration", b"iteration", "tool_name", b"tool_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -210,6 +210,7 @@ class ToolSpec(_message.Message):
     TIMEOUT_FIELD_NUMBER: _builtins.int
     SIDE_EFFECTS_FIELD_NUMBER: _builtins.int
     ORIGIN_FIELD_NUMBER: _builtins.int
+    IDEMPOTENT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Unique tool name; must match ^[a-zA-Z0-9_-]{1,64}$."""
     description: _builtins.str
@@ -229,6 +230,13 @@ class ToolSpec(_message.Message):
     tool of the MCP server configured as [mcp_servers.<server>]; empty for the
     sidecar's own tools. Ignored in a Session's tools.
     """
+    idempotent: _builtins.bool
+    """True for tools that may safely run twice with the same inputs (reads,
+    lookups, or writes that use ToolInvocation.idempotency_key). A call in
+    flight when its sidecar stopped runs again when the run resumes only if
+    its tool is idempotent; otherwise it ends with a failed record
+    ("interrupted by a sidecar restart").
+    """
     @_builtins.property
     def timeout(self) -> _duration_pb2.Duration:
         """Longest time a single call may take; unset means the server's default."""
@@ -242,10 +250,11 @@ class ToolSpec(_message.Message):
         timeout: _duration_pb2.Duration | None = ...,
         side_effects: _builtins.bool = ...,
         origin: _builtins.str = ...,
+        idempotent: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timeout", b"timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "input_schema", b"input_schema", "name", b"name", "origin", b"origin", "side_effects", b"side_effects", "timeout", b"timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "idempotent", b"idempotent", "input_schema", b"input_schema", "name", b"name", "origin", b"origin", "side_effects", b"side_effects", "timeout", b"timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -22,6 +22,7 @@ from cleveragents.tool import (
     RunCancelled,
     RunCompleted,
     RunFailed,
+    RunResumed,
     RunStarted,
     ToolCallCompleted,
     ToolCallStarted,
@@ -151,6 +152,16 @@ class WatchView:
                     verdict = "approved" if event.approved else "DENIED"
                     why = f": {event.reason}" if event.reason else ""
                     self._line(f"  {verdict} (call {event.call_id}) by {event.by}{why}")
+                case RunResumed():
+                    self.running.clear()  # each call in flight runs again or is closed
+                    self._line(
+                        f"  resumed after event {event.after_sequence} ({event.reason})"
+                        + (
+                            f"; interrupted: {', '.join(event.interrupted_call_ids)}"
+                            if event.interrupted_call_ids
+                            else ""
+                        )
+                    )
                 case LLMResponded():
                     pass  # the progress line shows iterations and calls
                 case _:  # pragma: no cover - mypy checks that every event type is handled

@@ -160,6 +160,10 @@ class SidecarConfig:
     default_profile: str = "scripted"
     profiles: Mapping[str, ProfileConfig] = field(default_factory=dict)
     event_store: str = ""
+    #: With a durable ``event_store``: whether the detached, server-hosted runs that were live
+    #: when the sidecar stopped resume from their logs at start (false: they end with
+    #: ``run_failed``, as before resuming existed).
+    resume_runs: bool = True
     default_automation_profile: str = "supervised"
     approval_timeout_s: float = 300.0
     approve_on_timeout: bool = False

@@ -53,6 +53,7 @@ class RunLog:
         "owner",
         "released",
         "released_bytes",
+        "resume_info",
         "run_id",
         "sinks",
         "stats",
@@ -60,11 +61,18 @@ class RunLog:
     )
 
     def __init__(
-        self, run_id: str, store: EventStore, stats: LogStats, owner: str = DEFAULT_IDENTITY.name
+        self,
+        run_id: str,
+        store: EventStore,
+        stats: LogStats,
+        owner: str = DEFAULT_IDENTITY.name,
+        resume_info: str = "",
     ) -> None:
         self.run_id = run_id
         #: The identity that owns the run; the store keeps it with the log.
         self.owner = owner
+        #: What resuming the run needs beyond its log (see ``EventStore``); kept with it too.
+        self.resume_info = resume_info
         self.store = store
         self.stats = stats
         self.frames: list[bytes] = []

@@ -21,22 +21,16 @@ import structlog
 
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY
+from cleveragents.sidecar.runs.drive import drive
 from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.quotas import RunQuotas
 from cleveragents.sidecar.runs.readers import FrameSink
-from cleveragents.sidecar.runs.recovery import partial_result, restore
+from cleveragents.sidecar.runs.recovery import crashed, partial_result, restore
+from cleveragents.sidecar.runs.resume import ResumeInfo, Resumer, resumption_of
 from cleveragents.sidecar.runs.run import Run, RunObserver
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore
 from cleveragents.sidecar.runs.watchers import Watchers
-from cleveragents.tool import (
-    LLMCallError,
-    RunCancelled,
-    RunFailed,
-    RunStarted,
-    StopReason,
-    ToolCallingRuntime,
-    ToolCallRunResult,
-)
+from cleveragents.tool import Resumption, RunFailed
 
 if TYPE_CHECKING:
     from cleveragents.sidecar.assembly import AssembledRun
@@ -94,16 +88,21 @@ class RunManager:
 
     # -- the store -----------------------------------------------------------------------------
 
-    def open(self) -> int:
+    def open(self, resumer: Resumer | None = None) -> int:
         """Open the store and take back the runs it holds (see ``recovery``); returns how many.
 
-        A run whose log cannot be decoded is quarantined (set aside in the store, with a
-        warning) and the others start.
+        With a ``resumer``, each run that was live resumes (``resume``); without one, or when
+        it cannot, it ends with ``run_failed``. A run whose log cannot be decoded is
+        quarantined (set aside in the store, with a warning) and the others start.
         """
         restored = []
         for stored in self.store.open():
             try:
-                restored.append(restore(stored, self.store, self.stats, self.frame_limit))
+                run = restore(
+                    stored, self.store, self.stats, self.frame_limit, keep_live=resumer is not None
+                )
+                if resumer is None or run.ended or not self._resume(run, resumer):
+                    restored.append(run)
             except Exception as exc:  # one bad row must not keep the others from starting
                 log.warning(
                     "run quarantined: its stored log cannot be read back",
@@ -116,6 +115,29 @@ class RunManager:
             self._keep(run)
         self._expire()
         return len(restored)
+
+    def _resume(self, run: Run, resumer: Resumer) -> bool:
+        """Start ``run`` again from its log; ``False`` (the run then failed, saying why) when
+        it cannot: a Session run, a run not detached, or one that no longer assembles."""
+        info = ResumeInfo.from_json(run.log.resume_info)
+        if info is None:
+            crashed(run, "it was stored without what resuming it needs")
+            return False
+        if info.hosted != "server":
+            crashed(run, "a Session run does not resume: its client's tools went with it")
+            return False
+        if not info.detach:
+            crashed(run, "it was not detached, so it ended with the call that started it")
+            return False
+        resumption = resumption_of(run.log.frames)
+        try:
+            assembled = resumer.reassemble(run, info, resumption)
+        except SidecarError as exc:
+            crashed(run, f"it could not resume: {exc.message}")
+            return False
+        self._launch(run, assembled, None, None, {}, resumption)
+        run.logger.warning("run resumed", after_sequence=resumption.after_sequence)
+        return True
 
     async def settle(self, timeout_s: float = _SETTLE_TIMEOUT_S) -> None:
         """Wait until the store holds the ``run_failed`` that ``open`` gave each crashed run.
@@ -180,6 +202,7 @@ class RunManager:
         sink_answers_approvals: bool = True,
         owner: str = DEFAULT_IDENTITY.name,
         policy: Policy | None = None,
+        resume_info: str = "",
     ) -> Run:
         """Admit an assembled run (its id picked if it has none), owned by the identity named
         ``owner``, and start its loop.
@@ -191,7 +214,8 @@ class RunManager:
 
         ``sink`` is attached before the first event, so the stream that started the run sees
         every event. While it is attached (and ``sink_answers_approvals``), or while a watcher
-        follows the run, the run's approval requests wait for an answer.
+        follows the run, the run's approval requests wait for an answer. ``resume_info``
+        (``resume.ResumeInfo`` as JSON) is stored with the log, for resuming after a restart.
         """
         if not self.accepting:
             raise SidecarError(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
@@ -236,14 +260,28 @@ class RunManager:
         request = dataclasses.replace(assembled.request, run_id=run_id)
         run = Run(
             request,
-            RunLog(run_id, self.store, self.stats, owner),
+            RunLog(run_id, self.store, self.stats, owner, resume_info),
             self.observers,
             frame_limit=self.frame_limit,
         )
-        run.approvals = assembled.approvals
         if policy is not None:
             self.quotas.admit(run, owner, policy, bucket)
-        run_log, answering = run.log, sink if sink_answers_approvals else None
+        self._launch(run, assembled, sink, sink if sink_answers_approvals else None, metadata or {})
+        run.logger.info("run started", tools=list(assembled.runtime.registry.names()), owner=owner)
+        return run
+
+    def _launch(
+        self,
+        run: Run,
+        assembled: AssembledRun,
+        sink: FrameSink | None,
+        answering: FrameSink | None,
+        metadata: Mapping[str, str],
+        resume: Resumption | None = None,
+    ) -> None:
+        """Make ``run`` live and start its loop (from its log, with ``resume``)."""
+        run.approvals = assembled.approvals
+        run_log, run_id = run.log, run.run_id
 
         def attended() -> bool:
             if any(cursor.decides for cursor in run_log.cursors):
@@ -252,13 +290,11 @@ class RunManager:
 
         assembled.approvals.bind(run_id, attended)
         for observer in self.observers:
-            observer.run_started(run, metadata or {})
+            observer.run_started(run, metadata)
         if sink is not None:
             run.log.sinks.append(sink)
         self._live[run_id] = run
-        run.task = asyncio.create_task(self._drive(run, assembled), name=f"run-{run_id}")
-        run.logger.info("run started", tools=list(assembled.runtime.registry.names()), owner=owner)
-        return run
+        run.task = asyncio.create_task(self._drive(run, assembled, resume), name=f"run-{run_id}")
 
     def cancel(self, run: Run, reason: str) -> None:
         """Cancel a live run; it ends with ``run_cancelled`` carrying ``reason``."""
@@ -304,30 +340,11 @@ class RunManager:
         if pending:
             await asyncio.wait(pending)
 
-    async def _drive(self, run: Run, assembled: AssembledRun) -> None:
-        run.begun = True
-        runtime = assembled.runtime
+    async def _drive(
+        self, run: Run, assembled: AssembledRun, resume: Resumption | None = None
+    ) -> None:
         try:
-            await runtime.arun_tool_loop(
-                run.request.prompt,
-                assembled.context,
-                run_id=run.run_id,
-                timeout_s=assembled.timeout_s,
-                on_event=run.emit,
-            )
-        except asyncio.CancelledError as exc:
-            if not run.ended:  # cancelled before the loop began
-                _ensure_started(run, runtime)
-                reason = str(exc.args[0]) if exc.args and exc.args[0] else "cancelled"
-                run.emit(RunCancelled(reason, _empty_result(run.run_id, StopReason.CANCELLED)))
-        except LLMCallError:
-            pass  # the loop has logged run_failed
-        except Exception as exc:
-            run.logger.exception("run crashed")
-            if not run.ended:
-                _ensure_started(run, runtime)
-                result = _empty_result(run.run_id, StopReason.ERROR)
-                run.emit(RunFailed(f"internal error: {exc}", result, None))
+            await drive(run, assembled, resume)
         finally:
             self._retire(run)
 
@@ -374,15 +391,3 @@ class RunManager:
 def _size(run: Run) -> int:
     """What a finished run's log holds, in bytes (its frames no longer change)."""
     return sum(map(len, run.log.frames))
-
-
-def _ensure_started(run: Run, runtime: ToolCallingRuntime) -> None:
-    """Log ``run_started`` for a run whose loop never got to: every log begins with it."""
-    if run.log.frames:
-        return
-    names = tuple(spec.name for spec in runtime.offered_specs())
-    run.emit(RunStarted(run.run_id, run.request.prompt, names, runtime.max_iterations))
-
-
-def _empty_result(run_id: str, stop_reason: StopReason) -> ToolCallRunResult:
-    return ToolCallRunResult("", (), 0, False, stop_reason=stop_reason, run_id=run_id)

@@ -1,7 +1,8 @@
-"""Taking back the runs a store kept: finished ones as they were, live ones ended for good.
+"""Taking back the runs a store kept: finished ones as they were, live ones to resume or end.
 
-A run that was live when the previous process died ends now, with ``run_failed``
-(``UNAVAILABLE``) saying so and the partial result its log shows.
+A run that was live when the previous process died either resumes (the manager, with
+``resume_runs``: see ``resume.py``) or ends now, with ``run_failed`` (``UNAVAILABLE``) saying
+so and the partial result its log shows.
 """
 
 from __future__ import annotations
@@ -33,13 +34,21 @@ from cleveragents.wire import (
     result_message,
 )
 
-__all__ = ["CRASHED_MESSAGE", "restore"]
+__all__ = ["CRASHED_MESSAGE", "crashed", "restore"]
 
 CRASHED_MESSAGE = "the sidecar stopped while this run was live; its log was recovered at restart"
 
 
-def restore(stored: StoredRun, store: EventStore, stats: LogStats, frame_limit: int = 0) -> Run:
-    """The run ``stored`` holds, finished: as its log ends, or failed if it never ended.
+def restore(
+    stored: StoredRun,
+    store: EventStore,
+    stats: LogStats,
+    frame_limit: int = 0,
+    *,
+    keep_live: bool = False,
+) -> Run:
+    """The run ``stored`` holds, finished: as its log ends, or failed if it never ended
+    (with ``keep_live``, such a run is returned still live, for the manager to resume).
 
     ``frame_limit`` bounds the terminal event logged for a run that never ended (see ``Run``).
     ``ValueError`` (or another exception) when a frame of the log cannot be read back.
@@ -47,7 +56,7 @@ def restore(stored: StoredRun, store: EventStore, stats: LogStats, frame_limit: 
     for sequence, item in enumerate(stored.frames, 1):
         check_frame(item, stored.run_id, sequence)
     first = decode_frame(stored.frames[0])
-    run_log = RunLog(stored.run_id, store, stats, stored.owner)
+    run_log = RunLog(stored.run_id, store, stats, stored.owner, stored.resume_info)
     run_log.restore(list(stored.frames))
     run = Run(
         request_of_started(stored.frames[0]),
@@ -63,15 +72,23 @@ def restore(stored: StoredRun, store: EventStore, stats: LogStats, frame_limit: 
         run.finish_restored(Terminal(RunState.FAILED, event.result, _failure(last), last.time))
     elif isinstance(event, RunCancelled):
         run.finish_restored(Terminal(RunState.CANCELLED, event.result, None, last.time))
+    elif keep_live:
+        return run
     else:
-        error = SidecarError(grpc.StatusCode.UNAVAILABLE, CRASHED_MESSAGE)
-        run.emit(RunFailed(CRASHED_MESSAGE, partial_result(run.run_id, stored.frames), error))
-        run.logger.warning("run was live at a crash", events=len(stored.frames))
+        crashed(run)
         return run
     ended = result_message(stored.frames[-1])
     if ended is not None and ended.history_omitted:  # its records are in its events only
         run.tool_calls = ended.tool_call_count
     return run
+
+
+def crashed(run: Run, why: str = "") -> None:
+    """End a run that was live at a crash and does not resume (``why`` adds the reason)."""
+    message = f"{CRASHED_MESSAGE}; {why}" if why else CRASHED_MESSAGE
+    error = SidecarError(grpc.StatusCode.UNAVAILABLE, message)
+    run.emit(RunFailed(message, partial_result(run.run_id, run.log.frames), error))
+    run.logger.warning("run was live at a crash", events=len(run.log.frames), why=why or None)
 
 
 def partial_result(run_id: str, frames: list[bytes]) -> ToolCallRunResult:

@@ -45,13 +45,22 @@ CREATE TABLE IF NOT EXISTS {name} (
 _OWNERS = """
 CREATE TABLE IF NOT EXISTS owners (run_id TEXT PRIMARY KEY, owner TEXT NOT NULL)
 """
+#: What a restarted sidecar needs to resume each run beyond its log (``LogOwner.resume_info``),
+#: written with the run's first frame; a run stored without one is not resumed.
+_RESUMES = """
+CREATE TABLE IF NOT EXISTS resumes (run_id TEXT PRIMARY KEY, info TEXT NOT NULL)
+"""
 #: Runs whose logs could not be read back go to ``quarantine``, out of the way, kept.
 _QUARANTINE = (
     "INSERT OR REPLACE INTO quarantine SELECT * FROM events WHERE run_id = ?",
     "DELETE FROM events WHERE run_id = ?",
 )
 #: A forgotten run: its rows go.
-_FORGET = ("DELETE FROM events WHERE run_id = ?", "DELETE FROM owners WHERE run_id = ?")
+_FORGET = (
+    "DELETE FROM events WHERE run_id = ?",
+    "DELETE FROM owners WHERE run_id = ?",
+    "DELETE FROM resumes WHERE run_id = ?",
+)
 #: How often a failing store tries its unwritten batch again.
 RETRY_INTERVAL_S = 1.0
 
@@ -138,6 +147,7 @@ class SqliteEventStore:
         connection.execute(_TABLE.format(name="events"))
         connection.execute(_TABLE.format(name="quarantine"))
         connection.execute(_OWNERS)
+        connection.execute(_RESUMES)
         return connection
 
     def _write_loop(self) -> None:
@@ -227,6 +237,10 @@ class SqliteEventStore:
                     connection.execute(
                         "INSERT OR REPLACE INTO owners VALUES (?, ?)", (owner.run_id, owner.owner)
                     )
+                    connection.execute(
+                        "INSERT OR REPLACE INTO resumes VALUES (?, ?)",
+                        (owner.run_id, owner.resume_info),
+                    )
         connection.execute("COMMIT")
         marks = _marks(batch)
         if marks:
@@ -259,6 +273,7 @@ def _load(connection: sqlite3.Connection) -> list[StoredRun]:
     """Every stored run, oldest first, with its gap-free frames."""
     runs: dict[str, list[bytes]] = {}
     owners = dict(connection.execute("SELECT run_id, owner FROM owners").fetchall())
+    resumes = dict(connection.execute("SELECT run_id, info FROM resumes").fetchall())
     for run_id, sequence, frame in connection.execute(
         "SELECT run_id, sequence, frame FROM events ORDER BY run_id, sequence"
     ):
@@ -266,7 +281,9 @@ def _load(connection: sqlite3.Connection) -> list[StoredRun]:
         if sequence == len(frames) + 1:  # a gap can only follow a torn batch: stop there
             frames.append(frame[1:])  # rows hold whole responses: drop the tag byte
     return [
-        StoredRun(run_id, frames, owners.get(run_id, DEFAULT_IDENTITY.name))
+        StoredRun(
+            run_id, frames, owners.get(run_id, DEFAULT_IDENTITY.name), resumes.get(run_id, "")
+        )
         for run_id, frames in runs.items()
         if frames
     ]

@@ -32,6 +32,12 @@ class LogOwner(Protocol):
         """The name of the identity that owns the run (stored with its first frame)."""
         ...
 
+    @property
+    def resume_info(self) -> str:
+        """What a restarted sidecar needs to resume the run beyond its log (JSON text, or
+        empty: not resumable); a durable store keeps it with the first frame."""
+        ...
+
     def release(self, sequence: int) -> None:
         """Every frame up to ``sequence`` is stored."""
         ...
@@ -39,12 +45,14 @@ class LogOwner(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StoredRun:
-    """A run's log as found in the store at start-up, and the identity that owns it (runs
-    stored before owners were recorded belong to ``default``)."""
+    """A run's log as found in the store at start-up, the identity that owns it (runs
+    stored before owners were recorded belong to ``default``) and its ``resume_info`` (empty
+    for runs stored before resuming existed)."""
 
     run_id: str
     frames: list[bytes]
     owner: str = DEFAULT_IDENTITY.name
+    resume_info: str = ""
 
 
 class EventStore(Protocol):

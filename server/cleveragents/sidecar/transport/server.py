@@ -145,7 +145,8 @@ class Sidecar:
         refuse_live_unix_socket(self.config.listen)
         identities = read_credentials(self.config)
         self.service.assembler.secrets = known_secrets(self.config, token_values(self.config))
-        restored = self.manager.open()
+        resumer = self.service if self.config.resume_runs and self.config.event_store else None
+        restored = self.manager.open(resumer)
         await self.manager.settle()
         credentials = server_credentials(self.config)
         listen = self.config.listen

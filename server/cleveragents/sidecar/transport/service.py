@@ -18,12 +18,13 @@ from typing import Any
 
 import grpc
 
-from cleveragents.sidecar.assembly import RunAssembler
+from cleveragents.sidecar.assembly import AssembledRun, RunAssembler
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.identity import Access
 from cleveragents.sidecar.runs import FrameQueue, FrameSink, LogCursor, Run, RunManager
+from cleveragents.sidecar.runs.resume import ResumeInfo, responses_logged
 from cleveragents.sidecar.transport import follow, session
 from cleveragents.sidecar.transport.bounds import check_started_fits
 from cleveragents.sidecar.transport.caller import current_caller
@@ -34,7 +35,7 @@ from cleveragents.sidecar.transport.calls import (
     bounded,
     request_of,
 )
-from cleveragents.tool import ToolRegistry, ToolSpec
+from cleveragents.tool import Resumption, ScriptedLLMCaller, ToolRegistry, ToolSpec
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import (
     RunRequest,
@@ -282,6 +283,8 @@ class ToolRuntimeService:
             for key, value in (context.invocation_metadata() or ())
             if isinstance(value, str)
         }
+        hosted = "session" if host is not None else "server"
+        resume = ResumeInfo(hosted, caller.policy, assembled.timeout_s, request.detach)
         return self.manager.start(
             assembled,
             sink=sink,
@@ -289,7 +292,25 @@ class ToolRuntimeService:
             sink_answers_approvals=answers_approvals,
             owner=caller.name,
             policy=governance,
+            resume_info=resume.to_json(),
         )
+
+    def reassemble(self, run: Run, info: ResumeInfo, resumption: Resumption) -> AssembledRun:
+        """The server-hosted ``run`` assembled again from its ``run_started`` spec, to go on
+        from its log after a restart (``RunManager.open``); ``SidecarError`` if it no longer
+        can (its policy, profile or tools are gone). A scripted LLM goes on after the answers
+        the log already holds."""
+        if info.policy and info.policy not in self.config.policies:
+            raise SidecarError.not_found(f"its governance policy {info.policy!r} is gone")
+        assembled = self.assembler.assemble(
+            run.request,
+            call_deadline_s=info.timeout_s,
+            policy=self.config.policy_named(info.policy),
+            principal=run.owner,
+        )
+        if isinstance(caller := assembled.runtime.llm_caller, ScriptedLLMCaller):
+            caller.skip(responses_logged(resumption))
+        return assembled
 
     def abandoned(self, run: Run, context: Context, reason: str, *, force: bool = False) -> None:
         """The stream that started ``run`` ended early: cancel the run unless it may go on."""

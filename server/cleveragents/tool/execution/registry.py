@@ -84,6 +84,7 @@ class ToolRegistry:
         description: str | None = None,
         timeout_s: float | None = None,
         side_effects: bool = False,
+        idempotent: bool = False,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -95,6 +96,7 @@ class ToolRegistry:
         description: str | None = None,
         timeout_s: float | None = None,
         side_effects: bool = False,
+        idempotent: bool = False,
     ) -> F | Callable[[F], F]:
         """Register a function as a tool, deriving its spec from its signature and docstring.
 
@@ -110,6 +112,7 @@ class ToolRegistry:
                 input_schema=schema,
                 timeout_s=timeout_s,
                 side_effects=side_effects,
+                idempotent=idempotent,
             )
             entry = _prepare(spec, func, keyword_names=_keyword_names(func))
             self._add(dataclasses.replace(entry, enum_params=_enum_params(func)))
