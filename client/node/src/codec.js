@@ -60,7 +60,7 @@
  * @property {Date | null} time
  * @property {'run_started' | 'iteration_started' | 'llm_responded' | 'tool_call_started'
  *   | 'tool_call_completed' | 'approval_requested' | 'approval_decided' | 'run_completed'
- *   | 'run_failed' | 'run_cancelled'} payload
+ *   | 'run_failed' | 'run_cancelled' | 'run_resumed'} payload
  *   which payload field is set; that field holds the event's data
  * @property {{spec: Record<string, any>}} [run_started]
  * @property {{iteration: number}} [iteration_started]
@@ -73,6 +73,9 @@
  * @property {{result: ToolCallRunResult}} [run_completed]
  * @property {{code: number, message: string, result: ToolCallRunResult}} [run_failed]
  * @property {{reason: string, result: ToolCallRunResult}} [run_cancelled]
+ * @property {{after_sequence: number, iteration: number, reason: string,
+ *   rerun_call_ids: string[], interrupted_call_ids: string[]}} [run_resumed]
+ *   the run goes on after its sidecar restarted
  */
 
 /**
@@ -205,6 +208,7 @@ export class Codec {
       description: tool.description ?? '',
       input_schema: this.stringify(tool.input_schema, `tools[${tool.name}].input_schema`),
       timeout: tool.timeout ? toDuration(tool.timeout) : null,
+      idempotent: Boolean(tool.idempotent),
     };
   }
 
@@ -385,6 +389,8 @@ export function normaliseOutput(value) {
  * @property {string} [description]
  * @property {Record<string, any>} [input_schema]  JSON Schema; omitted = any object
  * @property {number} [timeout]  milliseconds; omitted = the sidecar's default
+ * @property {boolean} [idempotent]  safe to run twice with the same inputs (see the README's
+ *   "Durability")
  * @property {(inputs: Record<string, any>, call: ToolCallContext) => any} handler
  */
 
@@ -394,6 +400,7 @@ export function normaliseOutput(value) {
  * @property {string} tool_name
  * @property {number} iteration
  * @property {Date | null} deadline  when the sidecar stops waiting for this call
+ * @property {string} idempotency_key  `RUN_ID:CALL_ID`, the same each time this call is invoked
  * @property {AbortSignal} signal  aborted at the deadline or when the session ends
  */
 

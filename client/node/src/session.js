@@ -190,7 +190,15 @@ export class SessionRun {
       const tool = this.#tools.get(tool_name);
       if (!tool) throw new ToolError(`this client hosts no tool named ${tool_name}`);
       const inputs = this.#codec.parse(invocation.inputs, 'inputs');
-      const context = { call_id, tool_name, iteration, deadline, signal: controller.signal };
+      const idempotency_key = invocation.idempotency_key ?? '';
+      const context = {
+        call_id,
+        tool_name,
+        iteration,
+        deadline,
+        idempotency_key,
+        signal: controller.signal,
+      };
       const value = await tool.handler(inputs, context);
       answer = { call_id, output: this.#codec.stringify(normaliseOutput(value), 'output') };
     } catch (err) {

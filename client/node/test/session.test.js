@@ -85,6 +85,20 @@ describe('session tools', () => {
     assert.ok(context.signal instanceof AbortSignal);
   });
 
+  test('each call carries its idempotency key, RUN_ID:CALL_ID, to the tool', async () => {
+    const seen = [];
+    const run = client.session({
+      prompt: 'p',
+      llm: script(callTurn('look', ['k1', 'lookup', {}]), { content: 'ok' }),
+      tools: {
+        lookup: { idempotent: true, handler: (_inputs, call) => seen.push(call.idempotency_key) && {} },
+      },
+    });
+    await collect(run);
+    await run.result;
+    assert.deepEqual(seen, [`${run.runId}:k1`]);
+  });
+
   test('a JS tool that throws gives a failed record and the loop continues', async () => {
     const run = client.session({
       prompt: 'p',

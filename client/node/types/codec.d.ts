@@ -43,6 +43,8 @@ export function normaliseOutput(value: any): any;
  * @property {string} [description]
  * @property {Record<string, any>} [input_schema]  JSON Schema; omitted = any object
  * @property {number} [timeout]  milliseconds; omitted = the sidecar's default
+ * @property {boolean} [idempotent]  safe to run twice with the same inputs (see the README's
+ *   "Durability")
  * @property {(inputs: Record<string, any>, call: ToolCallContext) => any} handler
  */
 /**
@@ -51,6 +53,7 @@ export function normaliseOutput(value: any): any;
  * @property {string} tool_name
  * @property {number} iteration
  * @property {Date | null} deadline  when the sidecar stops waiting for this call
+ * @property {string} idempotency_key  `RUN_ID:CALL_ID`, the same each time this call is invoked
  * @property {AbortSignal} signal  aborted at the deadline or when the session ends
  */
 /** @typedef {((inputs: Record<string, any>, call: ToolCallContext) => any) | ToolDefinition} ToolLike */
@@ -112,7 +115,7 @@ export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | un
  * @property {Date | null} time
  * @property {'run_started' | 'iteration_started' | 'llm_responded' | 'tool_call_started'
  *   | 'tool_call_completed' | 'approval_requested' | 'approval_decided' | 'run_completed'
- *   | 'run_failed' | 'run_cancelled'} payload
+ *   | 'run_failed' | 'run_cancelled' | 'run_resumed'} payload
  *   which payload field is set; that field holds the event's data
  * @property {{spec: Record<string, any>}} [run_started]
  * @property {{iteration: number}} [iteration_started]
@@ -125,6 +128,9 @@ export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | un
  * @property {{result: ToolCallRunResult}} [run_completed]
  * @property {{code: number, message: string, result: ToolCallRunResult}} [run_failed]
  * @property {{reason: string, result: ToolCallRunResult}} [run_cancelled]
+ * @property {{after_sequence: number, iteration: number, reason: string,
+ *   rerun_call_ids: string[], interrupted_call_ids: string[]}} [run_resumed]
+ *   the run goes on after its sidecar restarted
  */
 /**
  * @typedef {object} ApprovalRequest  a tool call that waits for approval
@@ -208,6 +214,7 @@ export class Codec {
             seconds: number;
             nanos: number;
         } | null;
+        idempotent: boolean;
     };
     /** @param {ToolCall} call */
     encodeToolCall(call: ToolCall): {
@@ -242,6 +249,11 @@ export type ToolDefinition = {
      * milliseconds; omitted = the sidecar's default
      */
     timeout?: number | undefined;
+    /**
+     * safe to run twice with the same inputs (see the README's
+     * "Durability")
+     */
+    idempotent?: boolean | undefined;
     handler: (inputs: Record<string, any>, call: ToolCallContext) => any;
 };
 export type ToolCallContext = {
@@ -252,6 +264,10 @@ export type ToolCallContext = {
      * when the sidecar stops waiting for this call
      */
     deadline: Date | null;
+    /**
+     * `RUN_ID:CALL_ID`, the same each time this call is invoked
+     */
+    idempotency_key: string;
     /**
      * aborted at the deadline or when the session ends
      */
@@ -330,7 +346,7 @@ export type RunEvent = {
     /**
      *   which payload field is set; that field holds the event's data
      */
-    payload: "run_started" | "iteration_started" | "llm_responded" | "tool_call_started" | "tool_call_completed" | "approval_requested" | "approval_decided" | "run_completed" | "run_failed" | "run_cancelled";
+    payload: "run_started" | "iteration_started" | "llm_responded" | "tool_call_started" | "tool_call_completed" | "approval_requested" | "approval_decided" | "run_completed" | "run_failed" | "run_cancelled" | "run_resumed";
     run_started?: {
         spec: Record<string, any>;
     } | undefined;
@@ -376,6 +392,16 @@ export type RunEvent = {
     run_cancelled?: {
         reason: string;
         result: ToolCallRunResult;
+    } | undefined;
+    /**
+     * the run goes on after its sidecar restarted
+     */
+    run_resumed?: {
+        after_sequence: number;
+        iteration: number;
+        reason: string;
+        rerun_call_ids: string[];
+        interrupted_call_ids: string[];
     } | undefined;
 };
 /**
