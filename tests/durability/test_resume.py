@@ -213,3 +213,40 @@ async def test_a_run_resumes_again_after_a_second_kill(spawn: Spawn, tmp_path: P
     assert isinstance(end, RunCompleted)
     assert end.result.content == "twice done"
     assert sum(isinstance(e.event, ToolCallStarted) for e in log) == 2  # e1, w1
+
+
+async def test_a_session_run_fails_at_the_restart_saying_it_does_not_resume(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    first: SidecarProcess = spawn()
+    running = asyncio.Event()
+
+    async def remote(text: str) -> dict[str, str]:
+        """Wait until the test is done with the sidecar.
+
+        Args:
+            text: Anything.
+        """
+        running.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    script = [{"tool_calls": [{"id": "r1", "name": "remote", "arguments": {"text": "x"}}]}]
+
+    async def hold() -> None:
+        async for _ in client.session("go", tools=[remote], script=script, run_id="s"):
+            pass
+
+    async with AsyncSidecarClient(first.address) as client, asyncio.timeout(LONG_S):
+        session = asyncio.create_task(hold())
+        await running.wait()  # the sidecar sent the invocation: the call is in flight
+        first.kill()
+        await asyncio.gather(session, return_exceptions=True)
+
+    second: SidecarProcess = spawn()
+    async with AsyncSidecarClient(second.address) as client, asyncio.timeout(LONG_S):
+        log = [e async for e in client.watch("s")]
+    assert [e.sequence for e in log] == list(range(1, len(log) + 1))
+    end = log[-1].event
+    assert isinstance(end, RunFailed)
+    assert "a Session run does not resume" in end.message

@@ -381,6 +381,18 @@ async def test_tool_invocation_carries_call_details(stub: Stub) -> None:
     session.cancel()
 
 
+async def test_tool_invocation_carries_the_call_s_idempotency_key(stub: Stub) -> None:
+    session = stub.Session()
+    script = [turn("", call("inv-k", "remote")), turn("done")]
+    await session.write(
+        session_start(run_spec(script, run_id="keyed"), types_pb2.ToolSpec(name="remote"))
+    )
+    invocation = await read_until_invocation(session)
+
+    assert invocation.idempotency_key == "keyed:inv-k"
+    session.cancel()
+
+
 async def test_tool_invocation_deadline_follows_the_tool_timeout(stub: Stub) -> None:
     session = stub.Session()
     script = [turn("", call("inv-1", "remote")), turn("done")]
