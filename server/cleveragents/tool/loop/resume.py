@@ -66,10 +66,11 @@ class PendingBatch:
     approved: set[str] = field(default_factory=set)
 
     def in_flight(self) -> list[str]:
-        """The ids of calls that may have been executing: started, not ended, not waiting."""
+        """The ids of calls that may have been executing: started, not ended, not waiting
+        for an approval, and within the budget (a call over it is refused, never run)."""
         return [
             c.id
-            for c in self.calls
+            for c in self.calls[: self.allowed]
             if c.id in self.started and c.id not in self.records and c.id not in self.asked
         ]
 

@@ -9,6 +9,7 @@ executing runs again only if its tool is idempotent, and otherwise ends with a f
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +33,11 @@ async def resume_loop(
     tools: Sequence[Mapping[str, Any]],
     emit: EventSink,
     resume: Resumption,
+    left_s: float | None = None,
 ) -> ToolCallRunResult:
-    """Rebuild ``state`` from ``resume``'s events, log ``RunResumed`` and finish the run."""
+    """Rebuild ``state`` from ``resume``'s events, log ``RunResumed`` and finish the run;
+    ``left_s`` is the time its limits leave it (negative: it ran out while the sidecar was
+    down)."""
     route = runtime.router.route if runtime.router is not None else route_call
     budget = runtime.budget
     at = replay(
@@ -48,6 +52,10 @@ async def resume_loop(
             tuple(interrupted),
         )
     )  # fmt: skip
+    if left_s is not None and left_s <= 0:
+        # The deadline or wall-clock budget passed while the sidecar was down: wait for the
+        # runtime's timeout, already due, to end the run before anything runs again.
+        await asyncio.Event().wait()
     if at.final is not None:
         return state.result(at.stop or StopReason.FINAL_ANSWER, content=at.final)
     if pending is not None:

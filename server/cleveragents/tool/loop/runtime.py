@@ -161,9 +161,8 @@ class ToolCallingRuntime:
     ) -> ToolCallRunResult:
         """Run the loop and return the result; ``on_event`` receives every event in order.
 
-        With ``resume``, the run goes on from its logged events (``resume.py``) instead of
-        starting: ``RunResumed`` instead of ``RunStarted``, then the loop where it stopped;
-        ``timeout_s`` and the wall-clock budget count from the run's first start.
+        With ``resume``, the run goes on from its logged events (``resume.py``): ``RunResumed``,
+        then the loop where it stopped; its time limits count from the run's first start.
 
         ``timeout_s`` is the run's deadline: when it passes, calls in flight are closed as
         cancelled, ``RunCancelled`` ends the run and the partial result comes back with
@@ -254,7 +253,7 @@ class ToolCallingRuntime:
                 result = await self._body(state, tools, emit, resume)
             else:
                 async with asyncio.timeout(left_s) as scope:
-                    result = await self._body(state, tools, emit, resume)
+                    result = await self._body(state, tools, emit, resume, left_s)
         except TimeoutError:
             if limit_s is None or not scope.expired():
                 raise
@@ -290,11 +289,12 @@ class ToolCallingRuntime:
         tools: Sequence[Mapping[str, Any]],
         emit: EventSink,
         resume: Resumption | None,
+        left_s: float | None = None,
     ) -> ToolCallRunResult:
         """The loop, from its start or (``resume``) from where the run's log stops."""
         if resume is None:
             return await self._loop(state, tools, emit)
-        return await resume_loop(self, state, tools, emit, resume)
+        return await resume_loop(self, state, tools, emit, resume, left_s)
 
     async def _loop(
         self,
