@@ -72,7 +72,9 @@ def restore(
         run.finish_restored(Terminal(RunState.FAILED, event.result, _failure(last), last.time))
     elif isinstance(event, RunCancelled):
         run.finish_restored(Terminal(RunState.CANCELLED, event.result, None, last.time))
-    elif keep_live:
+    elif keep_live:  # what ListRuns shows of it until it goes on
+        so_far = partial_result(run.run_id, stored.frames)
+        run.iterations, run.tool_calls = so_far.iterations, len(so_far.tool_call_history)
         return run
     else:
         crashed(run)
