@@ -64,7 +64,8 @@ node-test: install
 # sources (/usr/share/gocode/src) in GOPATH mode: no module proxy needed (client/go/README.md).
 # Missing packages are installed with apt-get when this runs as root (or with sudo -n).
 GO ?= go
-GO_DEBS := golang-go protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev golang-google-protobuf-dev
+GO_DEBS := golang-go protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev golang-google-protobuf-dev \
+	golang-github-golang-protobuf-1-5-dev
 GO_BUILD := build/go
 GO_IMPORT := github.com/cleveragents/cleveragents-sidecar/client/go
 GO_LINK := $(GO_BUILD)/gopath/src/$(GO_IMPORT)
@@ -74,6 +75,7 @@ GO_ENV := GO111MODULE=off GOFLAGS= GOPATH=$(abspath $(GO_BUILD)/gopath):/usr/sha
 go-tools:
 	@missing=; for t in $(GO) protoc-gen-go protoc-gen-go-grpc; do command -v $$t >/dev/null || missing=yes; done; \
 	test -d /usr/share/gocode/src/google.golang.org/grpc || missing=yes; \
+	test -f /usr/share/gocode/src/github.com/golang/protobuf/proto/registry.go || missing=yes; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then as=; elif sudo -n true 2>/dev/null; then as="sudo -n"; \
 		else echo "the Go client needs Debian's $(GO_DEBS): install them (apt-get install $(GO_DEBS)), or run make lint, make node-test and $(BIN)/python -m pytest without Go" >&2; exit 1; fi; \
@@ -84,6 +86,7 @@ go-tools:
 
 # go vet, then the Go client's tests, which start a real sidecar from .venv.
 go-test: install go-tools
+	@test -z "$$(gofmt -l client/go)" || { echo "gofmt would change: $$(gofmt -l client/go)" >&2; exit 1; }
 	cd $(GO_LINK) && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) SIDECAR_BIN=$(abspath $(BIN))/cleveragents-sidecar $(GO) test ./...
 
 demo: install
