@@ -84,10 +84,11 @@ go-tools:
 	fi
 	@mkdir -p $(dir $(GO_LINK)) && ln -sfn $(abspath client/go) $(GO_LINK)
 
-# go vet, then the Go client's tests, which start a real sidecar from .venv.
+# gofmt, go vet, then the Go client's tests, which start a real sidecar from .venv (-count=1:
+# run them every time, never a cached pass).
 go-test: install go-tools
 	@test -z "$$(gofmt -l client/go)" || { echo "gofmt would change: $$(gofmt -l client/go)" >&2; exit 1; }
-	cd $(GO_LINK) && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) SIDECAR_BIN=$(abspath $(BIN))/cleveragents-sidecar $(GO) test ./...
+	cd $(GO_LINK) && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) SIDECAR_BIN=$(abspath $(BIN))/cleveragents-sidecar $(GO) test -count=1 ./...
 
 demo: install
 	$(BIN)/python examples/demo.py
