@@ -16,7 +16,8 @@ import (
 // ToolFunc runs one call of a Go tool. input is the call's JSON object; the value returned is
 // sent back as JSON (a value that is not a JSON object is wrapped as {"result": value}, as the
 // other clients do), and an error becomes a failed call whose message the model sees. ctx ends
-// when the sidecar's deadline for the call passes or the session ends.
+// when the sidecar's deadline for the call passes or the session ends, and a ToolFunc should
+// return then: Session.Wait returns only once every call it started has returned.
 type ToolFunc func(ctx context.Context, input json.RawMessage) (any, error)
 
 // Tool is a Go function the sidecar may call during a Session.

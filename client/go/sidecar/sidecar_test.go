@@ -301,22 +301,7 @@ func TestWatchAcknowledgesAndReadsARunLargerThanItsWindow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
 	client := dial(t, ctx, startSidecar(t, nil, "--watch-window-bytes", "4096", "--watcher-stall-s", "2"))
-	big := Tool{Name: "big", Func: func(context.Context, json.RawMessage) (any, error) {
-		return map[string]string{"text": strings.Repeat("x", 2000)}, nil
-	}}
-	var calls []scriptCall
-	for i := 0; i < 20; i++ {
-		calls = append(calls, scriptCall{ID: fmt.Sprintf("c%d", i), Name: "big", Arguments: map[string]any{}})
-	}
-	spec := scriptedSpec(t, scriptTurn{ToolCalls: calls}, scriptTurn{Content: "done"})
-	s, err := client.StartSession(ctx, SessionOptions{Spec: spec, Tools: []Tool{big}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sessionEvents := collect(t, s)
-	if _, err := s.Wait(); err != nil {
-		t.Fatal(err)
-	}
+	s, sessionEvents := bigRun(t, ctx, client)
 	w, err := client.Watch(ctx, s.RunID(), WatchOptions{NoResume: true})
 	if err != nil {
 		t.Fatal(err)
@@ -345,6 +330,78 @@ func TestWatchAcknowledgesAndReadsARunLargerThanItsWindow(t *testing.T) {
 	ev, err := w2.Next()
 	if err != nil || ev.GetSequence() != 11 {
 		t.Fatalf("first event after 10: %v, %v", ev, err)
+	}
+}
+
+// bigRun is a finished run whose log is several times a 4 KiB window: its session and events.
+func bigRun(t *testing.T, ctx context.Context, client *Client) (*Session, []*pb.RunEvent) {
+	t.Helper()
+	big := Tool{Name: "big", Func: func(context.Context, json.RawMessage) (any, error) {
+		return map[string]string{"text": strings.Repeat("x", 2000)}, nil
+	}}
+	var calls []scriptCall
+	for i := 0; i < 20; i++ {
+		calls = append(calls, scriptCall{ID: fmt.Sprintf("c%d", i), Name: "big", Arguments: map[string]any{}})
+	}
+	spec := scriptedSpec(t, scriptTurn{ToolCalls: calls}, scriptTurn{Content: "done"})
+	s, err := client.StartSession(ctx, SessionOptions{Spec: spec, Tools: []Tool{big}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := collect(t, s)
+	if _, err := s.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	return s, events
+}
+
+// A watcher the sidecar drops for leaving its window unacknowledged reconnects after the last
+// event Next returned: no event is lost or repeated.
+func TestWatchResumesAfterTheLastEventWhenTheSidecarDropsIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	client := dial(t, ctx, startSidecar(t, nil, "--watch-window-bytes", "4096", "--watcher-stall-s", "1"))
+	s, sessionEvents := bigRun(t, ctx, client)
+	w, err := client.Watch(ctx, s.RunID(), WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	first, err := w.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stall: take the stream's messages without handling or acknowledging them, as a watcher
+	// that stopped working would, until the sidecar drops the stream.
+	var dropped error
+	for dropped == nil {
+		_, dropped = w.stream.Recv()
+	}
+	if status.Code(dropped) != codes.ResourceExhausted {
+		t.Fatalf("the stalled stream ended with %v", dropped)
+	}
+	w.pending, w.ackDue = nil, false // what the stalled reader took is gone with it
+	if resumed, err := w.resume(dropped); !resumed {
+		t.Fatalf("did not resume: %v", err)
+	}
+	seqs := []uint64{first.GetSequence()}
+	for {
+		ev, err := w.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ev.GetSequence())
+	}
+	if len(seqs) != len(sessionEvents) {
+		t.Fatalf("watched %d events, the run has %d", len(seqs), len(sessionEvents))
+	}
+	for i, seq := range seqs {
+		if seq != uint64(i+1) {
+			t.Fatalf("event %d has sequence %d: %v", i, seq, seqs)
+		}
 	}
 }
 
