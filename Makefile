@@ -18,7 +18,7 @@ $(info $(VENV) was made by a Python older than 3.11, or its Python is gone: rebu
 $(shell rm -rf $(VENV))
 endif
 
-.PHONY: install test lint generate demo bench fuzz node-test clean
+.PHONY: install test lint generate demo bench fuzz node-test go-tools go-test clean
 
 install: $(STAMP)
 
@@ -41,6 +41,9 @@ generate: install
 		--mypy_out=generated --mypy_grpc_out=generated \
 		$$(cd protos && find cleveragents -name '*.proto' | sort)
 	touch generated/cleveragents/toolruntime/v1/py.typed  # typed for PEP 561, like the rest
+	@if command -v protoc-gen-go >/dev/null && command -v protoc-gen-go-grpc >/dev/null; then \
+		rm -rf client/go/toolruntimev1 && $(BIN)/buf generate; \
+	else echo "protoc-gen-go or protoc-gen-go-grpc missing: client/go/toolruntimev1 not regenerated (make go-tools installs them)"; fi
 
 lint: install $(LINT_STAMP)
 	$(BIN)/ruff check server client tests bench examples fuzz
@@ -49,13 +52,43 @@ lint: install $(LINT_STAMP)
 	PYTHONPATH=server:client:generated $(LINT_VENV)/bin/lint-imports --no-cache
 	cd protos && ../$(BIN)/buf lint
 
-test: lint node-test
+test: lint node-test go-test
 	$(BIN)/python -m pytest
 
 # The Node.js client's tests start a real sidecar from .venv, hence the install.
 node-test: install
 	@command -v $(NODE) >/dev/null && command -v $(NPM) >/dev/null || { echo "make node-test (part of make test) needs Node.js 18+ and npm for the Node.js client's tests: install them (Debian: apt-get install nodejs npm), or run make lint and $(BIN)/python -m pytest for the Python part alone" >&2; exit 1; }
 	cd client/node && npm ci --no-audit --no-fund --ignore-scripts && npm test
+
+# The Go client (client/go) builds offline from Debian's Go toolchain, protoc plugins and library
+# sources (/usr/share/gocode/src) in GOPATH mode: no module proxy needed (client/go/README.md).
+# Missing packages are installed with apt-get when this runs as root (or with sudo -n).
+GO ?= go
+GO_DEBS := golang-go protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev golang-google-protobuf-dev \
+	golang-github-golang-protobuf-1-5-dev
+GO_BUILD := build/go
+GO_IMPORT := github.com/cleveragents/cleveragents-sidecar/client/go
+GO_LINK := $(GO_BUILD)/gopath/src/$(GO_IMPORT)
+GO_ENV := GO111MODULE=off GOFLAGS= GOPATH=$(abspath $(GO_BUILD)/gopath):/usr/share/gocode \
+	GOCACHE=$(abspath $(GO_BUILD)/cache)
+
+go-tools:
+	@missing=; for t in $(GO) protoc-gen-go protoc-gen-go-grpc; do command -v $$t >/dev/null || missing=yes; done; \
+	test -d /usr/share/gocode/src/google.golang.org/grpc || missing=yes; \
+	test -f /usr/share/gocode/src/github.com/golang/protobuf/proto/registry.go || missing=yes; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then as=; elif sudo -n true 2>/dev/null; then as="sudo -n"; \
+		else echo "the Go client needs Debian's $(GO_DEBS): install them (apt-get install $(GO_DEBS)), or run make lint, make node-test and $(BIN)/python -m pytest without Go" >&2; exit 1; fi; \
+		echo "installing $(GO_DEBS) with apt-get"; \
+		$$as apt-get install -y -q $(GO_DEBS) || { $$as apt-get update -q && $$as apt-get install -y -q $(GO_DEBS); } || { echo "apt-get could not install $(GO_DEBS)" >&2; exit 1; }; \
+	fi
+	@mkdir -p $(dir $(GO_LINK)) && ln -sfn $(abspath client/go) $(GO_LINK)
+
+# gofmt, go vet, then the Go client's tests, which start a real sidecar from .venv (-count=1:
+# run them every time, never a cached pass).
+go-test: install go-tools
+	@test -z "$$(gofmt -l client/go)" || { echo "gofmt would change: $$(gofmt -l client/go)" >&2; exit 1; }
+	cd $(GO_LINK) && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) SIDECAR_BIN=$(abspath $(BIN))/cleveragents-sidecar $(GO) test -count=1 ./...
 
 demo: install
 	$(BIN)/python examples/demo.py
@@ -68,4 +101,4 @@ fuzz: install
 	$(BIN)/python fuzz/fuzz_requests.py -max_total_time=$${FUZZ_SECONDS:-60}
 
 clean:
-	rm -rf $(VENV) .venv-lint .mypy_cache .pytest_cache .ruff_cache client/node/node_modules
+	rm -rf $(VENV) .venv-lint .mypy_cache .pytest_cache .ruff_cache client/node/node_modules $(GO_BUILD)
