@@ -150,7 +150,8 @@ class WatchView:
                 case ApprovalDecided():
                     verdict = "approved" if event.approved else "DENIED"
                     why = f": {event.reason}" if event.reason else ""
-                    self._line(f"  {verdict} (call {event.call_id}) by {event.by}{why}")
+                    who = f" ({event.identity})" if event.identity else ""
+                    self._line(f"  {verdict} (call {event.call_id}) by {event.by}{who}{why}")
                 case LLMResponded():
                     pass  # the progress line shows iterations and calls
                 case _:  # pragma: no cover - mypy checks that every event type is handled

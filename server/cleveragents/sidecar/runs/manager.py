@@ -243,14 +243,17 @@ class RunManager:
         run.approvals = assembled.approvals
         if policy is not None:
             self.quotas.admit(run, owner, policy, bucket)
-        run_log, answering = run.log, sink if sink_answers_approvals else None
+        # The stream that started the run is its owner's: it answers only if the owner may.
+        owner_decides = assembled.approvals.self_approval
+        run_log = run.log
+        answering = sink if sink_answers_approvals and owner_decides else None
 
         def attended() -> bool:
             if any(cursor.decides for cursor in run_log.cursors):
                 return True
             return answering is not None and answering in run_log.sinks
 
-        assembled.approvals.bind(run_id, attended)
+        assembled.approvals.bind(run_id, attended, owner)
         for observer in self.observers:
             observer.run_started(run, metadata or {})
         if sink is not None:
