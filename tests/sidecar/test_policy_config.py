@@ -110,3 +110,25 @@ def test_self_approval_is_on_unless_a_policy_turns_it_off(tmp_path: Path) -> Non
 
     assert config.policy.self_approval is True
     assert config.policy_named("strict").self_approval is False
+
+
+@pytest.mark.parametrize(
+    ("text", "identity"),
+    [
+        ("[policy]\nself_approval = false\n", "'default'"),  # one shared identity, or none
+        (
+            "[policies.strict]\nself_approval = false\n"
+            "[clients.alice]\ntoken_env = 'T_ALICE'\npolicy = 'strict'\n"
+            "[clients.april]\ntoken_env = 'T_APRIL'\nroles = ['observer']\n",
+            "'alice'",
+        ),
+    ],
+)
+def test_self_approval_off_with_nobody_else_to_decide_is_refused_at_start(
+    tmp_path: Path, text: str, identity: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load(tmp_path, text)
+
+    assert f"self_approval = false governs identity {identity}" in str(refused.value)
+    assert "give another [clients.NAME] the approver or admin role" in str(refused.value)

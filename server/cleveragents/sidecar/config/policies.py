@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cleveragents.sidecar.errors import ConfigError
 
-__all__ = ["Policy", "parse_policies"]
+__all__ = ["Policy", "check_deciders", "parse_policies"]
 
 _GLOBS = ("automation_profiles", "llm_profiles", "llm_models")
 _QUOTAS = ("max_concurrent_runs", "runs_per_minute")
@@ -80,6 +80,23 @@ class Policy:
                     f"{self.where}.{key}: {pattern!r} matches none of the configured "
                     f"{key.replace('_', ' ')} ({', '.join(sorted(known))})"
                 )
+
+
+def check_deciders(
+    policies: Mapping[str, Policy], identities: Mapping[str, tuple[str, frozenset[str]]]
+) -> None:
+    """``ConfigError`` when a policy with ``self_approval = false`` governs an identity whose
+    runs nobody else may decide (no other identity has the approver or admin role): every
+    approval of its runs would go to the default. ``identities``: name -> (policy, roles)."""
+    deciders = {name for name, (_, roles) in identities.items() if roles & {"approver", "admin"}}
+    for name, (policy_name, _) in sorted(identities.items()):
+        policy = policies[policy_name]
+        if not policy.self_approval and not deciders - {name}:
+            raise ConfigError(
+                f"{policy.where}.self_approval = false governs identity {name!r}, but no other "
+                "identity may decide its runs' approvals: give another [clients.NAME] the "
+                "approver or admin role (or keep self_approval)"
+            )
 
 
 def parse_policies(global_table: Any, named: Any) -> tuple[Policy, dict[str, Policy]]:
