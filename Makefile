@@ -18,7 +18,7 @@ $(info $(VENV) was made by a Python older than 3.11, or its Python is gone: rebu
 $(shell rm -rf $(VENV))
 endif
 
-.PHONY: install test lint generate demo bench fuzz node-test go-tools go-test clean
+.PHONY: install test lint generate demo bench fuzz node-test go-tools go-test clean image image-rootfs
 
 install: $(STAMP)
 
@@ -99,6 +99,45 @@ bench: install
 fuzz: install
 	$(BIN)/pip install --quiet atheris
 	$(BIN)/python fuzz/fuzz_requests.py -max_total_time=$${FUZZ_SECONDS:-60}
+
+# The container image (Containerfile), built with podman, else buildah, from the wheel this
+# repository builds and its dependencies' wheels, downloaded here first: the build itself runs
+# without network. IMAGE_BASE: any Debian-like image with Python 3.11 and venv; where none can
+# be pulled, `make image-rootfs` first makes one from Debian packages (debootstrap, as root).
+IMAGE ?= cleveragents-sidecar:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE_BASE ?= docker.io/library/python:3.11-slim-bookworm
+ROOTFS_IMAGE ?= localhost/cleveragents-rootfs:bookworm
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
+IMAGE_WHEELS := build/image/wheels
+# Where the builder cannot start containers (a container itself, no cgroup controllers):
+# IMAGE_BUILD_FLAGS="--isolation chroot --network host" (chroot runs only on the host network).
+IMAGE_BUILD_FLAGS ?= --network none
+# Wheels for the image's glibc (bookworm: 2.36) and any older one; pip takes --platform as is.
+IMAGE_ARCH := $(shell uname -m)
+IMAGE_PLATFORMS := $(foreach v,$(shell seq 17 36),--platform manylinux_2_$(v)_$(IMAGE_ARCH)) \
+	--platform manylinux2014_$(IMAGE_ARCH) --platform manylinux2010_$(IMAGE_ARCH) \
+	--platform manylinux1_$(IMAGE_ARCH)
+CONTAINER_BUILD = $(shell command -v podman >/dev/null && echo podman build || { command -v buildah >/dev/null && echo buildah build; })
+
+image: install
+	@test -n "$(CONTAINER_BUILD)" || { echo "make image needs podman or buildah (Debian: apt-get install podman, or buildah)" >&2; exit 1; }
+	rm -rf $(IMAGE_WHEELS) && mkdir -p $(IMAGE_WHEELS)
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir $(IMAGE_WHEELS) .
+	$(BIN)/pip download --quiet --only-binary=:all: --python-version 3.11 --implementation cp \
+		$(IMAGE_PLATFORMS) --dest $(IMAGE_WHEELS) $(IMAGE_WHEELS)/cleveragents_sidecar-*.whl
+	$(CONTAINER_BUILD) --format docker $(IMAGE_BUILD_FLAGS) --build-arg BASE=$(IMAGE_BASE) \
+		-f Containerfile -t $(IMAGE) .
+
+# A base image made offline: Debian bookworm's python3 and python3-venv from DEBIAN_MIRROR.
+image-rootfs:
+	@test -n "$(CONTAINER_BUILD)" || { echo "make image-rootfs needs podman or buildah (Debian: apt-get install podman, or buildah)" >&2; exit 1; }
+	@command -v debootstrap >/dev/null || { echo "make image-rootfs needs debootstrap, run as root (Debian: apt-get install debootstrap)" >&2; exit 1; }
+	rm -rf build/rootfs && mkdir -p build/rootfs
+	debootstrap --variant=minbase --include=python3,python3-venv bookworm build/rootfs/tree $(DEBIAN_MIRROR)
+	rm -rf build/rootfs/tree/var/cache/apt/archives/*.deb build/rootfs/tree/var/lib/apt/lists/*
+	tar -C build/rootfs/tree --numeric-owner -cf build/rootfs/rootfs.tar .
+	printf 'FROM scratch\nADD rootfs.tar /\nCMD ["/bin/bash"]\n' > build/rootfs/Containerfile
+	$(CONTAINER_BUILD) --format docker --network none -t $(ROOTFS_IMAGE) build/rootfs
 
 clean:
 	rm -rf $(VENV) .venv-lint .mypy_cache .pytest_cache .ruff_cache client/node/node_modules $(GO_BUILD)

@@ -82,6 +82,7 @@ def test_defaults_allow_every_profile_and_model_but_no_shadowing_and_no_quota() 
         ("[policies.ci]\nruns_per_minute = -1\n", "policies.ci.runs_per_minute must be 0"),
         ("[policy]\nllm_models = 'gpt-*'\n", "policy.llm_models must be a list of globs"),
         ("[policy]\nallow_tool_shadowing = 1\n", "policy.allow_tool_shadowing must be true"),
+        ("[policies.ci]\nself_approval = 'no'\n", "policies.ci.self_approval must be true"),
         (
             "[policy]\nautomation_profiles = ['supervised', 'ful_auto']\n",
             "policy.automation_profiles: 'ful_auto' matches none of the configured",
@@ -102,3 +103,32 @@ def test_a_mistaken_policy_is_refused_at_start_naming_the_key(
 ) -> None:
     with pytest.raises(ConfigError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
         load(tmp_path, text)
+
+
+def test_self_approval_is_on_unless_a_policy_turns_it_off(tmp_path: Path) -> None:
+    config = load(tmp_path, "[policy]\n[policies.strict]\nself_approval = false\n")
+
+    assert config.policy.self_approval is True
+    assert config.policy_named("strict").self_approval is False
+
+
+@pytest.mark.parametrize(
+    ("text", "identity"),
+    [
+        ("[policy]\nself_approval = false\n", "'default'"),  # one shared identity, or none
+        (
+            "[policies.strict]\nself_approval = false\n"
+            "[clients.alice]\ntoken_env = 'T_ALICE'\npolicy = 'strict'\n"
+            "[clients.april]\ntoken_env = 'T_APRIL'\nroles = ['observer']\n",
+            "'alice'",
+        ),
+    ],
+)
+def test_self_approval_off_with_nobody_else_to_decide_is_refused_at_start(
+    tmp_path: Path, text: str, identity: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load(tmp_path, text)
+
+    assert f"self_approval = false governs identity {identity}" in str(refused.value)
+    assert "give another [clients.NAME] the approver or admin role" in str(refused.value)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import queue
+import threading
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Unpack
 
 import grpc
@@ -80,9 +81,18 @@ class SidecarClient:
         self._channel = channel
         self._stub = service_pb2_grpc.ToolRuntimeServiceStub(self._channel)
         self._metadata = tuple(metadata) + auth_metadata(token)
+        #: How to stop each ``watch`` and ``session`` under way: gRPC sends their requests
+        #: from a thread of its own, which only the end of their request queue ends.
+        self._open: set[Callable[[], None]] = set()
+        self._open_lock = threading.Lock()
 
     def close(self) -> None:
-        """Close the channel (if this client opened it)."""
+        """End the ``watch`` and ``session`` streams still open (their threads with them),
+        then close the channel (if this client opened it)."""
+        with self._open_lock:
+            stops, self._open = list(self._open), set()
+        for stop in stops:
+            stop()
         if self._owns_channel:
             self._channel.close()
 
@@ -158,8 +168,13 @@ class SidecarClient:
         """Follow a run from ``after_sequence``: what was missed, then live, to its end.
 
         Each event counts as handled (and is acknowledged to the sidecar, which sends no more
-        than its window ahead of that) once the next one is asked for.
+        than its window ahead of that) once the next one is asked for. The call starts at
+        the first ``next``; one left part way ends when the iterator is closed or collected,
+        or the client is closed.
         """
+        return self._follow(run_id, after_sequence)
+
+    def _follow(self, run_id: str, after_sequence: int) -> Generator[StreamedEvent, None, None]:
         outgoing: queue.SimpleQueue[service_pb2.FollowRunRequest | None] = queue.SimpleQueue()
         outgoing.put(follow_start(run_id, after_sequence))
 
@@ -168,7 +183,7 @@ class SidecarClient:
                 yield message
 
         call = self._stub.FollowRun(requests(), metadata=self._metadata)
-        return self._events(call, outgoing)
+        yield from self._events(call, outgoing)
 
     def get_run(self, run_id: str) -> RunInfo:
         """A run's state, last sequence and (once ended) result."""
@@ -252,9 +267,15 @@ class SidecarClient:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
 
         Yields every event; tools and the LLM are called in this thread as the sidecar asks.
-        Leaving the iteration early cancels the run.
+        The run starts at the first ``next``. Leaving the iteration early (closing the
+        iterator, dropping it, or closing the client) cancels the run.
         """
         logic = SessionLogic(prompt, tools=tools, llm=llm, approver=approver, options=dict(options))
+        return self._session(logic, timeout)
+
+    def _session(
+        self, logic: SessionLogic, timeout: float | None
+    ) -> Generator[StreamedEvent, None, None]:
         outgoing: queue.SimpleQueue[session_pb2.SessionRequest | None] = queue.SimpleQueue()
         outgoing.put(logic.start)
 
@@ -263,14 +284,7 @@ class SidecarClient:
                 yield message
 
         call = self._stub.Session(requests(), metadata=self._metadata, timeout=timeout)
-        return self._session(call, outgoing, logic)
-
-    def _session(
-        self,
-        call: Any,
-        outgoing: queue.SimpleQueue[session_pb2.SessionRequest | None],
-        logic: SessionLogic,
-    ) -> Generator[StreamedEvent, None, None]:
+        stop = self._opened(outgoing, call)
         loop = asyncio.new_event_loop()
         try:
             with rpc_errors():
@@ -283,8 +297,7 @@ class SidecarClient:
                     if job is not None:
                         outgoing.put(loop.run_until_complete(logic.answer(job)))
         finally:
-            outgoing.put(None)
-            call.cancel()
+            self._closed(stop)
             loop.close()
 
     def _events(
@@ -294,6 +307,7 @@ class SidecarClient:
     ) -> Generator[StreamedEvent, None, None]:
         """The events of a streaming ``call``; a ``FollowRun`` call's acks go to ``acks``."""
         decode, handled = EventDecoder(), 0
+        stop = self._opened(acks, call)
         try:
             with rpc_errors():
                 for response in call:
@@ -310,6 +324,23 @@ class SidecarClient:
                     if acks is not None and (ack := follow_ack(response, handled)) is not None:
                         acks.put(ack)
         finally:
-            if acks is not None:
-                acks.put(None)  # ends the thread that sends them
+            self._closed(stop)
+
+    def _opened(self, requests: queue.SimpleQueue[Any] | None, call: Any) -> Callable[[], None]:
+        """Track a streaming ``call`` (and its ``requests`` queue, which gRPC's thread reads)
+        until :meth:`_closed`, so that :meth:`close` can end it; how to end it."""
+
+        def stop() -> None:
+            if requests is not None:
+                requests.put(None)  # ends the thread that sends them
             call.cancel()
+
+        with self._open_lock:
+            self._open.add(stop)
+        return stop
+
+    def _closed(self, stop: Callable[[], None]) -> None:
+        """The stream ``stop`` ends is over: end it, and forget it."""
+        with self._open_lock:
+            self._open.discard(stop)
+        stop()

@@ -69,7 +69,8 @@
  * @property {{record: ToolCallRecord}} [tool_call_completed]
  * @property {ApprovalRequest & {how_to_answer: string}} [approval_requested]
  * @property {{call_id: string, approved: boolean, reason: string, decided_by: string,
- *   iteration: number}} [approval_decided]  `decided_by`: session, rpc, timeout or policy
+ *   iteration: number, identity: string}} [approval_decided]  `decided_by`: session, rpc,
+ *   timeout or policy; `identity`: who decided (empty for timeout and policy)
  * @property {{result: ToolCallRunResult}} [run_completed]
  * @property {{code: number, message: string, result: ToolCallRunResult}} [run_failed]
  * @property {{reason: string, result: ToolCallRunResult}} [run_cancelled]

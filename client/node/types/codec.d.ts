@@ -124,7 +124,8 @@ export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | un
  * @property {{record: ToolCallRecord}} [tool_call_completed]
  * @property {ApprovalRequest & {how_to_answer: string}} [approval_requested]
  * @property {{call_id: string, approved: boolean, reason: string, decided_by: string,
- *   iteration: number}} [approval_decided]  `decided_by`: session, rpc, timeout or policy
+ *   iteration: number, identity: string}} [approval_decided]  `decided_by`: session, rpc,
+ *   timeout or policy; `identity`: who decided (empty for timeout and policy)
  * @property {{result: ToolCallRunResult}} [run_completed]
  * @property {{code: number, message: string, result: ToolCallRunResult}} [run_failed]
  * @property {{reason: string, result: ToolCallRunResult}} [run_cancelled]
@@ -372,7 +373,8 @@ export type RunEvent = {
         how_to_answer: string;
     }) | undefined;
     /**
-     * `decided_by`: session, rpc, timeout or policy
+     * `decided_by`: session, rpc,
+     * timeout or policy; `identity`: who decided (empty for timeout and policy)
      */
     approval_decided?: {
         call_id: string;
@@ -380,6 +382,7 @@ export type RunEvent = {
         reason: string;
         decided_by: string;
         iteration: number;
+        identity: string;
     } | undefined;
     run_completed?: {
         result: ToolCallRunResult;

@@ -7,6 +7,10 @@ unary ``RunToolLoop`` nobody watches), so then the default applies at once, or a
 ``approval_timeout_unattended_s`` when that is set, so that an operator can still answer with
 ``DecideApproval`` or ``cleveragents-sidecar approve``. Every request is logged at warning
 level with the run and call ids and how to answer it.
+
+Under a policy with ``self_approval = false`` the identity that started the run may not
+decide its approvals: its own streams do not count as someone who can answer, and its
+decisions are refused with ``PERMISSION_DENIED``. Each decision records who made it.
 """
 
 from __future__ import annotations
@@ -42,8 +46,13 @@ class ApprovalBroker:
         timeout_s: float = 300.0,
         approve_on_timeout: bool = False,
         unattended_timeout_s: float = 0.0,
+        self_approval: bool = True,
+        policy: str = "policy",
     ) -> None:
         self._pending: dict[str, asyncio.Future[ApprovalDecision]] = {}
+        self.self_approval = self_approval
+        self._policy = policy  # the table that says so, for the refusal's message
+        self.owner = ""
         self.timeout_s = timeout_s
         self.approve_on_timeout = approve_on_timeout
         self.unattended_timeout_s = unattended_timeout_s
@@ -51,11 +60,24 @@ class ApprovalBroker:
         self._attended: Callable[[], bool] = _nobody
         self._logger: Any = _log
 
-    def bind(self, run_id: str, attended: Callable[[], bool]) -> None:
-        """Serve run ``run_id``; ``attended()`` says whether anyone can answer right now."""
+    def bind(self, run_id: str, attended: Callable[[], bool], owner: str = "") -> None:
+        """Serve run ``run_id`` of ``owner``; ``attended()`` says whether anyone can answer
+        right now."""
         self.run_id = run_id
+        self.owner = owner
         self._attended = attended
         self._logger = _log.bind(run_id=run_id)
+
+    def refusal(self, identity: str) -> str | None:
+        """Why ``identity`` may not decide this run's approvals, whatever its roles; ``None``
+        when it may (if its roles let it)."""
+        if self.self_approval or identity != self.owner:
+            return None
+        return (
+            f"identity {identity!r} started run {self.run_id!r} and may not decide its own "
+            f"approvals ({self._policy}.self_approval = false): an identity with the "
+            "approver or admin role must decide them"
+        )
 
     @property
     def waiting(self) -> list[str]:
@@ -127,11 +149,19 @@ class ApprovalBroker:
             if self._pending.get(request.call_id) is future:
                 del self._pending[request.call_id]
 
-    def decide(self, call_id: str, approved: bool, reason: str, by: str) -> None:
-        """Answer a waiting call; ``FAILED_PRECONDITION`` when none waits under that id."""
+    def decide(
+        self, call_id: str, approved: bool, reason: str, by: str, identity: str = ""
+    ) -> None:
+        """Answer a waiting call as ``identity``; ``PERMISSION_DENIED`` when the policy keeps
+        it from deciding, ``FAILED_PRECONDITION`` when no call waits under that id."""
+        if (refused := self.refusal(identity)) is not None:
+            raise SidecarError.denied(refused)
         future = self._pending.pop(call_id, None)
         if future is None or future.done():
             raise SidecarError.out_of_order(
                 f"no tool call {call_id!r} is waiting for approval in this run"
             )
-        future.set_result(ApprovalDecision(approved, reason, by))
+        future.set_result(ApprovalDecision(approved, reason, by, identity))
+        self._logger.info(
+            "approval decided", call_id=call_id, approved=approved, by=by, identity=identity
+        )

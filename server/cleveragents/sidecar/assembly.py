@@ -124,6 +124,8 @@ class RunAssembler:
             timeout_s=config.approval_timeout_s,
             approve_on_timeout=config.approve_on_timeout,
             unattended_timeout_s=config.approval_timeout_unattended_s,
+            self_approval=policy.self_approval,
+            policy=policy.where,
         )
         limits = self.limits
         if limits is not None and client_tools:

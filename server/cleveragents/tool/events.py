@@ -108,13 +108,15 @@ class ApprovalRequested:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalDecided:
-    """The decision on an ``ApprovalRequested`` call; ``by`` is who decided (or ``timeout``)."""
+    """The decision on an ``ApprovalRequested`` call; ``by`` is how it was decided (or
+    ``timeout``), ``identity`` the caller who decided (empty when nobody did)."""
 
     call_id: str
     approved: bool
     reason: str
     by: str
     iteration: int
+    identity: str = ""
 
 
 @dataclass(frozen=True, slots=True)

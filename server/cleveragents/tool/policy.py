@@ -77,11 +77,13 @@ class ApprovalRequest:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalDecision:
-    """Someone's answer to an ``ApprovalRequest``; ``by`` says who (or ``timeout``)."""
+    """Someone's answer to an ``ApprovalRequest``; ``by`` says how (or ``timeout``),
+    ``identity`` which caller answered, when the host knows callers apart."""
 
     approved: bool
     reason: str = ""
     by: str = field(default="")
+    identity: str = ""
 
 
 #: Decides approval requests; may take as long as it likes (the runtime bounds the wait).

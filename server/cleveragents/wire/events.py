@@ -122,7 +122,7 @@ def event_to_pb(
             decided = run_event.approval_decided
             decided.call_id, decided.approved = event.call_id, event.approved
             decided.reason, decided.decided_by = event.reason, event.by
-            decided.iteration = event.iteration
+            decided.iteration, decided.identity = event.iteration, event.identity
         case RunStarted():
             request = accepted if accepted is not None else RunRequest(event.prompt)
             started_spec(run_event.run_started.spec, request, event)
@@ -187,7 +187,9 @@ def event_from_pb(pb: events_pb2.RunEvent, record_from: RecordDecoder = record_f
         )
     if kind == "approval_decided":
         d = pb.approval_decided
-        return ApprovalDecided(d.call_id, d.approved, d.reason, d.decided_by, d.iteration)
+        return ApprovalDecided(
+            d.call_id, d.approved, d.reason, d.decided_by, d.iteration, d.identity
+        )
     if kind == "run_resumed":
         b = pb.run_resumed
         return RunResumed(

@@ -422,6 +422,7 @@ class ApprovalDecided(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     DECIDED_BY_FIELD_NUMBER: _builtins.int
     ITERATION_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """The id of the call that waited."""
     approved: _builtins.bool
@@ -434,6 +435,11 @@ class ApprovalDecided(_message.Message):
     """
     iteration: _builtins.int
     """The loop iteration (1-based) of the call."""
+    identity: _builtins.str
+    """The identity that decided (its [clients.NAME] name, or "default" for the
+    shared token); empty when decided_by is "timeout" or "policy". With
+    self_approval = false in the run's policy, it is never the run's owner.
+    """
     def __init__(
         self,
         *,
@@ -442,10 +448,11 @@ class ApprovalDecided(_message.Message):
         reason: _builtins.str = ...,
         decided_by: _builtins.str = ...,
         iteration: _builtins.int = ...,
+        identity: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approved", b"approved", "call_id", b"call_id", "decided_by", b"decided_by", "iteration", b"iteration", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approved", b"approved", "call_id", b"call_id", "decided_by", b"decided_by", "identity", b"identity", "iteration", b"iteration", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

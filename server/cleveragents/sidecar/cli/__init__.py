@@ -6,8 +6,9 @@ end (``run.py``); ``watch RUN_ID`` follows one run live in the terminal (``watch
 ``runs`` lists the recent runs (``ListRuns``), or shows the runs it is given by id, with their
 failed calls (``GetRun``; ``tables.py``). ``cancel RUN_ID`` cancels one (``CancelRun``;
 ``cancel.py``). ``approve``/``deny RUN_ID CALL_ID`` decide a call that waits for approval
-(``DecideApproval``; ``approve.py``). Only the commands that talk to a sidecar import the
-client.
+(``DecideApproval``; ``approve.py``). ``health`` asks the standard health service once, for
+a container's health check or an exec probe (``health.py``). Only the commands that talk to a
+sidecar import the client.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from cleveragents.sidecar.cli.approve import decide
 from cleveragents.sidecar.cli.cancel import cancel
+from cleveragents.sidecar.cli.health import add_health_arguments, check_health
 from cleveragents.sidecar.cli.lifecycle import VERSION
 from cleveragents.sidecar.cli.run import add_run_arguments, start_run
 from cleveragents.sidecar.cli.serve import add_serve_arguments, serve
@@ -110,6 +112,17 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("call_id", metavar="CALL_ID", help="the call that waits")
         command.add_argument("--reason", default="", help="why, recorded with the decision")
         _client_arguments(command)
+
+    add_health_arguments(
+        commands.add_parser(
+            "health",
+            help="ask the sidecar's gRPC health service once (a health check, a probe)",
+            description="Ask the standard gRPC health service once (no token needed), as a "
+            "container health check or a Kubernetes exec probe does. Exit status: 0 when "
+            "SERVING (with --live: when it answers at all), 1 when it answers NOT_SERVING or "
+            "knows no such service, 2 when nothing answers within --timeout.",
+        )
+    )
     return parser
 
 
@@ -150,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 approved = args.command == "approve"
                 return decide(client, args.run_id, args.call_id, approved, args.reason, sys.stdout)
             return show_runs(client, args.run_ids, args.limit, sys.stdout)
+    if args.command == "health":
+        return check_health(args, sys.stdout)
     return serve(args)
 
 

@@ -151,7 +151,8 @@ class WatchView:
                 case ApprovalDecided():
                     verdict = "approved" if event.approved else "DENIED"
                     why = f": {event.reason}" if event.reason else ""
-                    self._line(f"  {verdict} (call {event.call_id}) by {event.by}{why}")
+                    who = f" ({event.identity})" if event.identity else ""
+                    self._line(f"  {verdict} (call {event.call_id}) by {event.by}{who}{why}")
                 case RunResumed():
                     self.running.clear()  # each call in flight runs again or is closed
                     self._line(

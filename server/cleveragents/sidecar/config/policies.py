@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cleveragents.sidecar.errors import ConfigError
 
-__all__ = ["Policy", "parse_policies"]
+__all__ = ["Policy", "check_deciders", "parse_policies"]
 
 _GLOBS = ("automation_profiles", "llm_profiles", "llm_models")
 _QUOTAS = ("max_concurrent_runs", "runs_per_minute")
-_KEYS = {*_GLOBS, *_QUOTAS, "allow_tool_shadowing"}
+_FLAGS = ("allow_tool_shadowing", "self_approval")
+_KEYS = {*_GLOBS, *_QUOTAS, *_FLAGS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,9 @@ class Policy:
     ``automation_profiles``, ``llm_profiles`` and ``llm_models`` are the automation profiles,
     LLM profiles and ``llm.model`` overrides a client may ask for. ``allow_tool_shadowing``
     lets a ``Session``'s tool take the name of a server tool. ``max_concurrent_runs`` and
-    ``runs_per_minute`` are quotas per principal (0: none).
+    ``runs_per_minute`` are quotas per principal (0: none). ``self_approval`` lets the
+    identity that started a run decide its approvals; without it, another identity with the
+    ``approver`` or ``admin`` role must (four eyes).
     """
 
     name: str = ""
@@ -39,6 +42,7 @@ class Policy:
     llm_models: tuple[str, ...] = ("*",)
     max_concurrent_runs: int = 0
     runs_per_minute: int = 0
+    self_approval: bool = True
 
     def __post_init__(self) -> None:
         for key in _GLOBS:
@@ -50,8 +54,9 @@ class Policy:
                 isinstance(p, str) and p for p in patterns
             ):
                 raise ConfigError(f"{self.where}.{key} must be a list of non-empty globs")
-        if not isinstance(self.allow_tool_shadowing, bool):
-            raise ConfigError(f"{self.where}.allow_tool_shadowing must be true or false")
+        for key in _FLAGS:
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"{self.where}.{key} must be true or false")
         for key in _QUOTAS:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -75,6 +80,23 @@ class Policy:
                     f"{self.where}.{key}: {pattern!r} matches none of the configured "
                     f"{key.replace('_', ' ')} ({', '.join(sorted(known))})"
                 )
+
+
+def check_deciders(
+    policies: Mapping[str, Policy], identities: Mapping[str, tuple[str, frozenset[str]]]
+) -> None:
+    """``ConfigError`` when a policy with ``self_approval = false`` governs an identity whose
+    runs nobody else may decide (no other identity has the approver or admin role): every
+    approval of its runs would go to the default. ``identities``: name -> (policy, roles)."""
+    deciders = {name for name, (_, roles) in identities.items() if roles & {"approver", "admin"}}
+    for name, (policy_name, _) in sorted(identities.items()):
+        policy = policies[policy_name]
+        if not policy.self_approval and not deciders - {name}:
+            raise ConfigError(
+                f"{policy.where}.self_approval = false governs identity {name!r}, but no other "
+                "identity may decide its runs' approvals: give another [clients.NAME] the "
+                "approver or admin role (or keep self_approval)"
+            )
 
 
 def parse_policies(global_table: Any, named: Any) -> tuple[Policy, dict[str, Policy]]:

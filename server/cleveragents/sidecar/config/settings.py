@@ -11,7 +11,7 @@ from typing import Any
 
 from cleveragents.providers import RESERVED_PARAMS
 from cleveragents.sidecar.config.mcp import McpServerConfig
-from cleveragents.sidecar.config.policies import Policy
+from cleveragents.sidecar.config.policies import Policy, check_deciders
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import check_event_loop
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY, ROLES, normal_subject
@@ -334,6 +334,10 @@ class SidecarConfig:
                         f"{policy.where}.{key} does not allow {default!r}, the {setting}_profile "
                         "a run that names none gets: add it, or change that setting"
                     )
+        identities = {c.name: (c.policy, c.roles) for c in self.clients.values()}
+        if self.auth_token_env or self.auth_token_file or not self.clients:
+            identities["default"] = ("", frozenset({"approver", "admin"}))  # every role
+        check_deciders({"": self.policy, **self.policies}, identities)
 
     def policy_named(self, name: str) -> Policy:
         """The policy ``[policies.NAME]`` (``""``: the global ``[policy]``); ``KeyError`` if

@@ -266,7 +266,9 @@ class RunManager:
         )
         if policy is not None:
             self.quotas.admit(run, owner, policy, bucket)
-        self._launch(run, assembled, sink, sink if sink_answers_approvals else None, metadata or {})
+        # The stream that started the run is its owner's: it answers only if the owner may.
+        owner_decides = sink_answers_approvals and assembled.approvals.self_approval
+        self._launch(run, assembled, sink, sink if owner_decides else None, metadata or {})
         run.logger.info("run started", tools=list(assembled.runtime.registry.names()), owner=owner)
         return run
 
@@ -288,7 +290,7 @@ class RunManager:
                 return True
             return answering is not None and answering in run_log.sinks
 
-        assembled.approvals.bind(run_id, attended)
+        assembled.approvals.bind(run_id, attended, run.owner)
         for observer in self.observers:
             observer.run_started(run, metadata)
         if sink is not None:

@@ -170,7 +170,9 @@ class ToolRuntimeService:
         try:
             if run.approvals is None:
                 raise SidecarError.out_of_order(f"run {run.run_id!r} has no approvals")
-            run.approvals.decide(request.call_id, request.approved, request.reason, "rpc")
+            run.approvals.decide(
+                request.call_id, request.approved, request.reason, "rpc", current_caller().name
+            )
         except SidecarError as exc:
             await abort(context, exc)
         return service_pb2.DecideApprovalResponse()
@@ -335,7 +337,10 @@ class ToolRuntimeService:
             )
         # Past the live end, the cursor simply waits for the run to get there. A watcher who
         # may not decide the run's approvals does not make them wait for an answer.
-        decides = current_caller().may(Access.DECIDE, run.owner)
+        caller = current_caller()
+        decides = caller.may(Access.DECIDE, run.owner) and (
+            run.approvals is None or run.approvals.refusal(caller.name) is None
+        )
         return run, self.manager.watchers.follow(run, after, decides=decides)
 
     def dropped_reason(self, cursor: LogCursor) -> str | None:

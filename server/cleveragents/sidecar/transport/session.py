@@ -16,6 +16,7 @@ import grpc
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.runs import Run
+from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context, abort, read_start
 from cleveragents.sidecar.transport.opening import read_opening
 from cleveragents.toolruntime.v1 import session_pb2
@@ -41,6 +42,8 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
         opening, host = await read_opening(
             first.start, service.config, service.frame_limit, service.openings
         )
+        if opening.handles_approvals:
+            _check_self_approval(service)
         run = service.start_run(
             opening.request,
             context,
@@ -143,8 +146,23 @@ class _Reader:
             decision = message.approval_decision
             if run.approvals is None:  # pragma: no cover - every run has a broker
                 raise SidecarError.out_of_order("this run has no approvals")
-            run.approvals.decide(decision.call_id, decision.approved, decision.reason, "session")
+            run.approvals.decide(
+                decision.call_id, decision.approved, decision.reason, "session", run.owner
+            )
         elif kind == "start":
             raise SidecarError.out_of_order("the session has already started")
         else:
             raise SidecarError.invalid("empty SessionRequest: set one of its fields")
+
+
+def _check_self_approval(service: ToolRuntimeService) -> None:
+    """``PERMISSION_DENIED`` for a Session that would answer its own run's approvals under a
+    policy that forbids it: before its run starts, rather than leave its answers refused."""
+    policy = service.config.policy_named(current_caller().policy)
+    if not policy.self_approval:
+        raise SidecarError.denied(
+            f"start.handles_approvals: {policy.where}.self_approval = false, so this "
+            "identity may not decide the approvals of the runs it starts; leave "
+            "handles_approvals unset and let an identity with the approver or admin role "
+            "decide them (DecideApproval, `cleveragents-sidecar approve`)"
+        )

@@ -63,7 +63,11 @@ class CallGate:
         how = self.help(request) if self.help is not None else ""
         self._emit(ApprovalRequested(call.id, spec.name, inputs, iteration, why, how))
         answer = await self._ask(request)
-        self._emit(ApprovalDecided(call.id, answer.approved, answer.reason, answer.by, iteration))
+        self._emit(
+            ApprovalDecided(
+                call.id, answer.approved, answer.reason, answer.by, iteration, answer.identity
+            )
+        )
         if answer.approved:
             return None
         return f"denied by {answer.by}" + (f": {answer.reason}" if answer.reason else "")
