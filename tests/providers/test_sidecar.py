@@ -14,6 +14,7 @@ from cleveragents.sidecar import ProfileConfig, Sidecar, SidecarConfig
 from cleveragents.sidecar.builtin_tools import builtin_registry
 from cleveragents.tool import LLMResponded, RunFailed, StopReason, Usage
 
+from . import streams
 from .conftest import (
     SECRET,
     FakeProvider,
@@ -21,6 +22,7 @@ from .conftest import (
     ok,
     openai_completion,
     openai_error,
+    sse,
 )
 
 KEY_ENV = "CLEVERAGENTS_TEST_PROVIDER_KEY"
@@ -239,3 +241,31 @@ async def test_the_key_appears_in_no_log_line_and_no_event(
     assert "run finished" in logs
     assert SECRET not in logs
     assert not any(isinstance(e.event, LLMResponded) for e in events)
+
+
+async def test_a_streaming_profile_runs_a_tool_loop_from_server_sent_events(
+    provider: FakeProvider, start: Start
+) -> None:
+    provider.queue(
+        sse(streams.openai_stream("Echoing.", (("c1", "echo", '{"text": "one"}'),), (50, 5))),
+        sse(streams.openai_stream("Echoed one.", usage=(60, 6))),
+    )
+    client = await start()  # profiles stream unless they say stream = false
+
+    result = await client.run_tool_loop("Echo one.", profile="gpt", timeout=10)
+
+    assert result.content == "Echoed one."
+    assert [(r.call_id, r.output) for r in result.tool_call_history] == [("c1", {"text": "one"})]
+    assert result.usage == Usage(110, 11)
+    assert [body["stream"] for body in provider.bodies()] == [True, True]
+
+
+async def test_a_profile_with_stream_false_asks_for_a_whole_answer(
+    provider: FakeProvider, start: Start
+) -> None:
+    provider.queue(ok(anthropic_message("hello")))
+    client = await start(stream=False)
+
+    await client.run_tool_loop("Hi.", profile="claude", timeout=10)
+
+    assert "stream" not in provider.bodies()[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -106,10 +106,18 @@ def _provider_caller(profile: ProfileConfig, model_override: str) -> HTTPCaller:
             f"profile {profile.name!r} reads its API key from ${env}, which is not set "
             "in the sidecar's environment",
         )
-    cls = OpenAIChatCaller if profile.kind == "openai" else AnthropicMessagesCaller
+    extra: dict[str, Any] = {}
+    if profile.kind == "anthropic":
+        cls: type[HTTPCaller] = AnthropicMessagesCaller
+        extra["cache_prompt"] = profile.cache_prompt
+    else:
+        cls = OpenAIChatCaller
+        extra["strict_tools"] = profile.strict_tools
     try:
         return cls(
             model,
+            stream=profile.stream,
+            **extra,
             base_url=profile.base_url or None,
             api_key=api_key,
             timeout_s=profile.timeout_s,
