@@ -150,3 +150,145 @@ def openai_stream(
     out += _chunk({}, "tool_calls" if calls else "stop")
     counts = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
     return out + _chunk(None, usage=counts) + b"data: [DONE]\n\n"
+
+
+REASONING_ITEM = {
+    "id": "rs_6820f383d7c08191846711c5df8233bc0ac5ba57aafcbac7",
+    "type": "reasoning",
+    "summary": [],
+    "encrypted_content": "gAAAAABoIPOEmG1dPz0Qx5mX9tHxV3pRmKqjzvxRbJ2u",
+}
+
+
+def responses_body(
+    text: str = "",
+    calls: tuple[tuple[str, str, str], ...] = (),
+    *,
+    reasoning: bool = False,
+    usage: tuple[int, int, int] = (37, 11, 48),
+    status: str = "completed",
+) -> dict[str, Any]:
+    """A Responses API ``response`` object; ``calls`` are (call_id, name, arguments)."""
+    output: list[dict[str, Any]] = [dict(REASONING_ITEM)] if reasoning else []
+    if text:
+        output.append({
+            "id": "msg_67ccd3acc8d48190a77525dc6de64b4104becb25c6f6a1a0", "type": "message",
+            "status": "completed", "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        })  # fmt: skip
+    for i, (call_id, name, arguments) in enumerate(calls):
+        output.append({
+            "id": f"fc_67ca09c5efe0819096d0511c92b8c890096610f474011cc{i}",
+            "type": "function_call", "status": "completed", "arguments": arguments,
+            "call_id": call_id, "name": name,
+        })  # fmt: skip
+    return {
+        "id": "resp_67ccd3a9da748190baa7f1570fe91ac604becb25c6f6a1a0",
+        "object": "response",
+        "created_at": 1741476777,
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
+        "model": "o4-mini-2025-04-16",
+        "output": output,
+        "parallel_tool_calls": True,
+        "store": True,
+        "usage": {
+            "input_tokens": usage[0],
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": usage[1],
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage[2],
+        },
+    }
+
+
+def responses_stream(final: dict[str, Any]) -> bytes:
+    """The events of a streamed response that ends as ``final``: each output item added,
+    its text or arguments in two deltas, done, then ``response.completed``."""
+    seq = iter(range(10_000))
+    start = {**final, "status": "in_progress", "output": [], "usage": None}
+    out = _event(
+        "response.created",
+        {"type": "response.created", "sequence_number": next(seq), "response": start},
+    )
+    out += _event(
+        "response.in_progress",
+        {"type": "response.in_progress", "sequence_number": next(seq), "response": start},
+    )
+    for index, item in enumerate(final["output"]):
+        if item["type"] == "message":
+            added = {**item, "status": "in_progress", "content": []}
+        elif item["type"] == "function_call":
+            added = {**item, "status": "in_progress", "arguments": ""}
+        else:
+            added = item
+        out += _event(
+            "response.output_item.added",
+            {
+                "type": "response.output_item.added",
+                "sequence_number": next(seq),
+                "output_index": index,
+                "item": added,
+            },
+        )
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            common = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
+                out += _event(
+                    "response.output_text.delta",
+                    {
+                        "type": "response.output_text.delta",
+                        "sequence_number": next(seq),
+                        **common,
+                        "delta": piece,
+                        "logprobs": [],
+                    },
+                )
+            out += _event(
+                "response.output_text.done",
+                {
+                    "type": "response.output_text.done",
+                    "sequence_number": next(seq),
+                    **common,
+                    "text": text,
+                    "logprobs": [],
+                },
+            )
+        if item["type"] == "function_call":
+            arguments = item["arguments"]
+            for piece in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
+                out += _event(
+                    "response.function_call_arguments.delta",
+                    {
+                        "type": "response.function_call_arguments.delta",
+                        "sequence_number": next(seq),
+                        "item_id": item["id"],
+                        "output_index": index,
+                        "delta": piece,
+                    },
+                )
+            out += _event(
+                "response.function_call_arguments.done",
+                {
+                    "type": "response.function_call_arguments.done",
+                    "sequence_number": next(seq),
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "arguments": arguments,
+                },
+            )
+        out += _event(
+            "response.output_item.done",
+            {
+                "type": "response.output_item.done",
+                "sequence_number": next(seq),
+                "output_index": index,
+                "item": item,
+            },
+        )
+    return out + _event(
+        "response.completed",
+        {"type": "response.completed", "sequence_number": next(seq), "response": final},
+    )

@@ -33,8 +33,8 @@ Start = Callable[..., Awaitable[AsyncSidecarClient]]
 async def start(provider: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Start]:
     """Start a sidecar whose profiles aim at the fake provider; returns a client to it.
 
-    Profiles are ``gpt`` (openai) and ``claude`` (anthropic), both reading ``KEY_ENV``;
-    keyword arguments override fields of both.
+    Profiles are ``gpt`` (openai), ``claude`` (anthropic) and ``resp`` (openai_responses), all
+    reading ``KEY_ENV``; keyword arguments override fields of all.
     """
     monkeypatch.setenv(KEY_ENV, SECRET)
     sidecars: list[Sidecar] = []
@@ -49,7 +49,11 @@ async def start(provider: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> Asyn
             "claude": ProfileConfig(
                 "claude", "anthropic", model="claude-test", base_url=provider.url, **common
             ),
-        }
+            "resp": ProfileConfig(
+                "resp", "openai_responses", model="o4-mini", base_url=f"{provider.url}/v1",
+                **common,
+            ),
+        }  # fmt: skip
         config = SidecarConfig(listen="127.0.0.1:0", log_format="json", profiles=profiles)
         sidecar = Sidecar(config, registry=builtin_registry())
         await sidecar.start()
@@ -269,3 +273,23 @@ async def test_a_profile_with_stream_false_asks_for_a_whole_answer(
     await client.run_tool_loop("Hi.", profile="claude", timeout=10)
 
     assert "stream" not in provider.bodies()[0]
+
+
+async def test_a_responses_profile_streams_a_tool_loop_with_reasoning_passed_back(
+    provider: FakeProvider, start: Start
+) -> None:
+    first = streams.responses_body("", (("call_1", "echo", '{"text": "one"}'),), reasoning=True)
+    provider.queue(
+        sse(streams.responses_stream(first)),
+        sse(streams.responses_stream(streams.responses_body("Echoed one."))),
+    )
+    client = await start()
+
+    result = await client.run_tool_loop("Echo one.", profile="resp", timeout=10)
+
+    assert result.content == "Echoed one."
+    assert [r.call_id for r in result.tool_call_history] == ["call_1"]
+    second = provider.bodies()[1]
+    assert provider.requests[1].path == "/v1/responses"
+    assert streams.REASONING_ITEM in second["input"]
+    assert second["input"][-1]["type"] == "function_call_output"

@@ -32,6 +32,7 @@ _PROFILE_KEYS = {
     "openai": {"kind", "model", "base_url", "api_key_env", "timeout", "max_retries", "params"},
 }
 _PROFILE_KEYS["openai"] |= {"stream", "strict_tools"}
+_PROFILE_KEYS["openai_responses"] = _PROFILE_KEYS["openai"]
 _PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"] - {"strict_tools"} | {"cache_prompt"}
 #: Settings that are tables or lists, each read on its own.
 _TABLES = (

@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 ENV_PREFIX = "CLEVERAGENTS_SIDECAR_"
-PROVIDER_KINDS = ("openai", "anthropic")
+PROVIDER_KINDS = ("openai", "openai_responses", "anthropic")
 PROFILE_KINDS = ("scripted", "client", *PROVIDER_KINDS)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
