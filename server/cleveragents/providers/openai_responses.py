@@ -174,7 +174,7 @@ def _usage(usage: Mapping[str, Any]) -> Usage:
             return 0
         return min(int(value), MAX_TOKEN_COUNT)  # an absurd count exhausts any budget
 
-    return Usage(count("input_tokens"), count("output_tokens"))
+    return Usage(count("input_tokens"), count("output_tokens"), count("total_tokens"))
 
 
 class ResponsesStream(Assembler):

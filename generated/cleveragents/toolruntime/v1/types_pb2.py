@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'cleveragents/toolruntime/v1/types.proto\x12\x1b\x63leveragents.toolruntime.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x01\n\x08ToolSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x14\n\x0cinput_schema\x18\x03 \x01(\t\x12*\n\x07timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0cside_effects\x18\x05 \x01(\x08\x12\x0e\n\x06origin\x18\x06 \x01(\t\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"4\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\"\xae\x01\n\x07Message\x12/\n\x04role\x18\x01 \x01(\x0e\x32!.cleveragents.toolruntime.v1.Role\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x39\n\ntool_calls\x18\x03 \x03(\x0b\x32%.cleveragents.toolruntime.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\x12\x10\n\x08is_error\x18\x05 \x01(\x08\"\xc7\x02\n\x0eToolCallRecord\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x01(\t\x12\x0e\n\x06output\x18\x03 \x01(\t\x12\x13\n\x0b\x64uration_ms\x18\x04 \x01(\x01\x12\x0f\n\x07success\x18\x05 \x01(\x08\x12\x12\n\x05\x65rror\x18\x06 \x01(\tH\x00\x88\x01\x01\x12\x11\n\titeration\x18\x07 \x01(\x05\x12\x0f\n\x07\x63\x61ll_id\x18\x08 \x01(\t\x12.\n\nstarted_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12:\n\nerror_kind\x18\n \x01(\x0e\x32&.cleveragents.toolruntime.v1.ErrorKind\x12\x18\n\x10output_truncated\x18\x0b \x01(\x08\x12\x14\n\x0coutput_bytes\x18\x0c \x01(\x03\x42\x08\n\x06_error\"\xeb\x02\n\x11ToolCallRunResult\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x46\n\x11tool_call_history\x18\x03 \x03(\x0b\x32+.cleveragents.toolruntime.v1.ToolCallRecord\x12\x12\n\niterations\x18\x04 \x01(\x05\x12\x1b\n\x13terminated_by_limit\x18\x05 \x01(\x08\x12\x31\n\x05usage\x18\x06 \x01(\x0b\x32\".cleveragents.toolruntime.v1.Usage\x12<\n\x0bstop_reason\x18\x07 \x01(\x0e\x32\'.cleveragents.toolruntime.v1.StopReason\x12\x17\n\x0fhistory_omitted\x18\x08 \x01(\x08\x12\x17\n\x0ftool_call_count\x18\t \x01(\x05\x12\x19\n\x11\x63ontent_truncated\x18\n \x01(\x08\"\xe2\x01\n\x10ToolActorContext\x12\x0f\n\x07plan_id\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x14\n\x0csandbox_root\x18\x03 \x01(\t\x12\x1a\n\x12\x61utomation_profile\x18\x04 \x01(\t\x12\x19\n\x11resource_bindings\x18\x05 \x01(\t\x12\x19\n\x11project_resources\x18\x06 \x01(\t\x12\x46\n\x11tool_call_history\x18\x07 \x03(\x0b\x32+.cleveragents.toolruntime.v1.ToolCallRecord\">\n\x0cLlmSelection\x12\x0f\n\x07profile\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06script\x18\x03 \x01(\t\"\x95\x02\n\x07RunSpec\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12>\n\x07\x63ontext\x18\x02 \x01(\x0b\x32-.cleveragents.toolruntime.v1.ToolActorContext\x12\x16\n\x0emax_iterations\x18\x03 \x01(\x05\x12\x36\n\x03llm\x18\x04 \x01(\x0b\x32).cleveragents.toolruntime.v1.LlmSelection\x12\x12\n\ntool_names\x18\x05 \x03(\t\x12\x0e\n\x06run_id\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65tach\x18\x07 \x01(\x08\x12\x36\n\x06\x62udget\x18\x08 \x01(\x0b\x32&.cleveragents.toolruntime.v1.RunBudget\"\xae\x01\n\tRunBudget\x12\x16\n\x0emax_tool_calls\x18\x01 \x01(\x05\x12\x18\n\x10max_total_tokens\x18\x02 \x01(\x03\x12\x31\n\x0emax_wall_clock\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12!\n\x19max_concurrent_tool_calls\x18\x04 \x01(\x05\x12\x19\n\x11summarize_on_stop\x18\x05 \x01(\x08*\xc9\x01\n\tErrorKind\x12\x1a\n\x16\x45RROR_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45RROR_KIND_UNKNOWN_TOOL\x10\x01\x12 \n\x1c\x45RROR_KIND_INVALID_ARGUMENTS\x10\x02\x12\x16\n\x12\x45RROR_KIND_TIMEOUT\x10\x03\x12\x18\n\x14\x45RROR_KIND_EXCEPTION\x10\x04\x12\x18\n\x14\x45RROR_KIND_CANCELLED\x10\x05\x12\x15\n\x11\x45RROR_KIND_DENIED\x10\x06*\x96\x02\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x1c\n\x18STOP_REASON_FINAL_ANSWER\x10\x01\x12\x1e\n\x1aSTOP_REASON_MAX_ITERATIONS\x10\x02\x12\x19\n\x15STOP_REASON_CANCELLED\x10\x03\x12\x18\n\x14STOP_REASON_DEADLINE\x10\x04\x12\x15\n\x11STOP_REASON_ERROR\x10\x05\x12 \n\x1cSTOP_REASON_TOOL_CALL_BUDGET\x10\x06\x12\x1c\n\x18STOP_REASON_TOKEN_BUDGET\x10\x07\x12!\n\x1dSTOP_REASON_WALL_CLOCK_BUDGET\x10\x08*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\x84\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11RUN_STATE_RUNNING\x10\x01\x12\x17\n\x13RUN_STATE_COMPLETED\x10\x02\x12\x14\n\x10RUN_STATE_FAILED\x10\x03\x12\x17\n\x13RUN_STATE_CANCELLED\x10\x04\x42\x41\n\x1f\x63om.cleveragents.toolruntime.v1P\x01\xaa\x02\x1b\x43leverAgents.ToolRuntime.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'cleveragents/toolruntime/v1/types.proto\x12\x1b\x63leveragents.toolruntime.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x01\n\x08ToolSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x14\n\x0cinput_schema\x18\x03 \x01(\t\x12*\n\x07timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0cside_effects\x18\x05 \x01(\x08\x12\x0e\n\x06origin\x18\x06 \x01(\t\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"S\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x1d\n\x15reported_total_tokens\x18\n \x01(\x03\"\xae\x01\n\x07Message\x12/\n\x04role\x18\x01 \x01(\x0e\x32!.cleveragents.toolruntime.v1.Role\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x39\n\ntool_calls\x18\x03 \x03(\x0b\x32%.cleveragents.toolruntime.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\x12\x10\n\x08is_error\x18\x05 \x01(\x08\"\xc7\x02\n\x0eToolCallRecord\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x01(\t\x12\x0e\n\x06output\x18\x03 \x01(\t\x12\x13\n\x0b\x64uration_ms\x18\x04 \x01(\x01\x12\x0f\n\x07success\x18\x05 \x01(\x08\x12\x12\n\x05\x65rror\x18\x06 \x01(\tH\x00\x88\x01\x01\x12\x11\n\titeration\x18\x07 \x01(\x05\x12\x0f\n\x07\x63\x61ll_id\x18\x08 \x01(\t\x12.\n\nstarted_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12:\n\nerror_kind\x18\n \x01(\x0e\x32&.cleveragents.toolruntime.v1.ErrorKind\x12\x18\n\x10output_truncated\x18\x0b \x01(\x08\x12\x14\n\x0coutput_bytes\x18\x0c \x01(\x03\x42\x08\n\x06_error\"\xeb\x02\n\x11ToolCallRunResult\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x46\n\x11tool_call_history\x18\x03 \x03(\x0b\x32+.cleveragents.toolruntime.v1.ToolCallRecord\x12\x12\n\niterations\x18\x04 \x01(\x05\x12\x1b\n\x13terminated_by_limit\x18\x05 \x01(\x08\x12\x31\n\x05usage\x18\x06 \x01(\x0b\x32\".cleveragents.toolruntime.v1.Usage\x12<\n\x0bstop_reason\x18\x07 \x01(\x0e\x32\'.cleveragents.toolruntime.v1.StopReason\x12\x17\n\x0fhistory_omitted\x18\x08 \x01(\x08\x12\x17\n\x0ftool_call_count\x18\t \x01(\x05\x12\x19\n\x11\x63ontent_truncated\x18\n \x01(\x08\"\xe2\x01\n\x10ToolActorContext\x12\x0f\n\x07plan_id\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x14\n\x0csandbox_root\x18\x03 \x01(\t\x12\x1a\n\x12\x61utomation_profile\x18\x04 \x01(\t\x12\x19\n\x11resource_bindings\x18\x05 \x01(\t\x12\x19\n\x11project_resources\x18\x06 \x01(\t\x12\x46\n\x11tool_call_history\x18\x07 \x03(\x0b\x32+.cleveragents.toolruntime.v1.ToolCallRecord\">\n\x0cLlmSelection\x12\x0f\n\x07profile\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06script\x18\x03 \x01(\t\"\x95\x02\n\x07RunSpec\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12>\n\x07\x63ontext\x18\x02 \x01(\x0b\x32-.cleveragents.toolruntime.v1.ToolActorContext\x12\x16\n\x0emax_iterations\x18\x03 \x01(\x05\x12\x36\n\x03llm\x18\x04 \x01(\x0b\x32).cleveragents.toolruntime.v1.LlmSelection\x12\x12\n\ntool_names\x18\x05 \x03(\t\x12\x0e\n\x06run_id\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65tach\x18\x07 \x01(\x08\x12\x36\n\x06\x62udget\x18\x08 \x01(\x0b\x32&.cleveragents.toolruntime.v1.RunBudget\"\xae\x01\n\tRunBudget\x12\x16\n\x0emax_tool_calls\x18\x01 \x01(\x05\x12\x18\n\x10max_total_tokens\x18\x02 \x01(\x03\x12\x31\n\x0emax_wall_clock\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12!\n\x19max_concurrent_tool_calls\x18\x04 \x01(\x05\x12\x19\n\x11summarize_on_stop\x18\x05 \x01(\x08*\xc9\x01\n\tErrorKind\x12\x1a\n\x16\x45RROR_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45RROR_KIND_UNKNOWN_TOOL\x10\x01\x12 \n\x1c\x45RROR_KIND_INVALID_ARGUMENTS\x10\x02\x12\x16\n\x12\x45RROR_KIND_TIMEOUT\x10\x03\x12\x18\n\x14\x45RROR_KIND_EXCEPTION\x10\x04\x12\x18\n\x14\x45RROR_KIND_CANCELLED\x10\x05\x12\x15\n\x11\x45RROR_KIND_DENIED\x10\x06*\x96\x02\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x1c\n\x18STOP_REASON_FINAL_ANSWER\x10\x01\x12\x1e\n\x1aSTOP_REASON_MAX_ITERATIONS\x10\x02\x12\x19\n\x15STOP_REASON_CANCELLED\x10\x03\x12\x18\n\x14STOP_REASON_DEADLINE\x10\x04\x12\x15\n\x11STOP_REASON_ERROR\x10\x05\x12 \n\x1cSTOP_REASON_TOOL_CALL_BUDGET\x10\x06\x12\x1c\n\x18STOP_REASON_TOKEN_BUDGET\x10\x07\x12!\n\x1dSTOP_REASON_WALL_CLOCK_BUDGET\x10\x08*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\x84\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11RUN_STATE_RUNNING\x10\x01\x12\x17\n\x13RUN_STATE_COMPLETED\x10\x02\x12\x14\n\x10RUN_STATE_FAILED\x10\x03\x12\x17\n\x13RUN_STATE_CANCELLED\x10\x04\x42\x41\n\x1f\x63om.cleveragents.toolruntime.v1P\x01\xaa\x02\x1b\x43leverAgents.ToolRuntime.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,32 +34,32 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cleveragents.toolruntime.v1
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\037com.cleveragents.toolruntime.v1P\001\252\002\033CleverAgents.ToolRuntime.V1'
-  _globals['_ERRORKIND']._serialized_start=2024
-  _globals['_ERRORKIND']._serialized_end=2225
-  _globals['_STOPREASON']._serialized_start=2228
-  _globals['_STOPREASON']._serialized_end=2506
-  _globals['_ROLE']._serialized_start=2508
-  _globals['_ROLE']._serialized_end=2603
-  _globals['_RUNSTATE']._serialized_start=2606
-  _globals['_RUNSTATE']._serialized_end=2738
+  _globals['_ERRORKIND']._serialized_start=2055
+  _globals['_ERRORKIND']._serialized_end=2256
+  _globals['_STOPREASON']._serialized_start=2259
+  _globals['_STOPREASON']._serialized_end=2537
+  _globals['_ROLE']._serialized_start=2539
+  _globals['_ROLE']._serialized_end=2634
+  _globals['_RUNSTATE']._serialized_start=2637
+  _globals['_RUNSTATE']._serialized_end=2769
   _globals['_TOOLSPEC']._serialized_start=138
   _globals['_TOOLSPEC']._serialized_end=287
   _globals['_TOOLCALL']._serialized_start=289
   _globals['_TOOLCALL']._serialized_end=344
   _globals['_USAGE']._serialized_start=346
-  _globals['_USAGE']._serialized_end=398
-  _globals['_MESSAGE']._serialized_start=401
-  _globals['_MESSAGE']._serialized_end=575
-  _globals['_TOOLCALLRECORD']._serialized_start=578
-  _globals['_TOOLCALLRECORD']._serialized_end=905
-  _globals['_TOOLCALLRUNRESULT']._serialized_start=908
-  _globals['_TOOLCALLRUNRESULT']._serialized_end=1271
-  _globals['_TOOLACTORCONTEXT']._serialized_start=1274
-  _globals['_TOOLACTORCONTEXT']._serialized_end=1500
-  _globals['_LLMSELECTION']._serialized_start=1502
-  _globals['_LLMSELECTION']._serialized_end=1564
-  _globals['_RUNSPEC']._serialized_start=1567
-  _globals['_RUNSPEC']._serialized_end=1844
-  _globals['_RUNBUDGET']._serialized_start=1847
-  _globals['_RUNBUDGET']._serialized_end=2021
+  _globals['_USAGE']._serialized_end=429
+  _globals['_MESSAGE']._serialized_start=432
+  _globals['_MESSAGE']._serialized_end=606
+  _globals['_TOOLCALLRECORD']._serialized_start=609
+  _globals['_TOOLCALLRECORD']._serialized_end=936
+  _globals['_TOOLCALLRUNRESULT']._serialized_start=939
+  _globals['_TOOLCALLRUNRESULT']._serialized_end=1302
+  _globals['_TOOLACTORCONTEXT']._serialized_start=1305
+  _globals['_TOOLACTORCONTEXT']._serialized_end=1531
+  _globals['_LLMSELECTION']._serialized_start=1533
+  _globals['_LLMSELECTION']._serialized_end=1595
+  _globals['_RUNSPEC']._serialized_start=1598
+  _globals['_RUNSPEC']._serialized_end=1875
+  _globals['_RUNBUDGET']._serialized_start=1878
+  _globals['_RUNBUDGET']._serialized_end=2052
 # @@protoc_insertion_point(module_scope)
