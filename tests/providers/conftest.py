@@ -36,7 +36,8 @@ class Reply:
     ``hang`` never answers (until the server closes); ``drop`` closes the connection without
     answering. ``body`` is JSON-encoded unless it is ``bytes``. ``chunks`` make it a stream
     (``text/event-stream``, chunked): each piece is written and flushed on its own; ``cut``
-    then closes the connection after them, without the end of the body.
+    then closes the connection after them, without the end of the body, and ``stall`` sends
+    nothing more until the server closes.
     """
 
     status: int = 200
@@ -46,6 +47,7 @@ class Reply:
     drop: bool = False
     chunks: Sequence[bytes] | None = None
     cut: bool = False
+    stall: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +121,7 @@ class FakeProvider:
                 if reply.drop:
                     return
                 if reply.chunks is not None:
+                    _CLOSING[writer] = self._closing
                     if not await _stream(writer, reply):
                         return
                     continue
@@ -127,6 +130,7 @@ class FakeProvider:
         except (ConnectionError, asyncio.IncompleteReadError):
             return
         finally:
+            _CLOSING.pop(writer, None)
             self._writers.discard(writer)
             writer.close()
 
@@ -144,6 +148,10 @@ def _encode(reply: Reply) -> bytes:
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
+#: The closing event of the server each streaming connection belongs to.
+_CLOSING: dict[asyncio.StreamWriter, asyncio.Event] = {}
+
+
 async def _stream(writer: asyncio.StreamWriter, reply: Reply) -> bool:
     """Write a streamed reply piece by piece; ``False`` when it was cut off."""
     head = [f"HTTP/1.1 {reply.status} OK", "content-type: text/event-stream; charset=utf-8"]
@@ -154,18 +162,21 @@ async def _stream(writer: asyncio.StreamWriter, reply: Reply) -> bool:
         if piece:
             writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
             await writer.drain()
-    if reply.cut:
+    if reply.stall:
+        await _CLOSING[writer].wait()
+    if reply.cut or reply.stall:
         return False
     writer.write(b"0\r\n\r\n")
     await writer.drain()
     return True
 
 
-def sse(stream: bytes, *, at: Sequence[int] = (), cut: bool = False, **headers: str) -> Reply:
+def sse(stream: bytes, *, at: Sequence[int] = (), cut: bool = False, stall: bool = False) -> Reply:
     """A 200 stream of ``stream``'s bytes, split into pieces at the offsets ``at``."""
     bounds = [0, *sorted(at), len(stream)]
     chunks = [stream[a:b] for a, b in itertools.pairwise(bounds)]
-    return Reply(200, None, {"x-request-id": "req_stream", **headers}, chunks=chunks, cut=cut)
+    headers = {"x-request-id": "req_stream"}
+    return Reply(200, None, headers, chunks=chunks, cut=cut, stall=stall)
 
 
 # -- recorded-shape responses ----------------------------------------------------------------

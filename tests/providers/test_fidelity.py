@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from cleveragents.providers import (
     OpenAIResponsesCaller,
     ProviderError,
 )
-from cleveragents.sidecar import ConfigError
+from cleveragents.sidecar import ConfigError, ProfileConfig
 from cleveragents.sidecar.config import load_config
 from cleveragents.tool import (
     LLMRequest,
@@ -233,3 +234,19 @@ def test_a_setting_for_another_kind_is_a_config_error(
 
     with pytest.raises(ConfigError, match=message):
         load_config(path, env={})
+
+
+@pytest.mark.parametrize(
+    ("kind", "setting", "message"),
+    [
+        ("openai", "cache_prompt", "cache_prompt is for kind 'anthropic'"),
+        ("anthropic", "strict_tools", "strict_tools is for the OpenAI kinds"),
+    ],
+)
+def test_a_profile_value_with_a_setting_its_kind_lacks_is_refused(
+    kind: str, setting: str, message: str
+) -> None:
+    settings: dict[str, Any] = {setting: True}
+
+    with pytest.raises(ConfigError, match=message):
+        ProfileConfig("p", kind, model="m", **settings)

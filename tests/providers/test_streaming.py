@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -229,3 +230,31 @@ async def test_a_non_streaming_caller_sends_no_stream_field(
     await make_caller(stream=False).call(request())
 
     assert "stream" not in provider.requests[0].body
+
+
+async def test_a_stream_that_stalls_past_the_timeout_fails_unavailable(
+    provider: FakeProvider, make_caller: Factory
+) -> None:
+    stream = streams.OPENAI_TEXT
+    provider.queue(sse(stream[: stream.index(b"data: [DONE]")], stall=True))
+
+    with pytest.raises(ProviderError) as caught:
+        await make_caller(timeout_s=0.3).call(request())
+
+    assert "the stream stalled: no data within 0.3s" in str(caught.value)
+    assert status_of(caught.value) is grpc.StatusCode.UNAVAILABLE
+    assert len(provider.requests) == 1
+
+
+async def test_an_in_stream_error_that_would_recur_fails_failed_precondition(
+    provider: FakeProvider, make_caller: Factory
+) -> None:
+    error = {"error": {"message": "Invalid 'tools[0].name'", "type": "invalid_request_error",
+                       "param": "tools[0].name", "code": "invalid_value"}}  # fmt: skip
+    provider.queue(sse(b"data: " + json.dumps(error).encode() + b"\n\n"))
+
+    with pytest.raises(ProviderError) as caught:
+        await make_caller().call(request())
+
+    assert "invalid_request_error (invalid_value): Invalid 'tools[0].name'" in str(caught.value)
+    assert status_of(caught.value) is grpc.StatusCode.FAILED_PRECONDITION
