@@ -258,3 +258,18 @@ async def test_an_in_stream_error_that_would_recur_fails_failed_precondition(
 
     assert "invalid_request_error (invalid_value): Invalid 'tools[0].name'" in str(caught.value)
     assert status_of(caught.value) is grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_an_event_larger_than_the_bound_is_refused_not_buffered(
+    provider: FakeProvider, make_caller: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cleveragents.providers import _stream
+
+    monkeypatch.setattr(_stream, "MAX_EVENT_BYTES", 1000)
+    provider.queue(sse(b"data: " + b"x" * 5000))
+
+    with pytest.raises(ProviderError) as caught:
+        await make_caller().call(request())
+
+    assert "unusable stream: Server-sent event exceeded the 1000 byte limit" in str(caught.value)
+    assert status_of(caught.value) is grpc.StatusCode.FAILED_PRECONDITION

@@ -96,11 +96,6 @@ class HTTPCaller:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, url={self.url!r})"
 
-    @property
-    def where(self) -> str:
-        """Which profile and endpoint this caller serves, as its errors name them."""
-        return self._transport.where
-
     # -- what a subclass provides ------------------------------------------------------------
 
     def endpoint(self, base_url: str) -> str:

@@ -22,9 +22,13 @@ from cleveragents.providers._http import Reply, Transport, error_text, request_i
 from cleveragents.providers._retry import ProviderError, is_retryable_status, retry_after_s
 from cleveragents.tool.jsontext import Encoder
 
-__all__ = ["EventSink", "post_stream"]
+__all__ = ["MAX_EVENT_BYTES", "EventSink", "post_stream"]
 
 _encode = Encoder(separators=(",", ":"))
+#: The largest one event may be: ``response.completed`` repeats the whole answer, so well
+#: above httpx2's default of 1 MiB, but bounded, so that a stream without line ends cannot
+#: fill the sidecar's memory.
+MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 #: Takes one event of the stream; returns ``True`` when the stream is complete (``[DONE]``,
 #: ``message_stop``…), after which the rest of the body is not read.
@@ -98,12 +102,16 @@ async def _attempt(
                 await response.aread()
                 return transport.reply(response, request_id)
             response.encoding = "utf-8"
-            async for event in httpx2.EventSource(response, max_event_size=None):
+            async for event in httpx2.EventSource(response, max_event_size=MAX_EVENT_BYTES):
                 events += 1
                 if sink(event):
                     return Reply({}, status, request_id)
     except (_Retry, ProviderError):
         raise
+    except httpx2.SSEError as exc:
+        raise transport.error(
+            f"unusable stream: {exc}", status=status, request_id=request_id
+        ) from None
     except httpx2.TimeoutException as exc:
         what = "no response" if status is None else "the stream stalled: no data"
         failure = f"{what} within {transport.timeout_s:g}s ({type(exc).__name__})"
