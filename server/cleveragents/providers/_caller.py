@@ -128,7 +128,9 @@ class HTTPCaller:
     async def call(self, request: LLMRequest) -> LLMResponse:
         """Send the conversation and tools; the model's answer as an ``LLMResponse``.
 
-        Raises :class:`ProviderError` when the request fails after its retries, or when the
+        Streaming, each piece goes to ``request.deltas`` as it arrives, and the usage last.
+        Raises :class:`ProviderError` when the request fails after its retries, when a stream
+        breaks after its first event (``retryable``, with ``partial`` set), or when the
         answer cannot be used (no choices, a refusal, output cut off by the token limit…).
         """
         body = self.body(request, self.provider_tools(request.tools))
