@@ -54,6 +54,16 @@ OPENAI_TEXT = (
 )
 OPENAI_TEXT_CONTENT = "Caf\u00e9 \U0001f642 ok"
 
+#: The same text as a small OpenAI-compatible server streams it (only the fields it must
+#: send), small enough to be split at every byte.
+OPENAI_SMALL = (
+    'data: {"choices":[{"index":0,"delta":{"content":"Caf\u00e9 "}}]}\n\n'
+    ": keep-alive\n\n"
+    'data: {"choices":[{"index":0,"delta":{"content":"\U0001f642 ok"},"finish_reason":"stop"}]}'
+    "\n\n"
+    "data: [DONE]\n\n"
+).encode()
+
 
 def _call(index: int, call_id: str = "", name: str = "", arguments: str = "") -> dict[str, Any]:
     entry: dict[str, Any] = {"index": index}

@@ -101,7 +101,7 @@ async def test_an_openai_stream_is_asked_for_with_its_usage(
 async def test_a_stream_split_at_every_byte_gives_the_same_answer(
     provider: FakeProvider, make_caller: Factory
 ) -> None:
-    stream = streams.OPENAI_TEXT
+    stream = streams.OPENAI_SMALL
     caller = make_caller()
     for at in range(1, len(stream)):
         provider.queue(sse(stream, at=[at]))
@@ -111,6 +111,21 @@ async def test_a_stream_split_at_every_byte_gives_the_same_answer(
 
         assert response.content == streams.OPENAI_TEXT_CONTENT, f"split at byte {at}"
         assert "".join(d.text for d in deltas) == streams.OPENAI_TEXT_CONTENT
+
+
+async def test_a_recorded_stream_split_inside_each_character_and_at_each_line_end_is_whole(
+    provider: FakeProvider, make_caller: Factory
+) -> None:
+    stream = streams.OPENAI_TEXT
+    inside = [i for i in range(1, len(stream)) if stream[i] & 0xC0 == 0x80]  # UTF-8 tails
+    ends = [i for i in range(1, len(stream)) if stream[i - 1 : i] == b"\n"]
+    caller = make_caller()
+    for at in inside + ends:
+        provider.queue(sse(stream, at=[at]))
+
+        response = await caller.call(request())
+
+        assert response.content == streams.OPENAI_TEXT_CONTENT, f"split at byte {at}"
 
 
 async def test_a_stream_in_one_byte_pieces_keeps_multibyte_characters_whole(
