@@ -288,3 +288,15 @@ async def test_an_event_larger_than_the_bound_is_refused_not_buffered(
 
     assert "unusable stream: Server-sent event exceeded the 1000 byte limit" in str(caught.value)
     assert status_of(caught.value) is grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_an_event_that_is_not_json_ends_the_call_naming_it(
+    provider: FakeProvider, make_caller: Factory
+) -> None:
+    provider.queue(sse(b"data: {not json\n\n"))
+
+    with pytest.raises(ProviderError) as caught:
+        await make_caller().call(request())
+
+    assert "unusable stream event" in str(caught.value)
+    assert status_of(caught.value) is grpc.StatusCode.FAILED_PRECONDITION

@@ -148,7 +148,7 @@ class HTTPCaller:
                     status=200,
                     retryable=failure.retryable,
                 ) from None
-            except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
                 raise self._transport.error(f"unusable stream event: {exc}", status=200) from None
 
         try:
