@@ -12,6 +12,7 @@ import asyncio
 import collections
 import dataclasses
 import io
+import itertools
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
@@ -33,7 +34,10 @@ class Reply:
     """What the fake answers to one request.
 
     ``hang`` never answers (until the server closes); ``drop`` closes the connection without
-    answering. ``body`` is JSON-encoded unless it is ``bytes``.
+    answering. ``body`` is JSON-encoded unless it is ``bytes``. ``chunks`` make it a stream
+    (``text/event-stream``, chunked): each piece is written and flushed on its own; ``cut``
+    then closes the connection after them, without the end of the body, and ``stall`` sends
+    nothing more until the server closes.
     """
 
     status: int = 200
@@ -41,6 +45,9 @@ class Reply:
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     hang: bool = False
     drop: bool = False
+    chunks: Sequence[bytes] | None = None
+    cut: bool = False
+    stall: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,11 +120,17 @@ class FakeProvider:
                     return
                 if reply.drop:
                     return
+                if reply.chunks is not None:
+                    _CLOSING[writer] = self._closing
+                    if not await _stream(writer, reply):
+                        return
+                    continue
                 writer.write(_encode(reply))
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             return
         finally:
+            _CLOSING.pop(writer, None)
             self._writers.discard(writer)
             writer.close()
 
@@ -133,6 +146,37 @@ def _encode(reply: Reply) -> bytes:
     head += [f"{k}: {v}" for k, v in reply.headers.items()]
     head.append(f"content-length: {len(body)}")
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+#: The closing event of the server each streaming connection belongs to.
+_CLOSING: dict[asyncio.StreamWriter, asyncio.Event] = {}
+
+
+async def _stream(writer: asyncio.StreamWriter, reply: Reply) -> bool:
+    """Write a streamed reply piece by piece; ``False`` when it was cut off."""
+    head = [f"HTTP/1.1 {reply.status} OK", "content-type: text/event-stream; charset=utf-8"]
+    head += [f"{k}: {v}" for k, v in reply.headers.items()]
+    head.append("transfer-encoding: chunked")
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
+    for piece in reply.chunks or ():
+        if piece:
+            writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            await writer.drain()
+    if reply.stall:
+        await _CLOSING[writer].wait()
+    if reply.cut or reply.stall:
+        return False
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+    return True
+
+
+def sse(stream: bytes, *, at: Sequence[int] = (), cut: bool = False, stall: bool = False) -> Reply:
+    """A 200 stream of ``stream``'s bytes, split into pieces at the offsets ``at``."""
+    bounds = [0, *sorted(at), len(stream)]
+    chunks = [stream[a:b] for a, b in itertools.pairwise(bounds)]
+    headers = {"x-request-id": "req_stream"}
+    return Reply(200, None, headers, chunks=chunks, cut=cut, stall=stall)
 
 
 # -- recorded-shape responses ----------------------------------------------------------------

@@ -14,6 +14,7 @@ from cleveragents.sidecar import ProfileConfig, Sidecar, SidecarConfig
 from cleveragents.sidecar.builtin_tools import builtin_registry
 from cleveragents.tool import LLMResponded, RunFailed, StopReason, Usage
 
+from . import streams
 from .conftest import (
     SECRET,
     FakeProvider,
@@ -21,6 +22,7 @@ from .conftest import (
     ok,
     openai_completion,
     openai_error,
+    sse,
 )
 
 KEY_ENV = "CLEVERAGENTS_TEST_PROVIDER_KEY"
@@ -31,8 +33,8 @@ Start = Callable[..., Awaitable[AsyncSidecarClient]]
 async def start(provider: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Start]:
     """Start a sidecar whose profiles aim at the fake provider; returns a client to it.
 
-    Profiles are ``gpt`` (openai) and ``claude`` (anthropic), both reading ``KEY_ENV``;
-    keyword arguments override fields of both.
+    Profiles are ``gpt`` (openai), ``claude`` (anthropic) and ``resp`` (openai_responses), all
+    reading ``KEY_ENV``; keyword arguments override fields of all.
     """
     monkeypatch.setenv(KEY_ENV, SECRET)
     sidecars: list[Sidecar] = []
@@ -47,7 +49,11 @@ async def start(provider: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> Asyn
             "claude": ProfileConfig(
                 "claude", "anthropic", model="claude-test", base_url=provider.url, **common
             ),
-        }
+            "resp": ProfileConfig(
+                "resp", "openai_responses", model="o4-mini", base_url=f"{provider.url}/v1",
+                **common,
+            ),
+        }  # fmt: skip
         config = SidecarConfig(listen="127.0.0.1:0", log_format="json", profiles=profiles)
         sidecar = Sidecar(config, registry=builtin_registry())
         await sidecar.start()
@@ -239,3 +245,51 @@ async def test_the_key_appears_in_no_log_line_and_no_event(
     assert "run finished" in logs
     assert SECRET not in logs
     assert not any(isinstance(e.event, LLMResponded) for e in events)
+
+
+async def test_a_streaming_profile_runs_a_tool_loop_from_server_sent_events(
+    provider: FakeProvider, start: Start
+) -> None:
+    provider.queue(
+        sse(streams.openai_stream("Echoing.", (("c1", "echo", '{"text": "one"}'),), (50, 5))),
+        sse(streams.openai_stream("Echoed one.", usage=(60, 6))),
+    )
+    client = await start()  # profiles stream unless they say stream = false
+
+    result = await client.run_tool_loop("Echo one.", profile="gpt", timeout=10)
+
+    assert result.content == "Echoed one."
+    assert [(r.call_id, r.output) for r in result.tool_call_history] == [("c1", {"text": "one"})]
+    assert result.usage == Usage(110, 11)
+    assert [body["stream"] for body in provider.bodies()] == [True, True]
+
+
+async def test_a_profile_with_stream_false_asks_for_a_whole_answer(
+    provider: FakeProvider, start: Start
+) -> None:
+    provider.queue(ok(anthropic_message("hello")))
+    client = await start(stream=False)
+
+    await client.run_tool_loop("Hi.", profile="claude", timeout=10)
+
+    assert "stream" not in provider.bodies()[0]
+
+
+async def test_a_responses_profile_streams_a_tool_loop_with_reasoning_passed_back(
+    provider: FakeProvider, start: Start
+) -> None:
+    first = streams.responses_body("", (("call_1", "echo", '{"text": "one"}'),), reasoning=True)
+    provider.queue(
+        sse(streams.responses_stream(first)),
+        sse(streams.responses_stream(streams.responses_body("Echoed one."))),
+    )
+    client = await start()
+
+    result = await client.run_tool_loop("Echo one.", profile="resp", timeout=10)
+
+    assert result.content == "Echoed one."
+    assert [r.call_id for r in result.tool_call_history] == ["call_1"]
+    second = provider.bodies()[1]
+    assert provider.requests[1].path == "/v1/responses"
+    assert streams.REASONING_ITEM in second["input"]
+    assert second["input"][-1]["type"] == "function_call_output"

@@ -11,7 +11,7 @@
  *   beyond 2^53 into approximate numbers; plug in a lossless parser if your tools need them.
  */
 
-/** @typedef {{input_tokens: number, output_tokens: number}} Usage */
+/** @typedef {{input_tokens: number, output_tokens: number, reported_total_tokens: number}} Usage */
 
 /**
  * @typedef {object} ToolCallRecord

@@ -47,7 +47,7 @@ describe('runToolLoop', () => {
     assert.equal(result.stop_reason, 'STOP_REASON_FINAL_ANSWER');
     assert.equal(result.iterations, 2);
     assert.equal(result.terminated_by_limit, false);
-    assert.deepEqual(result.usage, { input_tokens: 120, output_tokens: 7 });
+    assert.deepEqual(result.usage, { input_tokens: 120, output_tokens: 7, reported_total_tokens: 0 });
     assert.match(result.run_id, /^[0-9a-f]{32}$/);
     const [first, second] = result.tool_call_history;
     assert.deepEqual(first.inputs, { text: 'one' });

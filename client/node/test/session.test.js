@@ -251,7 +251,7 @@ describe('session with a JS LLM', () => {
     assertEventLog(assert, events);
     const result = await run.result;
     assert.equal(result.content, 'The answer is 5.');
-    assert.deepEqual(result.usage, { input_tokens: 10, output_tokens: 2 });
+    assert.deepEqual(result.usage, { input_tokens: 10, output_tokens: 2, reported_total_tokens: 0 });
     assert.equal(events[0].run_started.spec.llm.profile, 'client');
 
     const [first, second] = requests;

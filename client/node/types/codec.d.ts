@@ -71,7 +71,7 @@ export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | un
  *   How JSON text is read and written. The default is the global `JSON`, which turns integers
  *   beyond 2^53 into approximate numbers; plug in a lossless parser if your tools need them.
  */
-/** @typedef {{input_tokens: number, output_tokens: number}} Usage */
+/** @typedef {{input_tokens: number, output_tokens: number, reported_total_tokens: number}} Usage */
 /**
  * @typedef {object} ToolCallRecord
  * @property {string} tool_name
@@ -286,6 +286,7 @@ export type Json = {
 export type Usage = {
     input_tokens: number;
     output_tokens: number;
+    reported_total_tokens: number;
 };
 export type ToolCallRecord = {
     tool_name: string;

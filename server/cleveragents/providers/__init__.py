@@ -1,6 +1,7 @@
-"""LLM provider adapters: ``LLMCaller``s for OpenAI Chat Completions and Anthropic Messages.
+"""LLM provider adapters: ``LLMCaller``s for OpenAI Chat Completions, the OpenAI Responses API
+and Anthropic Messages.
 
-Both speak plain HTTP through ``httpx2`` (the maintained continuation of ``httpx``, and the
+All speak plain HTTP through ``httpx2`` (the maintained continuation of ``httpx``, and the
 client the vendors' SDKs themselves now use; the README says why not the SDKs), with our own
 retry policy and a connection pool that can be shared across runs. ``ProviderError`` and
 ``RetryPolicy`` are importable without loading ``httpx2``; the callers load it on first
@@ -17,21 +18,24 @@ from cleveragents.providers._retry import ProviderError, RetryPolicy
 if TYPE_CHECKING:
     from cleveragents.providers.anthropic import AnthropicMessagesCaller
     from cleveragents.providers.openai import OpenAIChatCaller
+    from cleveragents.providers.openai_responses import OpenAIResponsesCaller
 
 __all__ = [
     "RESERVED_PARAMS",
     "AnthropicMessagesCaller",
     "OpenAIChatCaller",
+    "OpenAIResponsesCaller",
     "ProviderError",
     "RetryPolicy",
 ]
 
 #: Request fields the callers write themselves; generation parameters may not set them.
-RESERVED_PARAMS = frozenset({"model", "messages", "tools", "system", "stream"})
+RESERVED_PARAMS = frozenset({"model", "messages", "tools", "system", "stream", "input"})
 
 _LAZY = {
     "AnthropicMessagesCaller": "cleveragents.providers.anthropic",
     "OpenAIChatCaller": "cleveragents.providers.openai",
+    "OpenAIResponsesCaller": "cleveragents.providers.openai_responses",
 }
 
 

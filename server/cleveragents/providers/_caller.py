@@ -1,8 +1,9 @@
-"""What both provider callers share: construction, one ``call``, and checks on the answer.
+"""What the provider callers share: construction, one ``call``, and checks on the answer.
 
-A subclass says where to POST, which headers carry the key and how the request body looks;
-everything format-specific goes through :class:`~cleveragents.tool.ToolCallRouter`, so the
-loop itself stays provider-neutral.
+A subclass says where to POST, which headers carry the key, how the request body looks and,
+for streaming, how to assemble the answer from its server-sent events (a
+:class:`~cleveragents.providers._assembly.Assembler`); everything format-specific goes
+through :class:`~cleveragents.tool.ToolCallRouter`, so the loop itself stays provider-neutral.
 """
 
 from __future__ import annotations
@@ -14,9 +15,18 @@ from typing import Any, ClassVar, Self
 import httpx2
 
 from cleveragents.providers import RESERVED_PARAMS
-from cleveragents.providers._http import Reply, Transport
+from cleveragents.providers._assembly import Assembler, StreamFailure
+from cleveragents.providers._http import Reply, Transport, describe_error
 from cleveragents.providers._retry import ProviderError, RetryPolicy
-from cleveragents.tool import LLMRequest, LLMResponse, ToolCallRouter, ToolFormat, ToolSpec
+from cleveragents.providers._stream import post_stream
+from cleveragents.tool import (
+    LLMRequest,
+    LLMResponse,
+    ResponseDelta,
+    ToolCallRouter,
+    ToolFormat,
+    ToolSpec,
+)
 
 __all__ = ["HTTPCaller"]
 
@@ -27,7 +37,10 @@ class HTTPCaller:
     ``params`` are generation parameters copied into every request body (``temperature``,
     ``max_tokens``, ``top_p``…). ``client`` is a shared ``httpx2.AsyncClient``; without one the
     caller makes its own on first use and :meth:`aclose` closes it. ``retry`` sets the waits
-    between the ``max_retries`` retries.
+    between the ``max_retries`` retries. ``stream`` asks for the answer as server-sent events
+    and hands each piece to the request's ``deltas`` sink as it arrives; ``strict_tools``
+    marks tool schemas ``strict`` where the API has that (OpenAI's), so the model's arguments
+    always match them.
     """
 
     provider: ClassVar[str]
@@ -46,6 +59,8 @@ class HTTPCaller:
         client: httpx2.AsyncClient | None = None,
         retry: RetryPolicy | None = None,
         profile: str = "",
+        stream: bool = False,
+        strict_tools: bool = False,
     ) -> None:
         if not model:
             raise ValueError(f"{self.provider}: a model name is required")
@@ -58,6 +73,8 @@ class HTTPCaller:
             raise ValueError(f"{self.provider}: params may not set {', '.join(reserved)}")
         self.model = model
         self.params = params
+        self.stream = stream
+        self.strict_tools = strict_tools
         self.router = ToolCallRouter(self.tool_format)
         self.url = self.endpoint((base_url or self.default_base_url).rstrip("/"))
         self._headers = {
@@ -93,18 +110,62 @@ class HTTPCaller:
         """The request body for this conversation and these provider-format tools."""
         raise NotImplementedError
 
+    def stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The request body asking for a stream (``stream: true`` and what goes with it)."""
+        return {**body, "stream": True}
+
+    def assembler(self, request: LLMRequest) -> Assembler:
+        """A fresh assembler of one streamed answer, in this API's event format."""
+        raise NotImplementedError
+
+    def parse_body(self, data: dict[str, Any]) -> LLMResponse:
+        """A whole answer (the API's JSON object) as an ``LLMResponse``; ``ValueError`` when
+        it cannot be used."""
+        return self.router.parse_response(data)
+
     # -- the LLMCaller protocol ----------------------------------------------------------------
 
     async def call(self, request: LLMRequest) -> LLMResponse:
         """Send the conversation and tools; the model's answer as an ``LLMResponse``.
 
-        Raises :class:`ProviderError` when the request fails after its retries, or when the
+        Streaming, each piece goes to ``request.deltas`` as it arrives, and the usage last.
+        Raises :class:`ProviderError` when the request fails after its retries, when a stream
+        breaks after its first event (``retryable``, with ``partial`` set), or when the
         answer cannot be used (no choices, a refusal, output cut off by the token limit…).
         """
-        reply = await self._transport.post_json(
-            self.url, self._headers, self.body(request, self.provider_tools(request.tools))
-        )
-        return self._parse(reply, request.iteration)
+        body = self.body(request, self.provider_tools(request.tools))
+        if not self.stream:
+            reply = await self._transport.post_json(self.url, self._headers, body)
+            return self._parse(reply, request.iteration)
+        assembler = self.assembler(request)
+
+        def on_event(event: Any) -> bool:
+            try:
+                return assembler.feed(event)
+            except StreamFailure as failure:
+                raise self._transport.error(
+                    f"the provider ended the stream with an error: {describe_error(failure.error)}",
+                    status=200,
+                    retryable=failure.retryable,
+                ) from None
+            except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+                raise self._transport.error(f"unusable stream event: {exc}", status=200) from None
+
+        try:
+            reply = await post_stream(
+                self._transport, self.url, self._headers, self.stream_body(body), on_event
+            )
+        except ProviderError as error:
+            if assembler.events:
+                error.partial = assembler.partial()
+                error.message += f"; what had arrived: {assembler.received()}"
+            raise
+        if not assembler.complete:  # the server answered with a whole JSON body
+            return self._parse(reply, request.iteration)
+        response = self._parse(reply._replace(data=assembler.body()), request.iteration)
+        if request.deltas is not None and response.usage is not None:
+            request.deltas(ResponseDelta(usage=response.usage))
+        return response
 
     async def aclose(self) -> None:
         """Close the HTTP client if this caller created it."""
@@ -138,7 +199,7 @@ class HTTPCaller:
 
     def _parse(self, reply: Reply, iteration: int) -> LLMResponse:
         try:
-            response = self.router.parse_response(reply.data)
+            response = self.parse_body(reply.data)
         except (ValueError, TypeError, AttributeError) as exc:
             raise ProviderError(
                 self.provider,

@@ -25,7 +25,7 @@ from cleveragents.providers._retry import (
 )
 from cleveragents.tool.jsontext import Encoder, loads
 
-__all__ = ["Reply", "Transport", "new_client"]
+__all__ = ["Reply", "Transport", "describe_error", "error_text", "new_client", "request_id_of"]
 
 log = structlog.get_logger("cleveragents.providers")
 _encode = Encoder(separators=(",", ":"))
@@ -113,52 +113,58 @@ class Transport:
                     url, content=content, headers=headers, timeout=self.timeout_s
                 )
             except httpx2.TimeoutException as exc:
-                error = self._error(
+                error = self.error(
                     f"no response within {self.timeout_s:g}s ({type(exc).__name__})",
                     retryable=True,
                 )
             except httpx2.TransportError as exc:
-                error = self._error(
+                error = self.error(
                     f"connection failed ({type(exc).__name__}: {exc})", retryable=True
                 )
             except httpx2.RequestError as exc:  # undecodable body, too many redirects
-                error = self._error(f"request failed ({type(exc).__name__}: {exc})")
+                error = self.error(f"request failed ({type(exc).__name__}: {exc})")
             else:
-                request_id = response.headers.get("x-request-id") or response.headers.get(
-                    "request-id"
-                )
+                request_id = request_id_of(response)
                 if response.is_success:
-                    return self._reply(response, request_id)
-                error = self._error(
-                    _error_text(response),
+                    return self.reply(response, request_id)
+                error = self.error(
+                    error_text(response),
                     status=response.status_code,
                     request_id=request_id,
                     retryable=is_retryable_status(response.status_code),
                 )
                 retry_after = retry_after_s(response.headers)
-            error.attempts = attempt
-            if not error.retryable or attempt > self.max_retries:
-                raise error
-            delay = self.policy.delay(attempt, retry_after)
-            if delay is None:
-                error.message += (
-                    f"; not retried: the provider asked to wait {retry_after:g}s, longer than "
-                    f"{self.policy.max_retry_after_s:g}s"
-                )
-                raise error
-            log.warning(
-                "provider request failed, retrying",
-                provider=self.provider,
-                where=self.where,
-                status=error.status,
-                request_id=error.request_id,
-                error=error.message,
-                attempt=attempt,
-                delay_s=round(delay, 3),
-            )
-            await asyncio.sleep(delay)
+            await self.wait_to_retry(error, attempt, retry_after)
 
-    def _reply(self, response: httpx2.Response, request_id: str | None) -> Reply:
+    async def wait_to_retry(
+        self, error: ProviderError, attempt: int, retry_after: float | None
+    ) -> None:
+        """Raise ``error`` when attempt number ``attempt`` was the last one (not retryable,
+        out of retries, or the provider asked for too long a wait); else wait before the next."""
+        error.attempts = attempt
+        if not error.retryable or attempt > self.max_retries:
+            raise error
+        delay = self.policy.delay(attempt, retry_after)
+        if delay is None:
+            error.message += (
+                f"; not retried: the provider asked to wait {retry_after:g}s, longer than "
+                f"{self.policy.max_retry_after_s:g}s"
+            )
+            raise error
+        log.warning(
+            "provider request failed, retrying",
+            provider=self.provider,
+            where=self.where,
+            status=error.status,
+            request_id=error.request_id,
+            error=error.message,
+            attempt=attempt,
+            delay_s=round(delay, 3),
+        )
+        await asyncio.sleep(delay)
+
+    def reply(self, response: httpx2.Response, request_id: str | None) -> Reply:
+        """A successful response's JSON object, or ``ProviderError`` when it holds none."""
         why = "a JSON object"
         try:
             data = loads(response.content)
@@ -167,14 +173,14 @@ class Transport:
         except (ValueError, RecursionError):
             data = None
         if not isinstance(data, dict):
-            raise self._error(
+            raise self.error(
                 f"the response body is not {why}: {_snippet(response.text)}",
                 status=response.status_code,
                 request_id=request_id,
             )
         return Reply(data, response.status_code, request_id)
 
-    def _error(
+    def error(
         self,
         message: str,
         *,
@@ -182,6 +188,7 @@ class Transport:
         request_id: str | None = None,
         retryable: bool = False,
     ) -> ProviderError:
+        """A ``ProviderError`` of this transport's provider and endpoint, the key scrubbed."""
         if self._secret and self._secret in message:
             message = message.replace(self._secret, "[redacted]")
         return ProviderError(
@@ -190,7 +197,13 @@ class Transport:
         )  # fmt: skip
 
 
-def _error_text(response: httpx2.Response) -> str:
+def request_id_of(response: httpx2.Response) -> str | None:
+    """The provider's id for the request (``x-request-id`` at OpenAI, ``request-id`` at
+    Anthropic), to quote to its support."""
+    return response.headers.get("x-request-id") or response.headers.get("request-id")
+
+
+def error_text(response: httpx2.Response) -> str:
     """The provider's own explanation: ``error.message`` (and ``error.type``) of its JSON
     error body, as both OpenAI and Anthropic send it, else the start of the body."""
     reason = response.reason_phrase or "error"
@@ -200,13 +213,22 @@ def _error_text(response: httpx2.Response) -> str:
         body = None
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict) and isinstance(error.get("message"), str):
-        kind = error.get("type") or error.get("code")
-        prefix = f"{kind}: " if isinstance(kind, str) and kind else ""
-        return f"{reason}: {prefix}{_snippet(error['message'])}"
+        return f"{reason}: {describe_error(error)}"
     if isinstance(error, str):
         return f"{reason}: {_snippet(error)}"
     text = response.text.strip()
     return f"{reason}: {_snippet(text)}" if text else reason
+
+
+def describe_error(error: Mapping[str, Any]) -> str:
+    """A provider's error object as ``type (code): message``: the specific ``code``
+    (``invalid_api_key``, ``model_not_found``) says more than the ``type`` alone."""
+    names = [v for v in (error.get("type"), error.get("code")) if isinstance(v, str) and v]
+    if len(names) == 2 and names[0] != names[1]:
+        prefix = f"{names[0]} ({names[1]}): "
+    else:
+        prefix = f"{names[0]}: " if names else ""
+    return f"{prefix}{_snippet(str(error.get('message') or 'no message'))}"
 
 
 def _snippet(text: str) -> str:

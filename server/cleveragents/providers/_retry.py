@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from cleveragents.tool import ToolRuntimeError
+from cleveragents.tool import LLMResponse, ToolRuntimeError
 
 __all__ = ["ProviderError", "RetryPolicy", "is_retryable_status", "retry_after_s"]
 
@@ -92,6 +92,9 @@ class ProviderError(ToolRuntimeError):
     timeout), ``request_id`` the provider's id for the request (from ``x-request-id`` or
     ``request-id``) to quote to its support, ``retryable`` whether a later attempt might
     succeed, ``attempts`` how many requests were sent. The text never holds the API key.
+
+    A stream that broke after its first event sets ``partial``: the text and tool calls that
+    had arrived (a call whose arguments were cut off has ``arguments_error`` set).
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class ProviderError(ToolRuntimeError):
         self.request_id = request_id
         self.retryable = retryable
         self.attempts = attempts
+        self.partial: LLMResponse | None = None
         super().__init__(provider, message)
 
     def __str__(self) -> str:

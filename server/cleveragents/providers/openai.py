@@ -4,12 +4,18 @@
 ``messages`` (assistant ``tool_calls``, ``tool`` messages with ``tool_call_id``) and the key as
 a bearer token. Ollama, vLLM, LM Studio, OpenRouter and similar servers take the same request
 at their own ``base_url`` (which, as with OpenAI's SDK, includes the ``/v1``).
+
+Streaming sends ``stream: true`` with ``stream_options.include_usage`` and reads
+``chat.completion.chunk`` events up to ``data: [DONE]``: text in ``delta.content``, tool calls
+in ``delta.tool_calls`` by ``index`` (the id and name first, then fragments of the arguments),
+and the usage in a last chunk without choices.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from cleveragents.providers._assembly import Assembler, StreamFailure
 from cleveragents.providers._caller import HTTPCaller
 from cleveragents.tool import LLMRequest, ToolFormat
 
@@ -39,6 +45,19 @@ class OpenAIChatCaller(HTTPCaller):
     def auth_headers(self, api_key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
+    def provider_tools(self, tools: Any) -> list[dict[str, Any]]:
+        out = super().provider_tools(tools)
+        if self.strict_tools:
+            out = [{**t, "function": {**t["function"], "strict": True}} for t in out]
+        return out
+
+    def stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        options = {**body.get("stream_options", {}), "include_usage": True}
+        return {**body, "stream": True, "stream_options": options}
+
+    def assembler(self, request: LLMRequest) -> Assembler:
+        return ChatStream(request.deltas, request.iteration)
+
     def body(self, request: LLMRequest, tools: list[dict[str, Any]]) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, **self.params}
         body.update(self.router.format_messages(request.messages))
@@ -48,3 +67,64 @@ class OpenAIChatCaller(HTTPCaller):
             for key in _TOOL_PARAMS:
                 body.pop(key, None)
         return body
+
+
+class ChatStream(Assembler):
+    """Assembles a streamed chat completion from its ``chat.completion.chunk`` events."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._positions: dict[Any, int] = {}
+        self._refusal: list[str] = []
+        self._finish: Any = None
+        self._usage: Any = None
+
+    def handle(self, event: str, data: dict[str, Any]) -> bool:
+        if "error" in data and not data.get("choices"):
+            raise StreamFailure(data["error"])
+        if data.get("usage"):
+            self._usage = data["usage"]
+        for choice in data.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue  # n > 1: only the first choice is used, as without streaming
+            delta = choice.get("delta") or {}
+            self.add_text(delta.get("content"))
+            if isinstance(delta.get("refusal"), str):
+                self._refusal.append(delta["refusal"])
+            for entry in delta.get("tool_calls") or ():
+                self._tool_call(entry)
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+        return False  # complete at [DONE], after the usage chunk
+
+    def _tool_call(self, entry: dict[str, Any]) -> None:
+        function = entry.get("function") or {}
+        # Keyed by index; servers that leave it out send each call whole, with its id.
+        key = entry.get("index", entry.get("id"))
+        position = self._positions.get(key)
+        if position is None:
+            if key is None and self.calls:
+                position = len(self.calls) - 1
+            else:
+                position = self._positions[key] = self.start_call(
+                    entry.get("id"), function.get("name")
+                )
+        self.add_arguments(position, function.get("arguments"))
+
+    def body(self) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(self.text) or None,
+            "refusal": "".join(self._refusal) or None,
+        }
+        if self.calls:
+            message["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments_text},
+                }
+                for c in self.calls
+            ]
+        choice = {"index": 0, "message": message, "finish_reason": self._finish}
+        return {"choices": [choice], "usage": self._usage}

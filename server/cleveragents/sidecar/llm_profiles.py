@@ -1,9 +1,9 @@
 """Resolve a run's ``LlmChoice`` to a configured profile, an ``LLMCaller`` and a router.
 
-Provider profiles (``openai``, ``anthropic``) read their API key from the environment each
-time a run uses them, so a rotated key takes effect without a restart, and share one
-``httpx2.AsyncClient`` per profile (and event loop) across runs, so that runs reuse pooled
-connections. ``httpx2`` is imported only when such a profile is first used.
+Provider profiles (``openai``, ``openai_responses``, ``anthropic``) read their API key from the
+environment each time a run uses them, so a rotated key takes effect without a restart, and
+share one ``httpx2.AsyncClient`` per profile (and event loop) across runs, so that runs reuse
+pooled connections. ``httpx2`` is imported only when such a profile is first used.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -29,7 +29,11 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_API_KEY_ENV", "close_provider_clients", "profile_name", "resolve_llm"]
 
 #: Where a provider profile without ``api_key_env`` finds its key.
-DEFAULT_API_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+DEFAULT_API_KEY_ENV = {
+    "openai": "OPENAI_API_KEY",
+    "openai_responses": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+}
 
 
 def resolve_llm(
@@ -89,7 +93,11 @@ async def close_provider_clients() -> None:
 
 
 def _provider_caller(profile: ProfileConfig, model_override: str) -> HTTPCaller:
-    from cleveragents.providers import AnthropicMessagesCaller, OpenAIChatCaller
+    from cleveragents.providers import (
+        AnthropicMessagesCaller,
+        OpenAIChatCaller,
+        OpenAIResponsesCaller,
+    )
 
     model = model_override or profile.model
     if not model:
@@ -106,10 +114,18 @@ def _provider_caller(profile: ProfileConfig, model_override: str) -> HTTPCaller:
             f"profile {profile.name!r} reads its API key from ${env}, which is not set "
             "in the sidecar's environment",
         )
-    cls = OpenAIChatCaller if profile.kind == "openai" else AnthropicMessagesCaller
+    extra: dict[str, Any] = {}
+    if profile.kind == "anthropic":
+        cls: type[HTTPCaller] = AnthropicMessagesCaller
+        extra["cache_prompt"] = profile.cache_prompt
+    else:
+        cls = OpenAIChatCaller if profile.kind == "openai" else OpenAIResponsesCaller
+        extra["strict_tools"] = profile.strict_tools
     try:
         return cls(
             model,
+            stream=profile.stream,
+            **extra,
             base_url=profile.base_url or None,
             api_key=api_key,
             timeout_s=profile.timeout_s,

@@ -48,21 +48,34 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts reported by an LLM provider; sums stop at ``MAX_TOKEN_COUNT``."""
+    """Token counts reported by an LLM provider; sums stop at ``MAX_TOKEN_COUNT``.
+
+    ``reported_total_tokens`` is the provider's own total when it exceeds input plus output
+    (Gemini's OpenAI-compatible API counts thinking tokens only there), else 0; token budgets
+    count it through :attr:`total_tokens`.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    reported_total_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.reported_total_tokens and self.reported_total_tokens <= (
+            self.input_tokens + self.output_tokens
+        ):
+            object.__setattr__(self, "reported_total_tokens", 0)  # nothing beyond the parts
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             min(self.input_tokens + other.input_tokens, MAX_TOKEN_COUNT),
             min(self.output_tokens + other.output_tokens, MAX_TOKEN_COUNT),
+            min(self.total_tokens + other.total_tokens, MAX_TOKEN_COUNT),
         )
 
     @property
     def total_tokens(self) -> int:
-        """Input plus output tokens."""
-        return self.input_tokens + self.output_tokens
+        """Input plus output tokens, or the provider's larger total when it reported one."""
+        return max(self.input_tokens + self.output_tokens, self.reported_total_tokens)
 
 
 @dataclass(frozen=True, slots=True)

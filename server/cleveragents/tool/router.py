@@ -199,7 +199,11 @@ def _parse_openai(router: ToolCallRouter, body: Mapping[str, Any]) -> LLMRespons
     return LLMResponse(
         content=content,
         tool_calls=calls,
-        usage=Usage(_count(usage, "prompt_tokens"), _count(usage, "completion_tokens"))
+        usage=Usage(
+            _count(usage, "prompt_tokens"),
+            _count(usage, "completion_tokens"),
+            _count(usage, "total_tokens"),  # counted when it exceeds the two (thinking tokens)
+        )
         if isinstance(usage, Mapping) and usage
         else None,
     )

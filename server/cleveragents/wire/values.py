@@ -127,12 +127,16 @@ def usage_to_pb(usage: Usage | None) -> types_pb2.Usage | None:
     """Usage as protobuf (``None`` stays unset)."""
     if usage is None:
         return None
-    return types_pb2.Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+    return types_pb2.Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        reported_total_tokens=usage.reported_total_tokens,
+    )
 
 
 def usage_from_pb(pb: types_pb2.Usage) -> Usage:
     """Usage from protobuf."""
-    return Usage(int(pb.input_tokens), int(pb.output_tokens))
+    return Usage(int(pb.input_tokens), int(pb.output_tokens), int(pb.reported_total_tokens))
 
 
 def spec_to_pb(spec: ToolSpec, origin: str = "") -> types_pb2.ToolSpec:

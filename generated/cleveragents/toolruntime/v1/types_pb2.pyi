@@ -298,19 +298,26 @@ class Usage(_message.Message):
 
     INPUT_TOKENS_FIELD_NUMBER: _builtins.int
     OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    REPORTED_TOTAL_TOKENS_FIELD_NUMBER: _builtins.int
     input_tokens: _builtins.int
     """Prompt-side tokens; in a run result, the total across all LLM calls."""
     output_tokens: _builtins.int
     """Completion-side tokens; in a run result, the total across all LLM calls."""
+    reported_total_tokens: _builtins.int
+    """The provider's own total when it exceeds input_tokens + output_tokens (Gemini's
+    OpenAI-compatible API counts thinking tokens only there), else 0; in a run result, the
+    sum of each call's total when that exceeds the parts. Token budgets count it.
+    """
     def __init__(
         self,
         *,
         input_tokens: _builtins.int = ...,
         output_tokens: _builtins.int = ...,
+        reported_total_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_tokens", b"input_tokens", "output_tokens", b"output_tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "reported_total_tokens", b"reported_total_tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -31,7 +31,9 @@ _PROFILE_KEYS = {
     "client": {"kind", "model"},
     "openai": {"kind", "model", "base_url", "api_key_env", "timeout", "max_retries", "params"},
 }
-_PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"]
+_PROFILE_KEYS["openai"] |= {"stream", "strict_tools"}
+_PROFILE_KEYS["openai_responses"] = _PROFILE_KEYS["openai"]
+_PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"] - {"strict_tools"} | {"cache_prompt"}
 #: Settings that are tables or lists, each read on its own.
 _TABLES = (
     "profiles", "tool_modules", "sandbox_roots", "automation_profiles", "tool_limits", "clients",
@@ -194,6 +196,9 @@ def _provider_profile(name: str, kind: str, table: dict[str, Any]) -> ProfileCon
         timeout_s=typed("timeout", "float", 60.0),
         max_retries=typed("max_retries", "int", 2),
         params=params,
+        stream=typed("stream", "bool", True),
+        strict_tools=typed("strict_tools", "bool", False),
+        cache_prompt=typed("cache_prompt", "bool", False),
     )
 
 

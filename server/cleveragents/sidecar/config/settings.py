@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 ENV_PREFIX = "CLEVERAGENTS_SIDECAR_"
-PROVIDER_KINDS = ("openai", "anthropic")
+PROVIDER_KINDS = ("openai", "openai_responses", "anthropic")
 PROFILE_KINDS = ("scripted", "client", *PROVIDER_KINDS)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -40,7 +40,9 @@ class ProfileConfig:
     ``anthropic``) use the rest: ``base_url`` (empty: the vendor's), ``api_key_env``, the name
     of the environment variable holding the key (``None``: ``OPENAI_API_KEY`` or
     ``ANTHROPIC_API_KEY``; empty: send no key), the per-request ``timeout_s``, ``max_retries``
-    and ``params``, generation parameters copied into every request.
+    and ``params``, generation parameters copied into every request. ``stream`` asks for the
+    answer as it is generated (server-sent events); ``strict_tools`` marks tool schemas
+    ``strict`` (OpenAI kinds); ``cache_prompt`` adds Anthropic prompt-caching breakpoints.
     """
 
     name: str
@@ -52,9 +54,17 @@ class ProfileConfig:
     timeout_s: float = 60.0
     max_retries: int = 2
     params: Mapping[str, Any] = field(default_factory=dict)
+    stream: bool = True
+    strict_tools: bool = False
+    cache_prompt: bool = False
 
     def __post_init__(self) -> None:
         where = f"profiles.{self.name}"
+        if self.strict_tools and self.kind == "anthropic":
+            raise ConfigError(f"{where}.strict_tools is for the OpenAI kinds; unset it here")
+        if self.cache_prompt and self.kind != "anthropic":
+            raise ConfigError(f"{where}.cache_prompt is for kind 'anthropic' (OpenAI caches "
+                              "prompts by itself); unset it here")  # fmt: skip
         if self.kind not in PROFILE_KINDS:
             kinds = ", ".join(PROFILE_KINDS)
             raise ConfigError(f"{where}.kind must be one of {kinds}, got {self.kind!r}")

@@ -1,0 +1,135 @@
+"""Assembling one streamed answer: deltas out as events arrive, the whole answer at the end.
+
+An :class:`Assembler` takes the server-sent events of one call in order. It hands each piece
+to the request's delta sink as a :class:`~cleveragents.tool.ResponseDelta` and keeps what
+arrived, so that at the end it can give the answer in the shape the API returns when it does
+not stream (:meth:`Assembler.body`); the caller parses that with the same checks as a whole
+answer, which is why the deltas and the returned ``LLMResponse`` always agree. Subclasses
+(one per API's event format) implement :meth:`Assembler.handle` and :meth:`Assembler.body`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx2
+
+from cleveragents.tool import DeltaSink, LLMResponse, ResponseDelta, parse_call
+from cleveragents.tool.jsontext import loads
+
+__all__ = ["Assembler", "StreamFailure", "StreamedCall"]
+
+#: Error types and codes of an in-stream error that a later request may not meet.
+_TRANSIENT = frozenset(
+    {"overloaded_error", "api_error", "server_error", "rate_limit_error", "rate_limit_exceeded"}
+)
+
+
+class StreamFailure(Exception):
+    """The provider reported an error inside the stream (``event: error`` and the like)."""
+
+    def __init__(self, error: Any) -> None:
+        self.error: Mapping[str, Any] = error if isinstance(error, Mapping) else {"message": error}
+        kinds = {self.error.get("type"), self.error.get("code")}
+        self.retryable = bool(kinds & _TRANSIENT)
+        super().__init__(str(self.error.get("message")))
+
+
+class StreamedCall:
+    """One tool call as it streams: its id, name and the fragments of its arguments' JSON."""
+
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self, call_id: str, name: str) -> None:
+        self.id = call_id
+        self.name = name
+        self.arguments: list[str] = []
+
+    @property
+    def arguments_text(self) -> str:
+        """The arguments' JSON text so far."""
+        return "".join(self.arguments)
+
+
+class Assembler:
+    """Deltas and the whole answer from one stream's events (see the module docstring)."""
+
+    def __init__(self, sink: DeltaSink | None, iteration: int) -> None:
+        self.events = 0
+        self.complete = False
+        self.text: list[str] = []
+        self.calls: list[StreamedCall] = []
+        self._sink = sink
+        self._iteration = iteration
+
+    def feed(self, event: httpx2.ServerSentEvent) -> bool:
+        """Take one event; ``True`` when it completed the answer.
+
+        Raises ``StreamFailure`` for an error the provider sent in the stream and
+        ``ValueError`` for an event that is not what the API sends.
+        """
+        self.events += 1
+        data = event.data
+        if not data.strip():
+            return False
+        if data.strip() == "[DONE]":
+            self.complete = True
+            return True
+        payload = loads(data)
+        if not isinstance(payload, dict):
+            raise ValueError(f"event {event.event!r} holds no JSON object")
+        self.complete = self.handle(event.event, payload)
+        return self.complete
+
+    def handle(self, event: str, data: dict[str, Any]) -> bool:
+        """Act on one event's JSON object; ``True`` when it completed the answer."""
+        raise NotImplementedError
+
+    def body(self) -> dict[str, Any]:
+        """The whole answer, shaped as the API's response when it does not stream."""
+        raise NotImplementedError
+
+    # -- for subclasses ----------------------------------------------------------------------
+
+    def add_text(self, text: Any) -> None:
+        """Append ``text`` to the answer's content and send it on."""
+        if isinstance(text, str) and text:
+            self.text.append(text)
+            self._emit(ResponseDelta(text=text))
+
+    def start_call(self, call_id: Any, name: Any) -> int:
+        """A new tool call; its 0-based position. A call without an id gets one (as a whole
+        answer's would) so that its results can name it."""
+        position = len(self.calls)
+        call_id = call_id if isinstance(call_id, str) and call_id else ""
+        call_id = call_id or f"call_{self._iteration}_{position + 1}"
+        name = name if isinstance(name, str) else ""
+        self.calls.append(StreamedCall(call_id, name))
+        self._emit(ResponseDelta(tool_call_index=position, tool_call_id=call_id, tool_name=name))
+        return position
+
+    def add_arguments(self, position: int, fragment: Any) -> None:
+        """Append a fragment of the arguments' JSON text of call number ``position``."""
+        if isinstance(fragment, str) and fragment:
+            self.calls[position].arguments.append(fragment)
+            self._emit(ResponseDelta(tool_call_index=position, arguments=fragment))
+
+    # -- when a stream breaks ----------------------------------------------------------------
+
+    def partial(self) -> LLMResponse:
+        """What had arrived: the text, and the calls (cut-off arguments set arguments_error)."""
+        calls = [parse_call(c.id, c.name, c.arguments_text) for c in self.calls]
+        return LLMResponse("".join(self.text), calls)
+
+    def received(self) -> str:
+        """A line saying what had arrived, for the error that ends the call."""
+        parts = [f"{sum(map(len, self.text))} characters of text"]
+        if self.calls:
+            names = ", ".join(c.name or "?" for c in self.calls)
+            parts.append(f"{len(self.calls)} tool call(s) ({names})")
+        return " and ".join(parts)
+
+    def _emit(self, delta: ResponseDelta) -> None:
+        if self._sink is not None:
+            self._sink(delta)

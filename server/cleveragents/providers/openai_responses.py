@@ -1,0 +1,213 @@
+"""``OpenAIResponsesCaller``: the OpenAI Responses API (``POST {base_url}/responses``).
+
+The conversation goes as ``input`` items: messages by role, each tool call as a
+``function_call`` item and each result as a ``function_call_output`` item naming its
+``call_id``. Tools are flat ``function`` entries with ``strict`` set as the caller says (the
+API's own default is strict, which many schemas do not meet).
+
+Reasoning models answer with ``reasoning`` items besides their messages and calls, and want
+them back on the next turn. The core conversation has no place for provider data, so the
+caller keeps each answer's output items, keyed by the tool calls (or the text) that they
+produced, and sends them back as they came when that assistant turn is sent again: the
+exchange then carries the reasoning exactly as the API returned it. A turn the caller did not
+produce (a conversation resumed by another caller) goes as a plain message and calls.
+
+Streaming reads ``response.output_item.added`` (a call's id and name),
+``response.output_text.delta``, ``response.function_call_arguments.delta`` and ends at
+``response.completed`` (or ``response.incomplete``), whose ``response`` is the whole answer;
+``response.failed`` and ``error`` end the call with the API's error code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cleveragents.providers._assembly import Assembler, StreamFailure
+from cleveragents.providers._caller import HTTPCaller
+from cleveragents.providers._http import describe_error
+from cleveragents.providers.openai import OPENAI_BASE_URL
+from cleveragents.tool import (
+    LLMRequest,
+    LLMResponse,
+    Message,
+    Role,
+    ToolCall,
+    ToolFormat,
+    Usage,
+    parse_call,
+)
+from cleveragents.tool.jsontext import Encoder
+from cleveragents.tool.messages import MAX_TOKEN_COUNT
+
+__all__ = ["OpenAIResponsesCaller"]
+
+_encode = Encoder()
+#: Parameters the API accepts only beside ``tools``.
+_TOOL_PARAMS = ("tool_choice", "parallel_tool_calls")
+
+
+class OpenAIResponsesCaller(HTTPCaller):
+    """An ``LLMCaller`` for the OpenAI Responses API (see the module docstring).
+
+    With ``params`` ``store = false`` (nothing kept at OpenAI), reasoning comes back
+    encrypted (``include: reasoning.encrypted_content``) so that it can be passed back.
+    """
+
+    provider = "openai"
+    tool_format = ToolFormat.OPENAI
+    default_base_url = OPENAI_BASE_URL
+
+    def __init__(self, model: str, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self._outputs: dict[tuple[str, ...], list[Any]] = {}
+
+    def endpoint(self, base_url: str) -> str:
+        return f"{base_url}/responses"
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def provider_tools(self, tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        flat: list[dict[str, Any]] = []
+        for tool in super().provider_tools(tools):
+            function = tool["function"]
+            flat.append(
+                {
+                    "type": "function",
+                    "name": function.get("name", ""),
+                    "description": function.get("description", ""),
+                    "parameters": function.get("parameters", {"type": "object"}),
+                    "strict": self.strict_tools,
+                }
+            )
+        return flat
+
+    def body(self, request: LLMRequest, tools: list[dict[str, Any]]) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, **self.params}
+        body["input"] = [item for m in request.messages for item in self._items(m)]
+        if tools:
+            body["tools"] = tools
+        else:
+            for key in _TOOL_PARAMS:
+                body.pop(key, None)
+        if body.get("store") is False:
+            include = list(body.get("include") or [])
+            if "reasoning.encrypted_content" not in include:
+                body["include"] = [*include, "reasoning.encrypted_content"]
+        return body
+
+    def assembler(self, request: LLMRequest) -> Assembler:
+        return ResponsesStream(request.deltas, request.iteration)
+
+    def parse_body(self, data: dict[str, Any]) -> LLMResponse:
+        response = parse_response(data)
+        output = data.get("output")
+        if isinstance(output, list) and any(
+            isinstance(i, Mapping) and i.get("type") == "reasoning" for i in output
+        ):
+            self._outputs[_key(response.content, response.tool_calls)] = output
+        return response
+
+    def _items(self, m: Message) -> list[Any]:
+        if m.role is Role.TOOL:
+            return [
+                {"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content}
+            ]
+        if m.role is not Role.ASSISTANT:
+            return [{"role": m.role.value, "content": m.content}]
+        kept = self._outputs.get(_key(m.content, m.tool_calls))
+        if kept is not None:
+            return kept
+        items: list[Any] = [{"role": "assistant", "content": m.content}] if m.content else []
+        items += [
+            {"type": "function_call", "call_id": c.id, "name": c.name,
+             "arguments": _encode(dict(c.arguments))}
+            for c in m.tool_calls
+        ]  # fmt: skip
+        return items
+
+
+def _key(content: str, calls: Sequence[ToolCall]) -> tuple[str, ...]:
+    return tuple(c.id for c in calls) if calls else ("", content)
+
+
+def parse_response(data: Mapping[str, Any]) -> LLMResponse:
+    """A Responses API ``response`` object as an ``LLMResponse``.
+
+    Raises ``ValueError`` for one that cannot be used: failed, a refusal, cut off by the token
+    limit in the middle of its calls, or with nothing in it.
+    """
+    status = data.get("status")
+    if status == "failed":
+        raise ValueError(f"the response failed: {describe_error(data.get('error') or {})}")
+    text: list[str] = []
+    refusal: list[str] = []
+    calls: list[ToolCall] = []
+    for item in data.get("output") or ():
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("type") == "message":
+            for part in item.get("content") or ():
+                if isinstance(part, Mapping) and part.get("type") == "output_text":
+                    text.append(str(part.get("text") or ""))
+                elif isinstance(part, Mapping) and part.get("type") == "refusal":
+                    refusal.append(str(part.get("refusal") or ""))
+        elif item.get("type") == "function_call":
+            calls.append(
+                parse_call(str(item.get("call_id", "")), str(item.get("name", "")),
+                           item.get("arguments"))
+            )  # fmt: skip
+    if refusal and not calls:
+        raise ValueError(f"the model refused: {''.join(refusal)}")
+    reason = (data.get("incomplete_details") or {}).get("reason")
+    if status == "incomplete" and (calls or not text):
+        raise ValueError(f"the response is incomplete ({reason or 'no reason given'})")
+    usage = data.get("usage")
+    return LLMResponse("".join(text), calls, _usage(usage) if isinstance(usage, Mapping) else None)
+
+
+def _usage(usage: Mapping[str, Any]) -> Usage:
+    def count(key: str) -> int:
+        value: Any = usage.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            return 0
+        return min(int(value), MAX_TOKEN_COUNT)  # an absurd count exhausts any budget
+
+    return Usage(count("input_tokens"), count("output_tokens"), count("total_tokens"))
+
+
+class ResponsesStream(Assembler):
+    """Assembles a streamed response from the Responses API's events."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._positions: dict[Any, int] = {}
+        self._response: dict[str, Any] = {}
+
+    def handle(self, event: str, data: dict[str, Any]) -> bool:
+        kind = str(data.get("type", event))
+        if kind == "error":
+            raise StreamFailure(data.get("error") if isinstance(data.get("error"), dict) else data)
+        if kind == "response.failed":
+            response = data.get("response") or {}
+            raise StreamFailure(response.get("error") or {"message": "the response failed"})
+        if kind == "response.output_item.added":
+            item = data.get("item") or {}
+            if item.get("type") == "function_call":
+                position = self.start_call(item.get("call_id"), item.get("name"))
+                self._positions[data.get("output_index")] = position
+                self.add_arguments(position, item.get("arguments"))
+        elif kind == "response.output_text.delta":
+            self.add_text(data.get("delta"))
+        elif kind == "response.function_call_arguments.delta":
+            found = self._positions.get(data.get("output_index"))
+            if found is not None:
+                self.add_arguments(found, data.get("delta"))
+        elif kind in ("response.completed", "response.incomplete"):
+            self._response = dict(data.get("response") or {})
+            return True
+        return False
+
+    def body(self) -> dict[str, Any]:
+        return self._response
