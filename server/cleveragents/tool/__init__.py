@@ -27,6 +27,7 @@ from cleveragents.tool.events import (
     RunStarted,
     TerminalEvent,
     ToolCallCompleted,
+    ToolCallProgress,
     ToolCallStarted,
 )
 from cleveragents.tool.execution.limits import ToolLimit, ToolLimits
@@ -100,6 +101,7 @@ __all__ = [
     "ToolActorContext",
     "ToolCall",
     "ToolCallCompleted",
+    "ToolCallProgress",
     "ToolCallRecord",
     "ToolCallRouter",
     "ToolCallRunResult",

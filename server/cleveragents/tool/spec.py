@@ -22,7 +22,8 @@ class ToolSpec:
     """A tool as the model sees it, plus its execution timeout in seconds (``None``: default).
 
     ``side_effects`` marks tools that change something (files, services, money): automation
-    profiles can ask before running them, or forbid them.
+    profiles can ask before running them, or forbid them. ``origin`` is where a sidecar's
+    tool comes from, as ``ListTools`` says (``mcp:NAME``: that MCP server); empty otherwise.
     """
 
     name: str
@@ -30,6 +31,7 @@ class ToolSpec:
     input_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
     timeout_s: float | None = None
     side_effects: bool = False
+    origin: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not TOOL_NAME_PATTERN.fullmatch(self.name):

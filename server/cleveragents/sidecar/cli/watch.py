@@ -24,6 +24,7 @@ from cleveragents.tool import (
     RunFailed,
     RunStarted,
     ToolCallCompleted,
+    ToolCallProgress,
     ToolCallStarted,
 )
 
@@ -151,7 +152,7 @@ class WatchView:
                     verdict = "approved" if event.approved else "DENIED"
                     why = f": {event.reason}" if event.reason else ""
                     self._line(f"  {verdict} (call {event.call_id}) by {event.by}{why}")
-                case LLMResponded():
+                case LLMResponded() | ToolCallProgress():
                     pass  # the progress line shows iterations and calls
                 case _:  # pragma: no cover - mypy checks that every event type is handled
                     assert_never(event)

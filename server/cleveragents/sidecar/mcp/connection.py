@@ -25,6 +25,7 @@ from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
@@ -121,8 +122,11 @@ class McpConnection:
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MAX_BACKOFF_S)
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(
+        self, name: str, arguments: dict[str, Any], progress: ProgressFnT | None = None
+    ) -> types.CallToolResult:
         """``tools/call``; ``ToolError`` when the server is down or the connection fails.
+        ``progress`` (when given) gets the call's progress notifications.
 
         Cancelling the caller (the call's timeout, a cancelled run) sends
         ``notifications/cancelled`` for the request (the SDK does).
@@ -134,7 +138,7 @@ class McpConnection:
                 "the sidecar is reconnecting to it, try again later"
             )
         try:
-            return await session.call_tool(name, arguments)
+            return await session.call_tool(name, arguments, progress_callback=progress)
         except MCPError as exc:
             raise ToolError(f"MCP server {self.config.name!r} failed the call: {exc}") from None
 

@@ -19,8 +19,9 @@ from mcp import types
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.mcp.connection import McpConnection
+from cleveragents.sidecar.mcp.progress import ProgressRelay
 from cleveragents.sidecar.mcp.results import DEFAULT_INLINE_BYTES, call_output, offered_specs
-from cleveragents.tool import ToolRegistry, ToolSpec
+from cleveragents.tool import ToolRegistry, ToolSpec, current_call
 from cleveragents.tool.spec import RESERVED_INPUT_KEYS
 
 __all__ = ["McpServers"]
@@ -100,11 +101,13 @@ class McpServers:
 
 def _handler(connection: McpConnection, remote: str, spec: ToolSpec) -> Any:
     """The registry handler calling ``remote`` on ``connection``; the context keys the runner
-    threads into every call's inputs stay in the sidecar."""
+    threads into every call's inputs stay in the sidecar, and its progress goes to the run."""
 
     async def call(inputs: dict[str, Any]) -> dict[str, Any]:
         arguments = {k: v for k, v in inputs.items() if k not in RESERVED_INPUT_KEYS}
-        result = await connection.call(remote, arguments)
+        relay = ProgressRelay(connection.config, current_call())
+        result = await connection.call(remote, arguments, relay)
+        relay.flush()
         return call_output(result, inline_bytes=DEFAULT_INLINE_BYTES)
 
     call.__name__ = spec.name

@@ -35,6 +35,7 @@ from cleveragents.tool import (
     RunFailed,
     RunStarted,
     ToolCallCompleted,
+    ToolCallProgress,
     ToolCallStarted,
 )
 
@@ -139,7 +140,10 @@ class MetricsObserver:
             case RunCompleted() | RunFailed() | RunCancelled():
                 self._llm_started.pop(run, None)
                 self.runs.labels(_STATE_OF[type(event)], str(event.result.stop_reason)).inc()
-            case RunStarted() | ToolCallStarted() | ApprovalRequested() | ApprovalDecided():
+            case (
+                RunStarted() | ToolCallStarted() | ToolCallProgress() | ApprovalRequested()
+                | ApprovalDecided()
+            ):  # fmt: skip
                 pass  # live runs are read from the manager; tool calls count when they end
             case _:  # pragma: no cover - mypy checks that every event type is handled
                 assert_never(event)

@@ -15,7 +15,12 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from cleveragents.tool.context import ToolActorContext
-from cleveragents.tool.events import EventSink, ToolCallCompleted, ToolCallStarted
+from cleveragents.tool.events import (
+    EventSink,
+    ToolCallCompleted,
+    ToolCallProgress,
+    ToolCallStarted,
+)
 from cleveragents.tool.execution.runner import Gate, ToolRunner
 from cleveragents.tool.jsontext import Encoder
 from cleveragents.tool.messages import Message, Role, ToolCall
@@ -125,6 +130,12 @@ class ToolBatch:
             self.started[index] = (inputs, time.time())
             self._emit(ToolCallStarted(call.id, call.name, inputs, self.iteration))
 
+        def progress(call: ToolCall, done: float, total: float | None, message: str) -> None:
+            if self.records[index] is None:  # a report after the call ended is dropped
+                self._emit(
+                    ToolCallProgress(call.id, call.name, done, total, message, self.iteration)
+                )
+
         async def refuse(
             call: ToolCall, inputs: Mapping[str, Any], spec: ToolSpec, iteration: int
         ) -> str:
@@ -134,6 +145,7 @@ class ToolBatch:
             record = await self._runner.run(
                 self.calls[index], iteration=self.iteration, context=self._context,
                 on_started=started, gate=refuse if over_budget else self._gate,
+                on_progress=progress,
             )  # fmt: skip
         if not over_budget:
             self.executed += 1

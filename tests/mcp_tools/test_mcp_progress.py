@@ -1,0 +1,133 @@
+"""An MCP server's progress notifications in a run: ``tool_call_progress`` events between the
+call's start and its record, coalesced so that a server spamming them cannot grow the run's
+log, and (when its settings say so) renewing the call's timeout up to a hard maximum."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from cleveragents.client import AsyncSidecarClient
+from cleveragents.sidecar.mcp.progress import MAX_PROGRESS_EVENTS
+from cleveragents.tool import (
+    ErrorKind,
+    RunEvent,
+    ToolCallCompleted,
+    ToolCallProgress,
+    ToolCallStarted,
+)
+
+from .conftest import McpSidecarFactory, bounded, calling, fault_server, raw_server
+
+#: Long enough for 100k notifications through the SDK on a loaded machine (about 0.25 ms each).
+SPAM_WAIT_S = 300.0
+
+
+async def _events(client: AsyncSidecarClient, tool: str, **arguments: Any) -> list[RunEvent]:
+    """The events of a scripted run calling ``tool`` once, as a client streams them."""
+    stream = client.stream_tool_loop("go", script=calling(("c1", tool, arguments)))
+    return [streamed.event async for streamed in stream]
+
+
+def _record(events: list[RunEvent]) -> Any:
+    return next(e.record for e in events if isinstance(e, ToolCallCompleted))
+
+
+async def test_progress_notifications_become_tool_call_progress_events_in_the_log(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir, progress_interval_s=0))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        script = calling(("c1", "f_spam_progress", {"count": 3}))
+        streamed = [s async for s in client.stream_tool_loop("go", script=script)]
+        logged = [s async for s in client.watch(streamed[0].run_id)]  # replayed from the log
+
+    events = [s.event for s in streamed]
+
+    kinds = [type(e).__name__ for e in events]
+    start, end = kinds.index("ToolCallStarted"), kinds.index("ToolCallCompleted")
+    progress = [e for e in events if isinstance(e, ToolCallProgress)]
+    assert kinds[start + 1 : end] == ["ToolCallProgress"] * 3
+    assert [(p.progress, p.total, p.message) for p in progress] == [
+        (1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3"),
+    ]  # fmt: skip
+    assert {(p.call_id, p.tool_name, p.iteration) for p in progress} == {
+        ("c1", "f_spam_progress", 1)
+    }
+    assert [(s.sequence, s.event) for s in logged] == [(s.sequence, s.event) for s in streamed]
+
+
+async def test_a_server_spamming_100k_progress_notifications_adds_a_bounded_number_of_events(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(raw_server(fault_dir, progress_interval_s=0.5))
+    async with AsyncSidecarClient(sidecar.address) as client, asyncio.timeout(SPAM_WAIT_S):
+        events = await _events(client, "r_spam_progress", count=100_000)
+
+    progress = [e for e in events if isinstance(e, ToolCallProgress)]
+    record = _record(events)
+    assert record.success, record.error
+    assert record.output == {"content": [{"type": "text", "text": "reported 100000"}]}
+    # The first at once, then one per half second at most, and the latest before the record.
+    assert 2 <= len(progress) <= 2 + record.duration_ms / 500
+    assert progress[-1].progress == 100_000
+    assert len(events) == len(progress) + 8  # the run, two iterations, the call: no more
+
+
+async def test_progress_with_no_interval_is_still_capped_per_call(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(raw_server(fault_dir, progress_interval_s=0))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = await bounded(_events(client, "r_spam_progress", count=MAX_PROGRESS_EVENTS + 500))
+
+    progress = [e for e in events if isinstance(e, ToolCallProgress)]
+    assert len(progress) == MAX_PROGRESS_EVENTS
+    assert _record(events).success
+
+
+async def test_progress_extends_the_timeout_of_a_call_that_keeps_reporting(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    server = fault_server(
+        fault_dir, timeout_s=2.0, progress_extends_timeout=True, max_timeout_s=60.0
+    )
+    sidecar = await make_mcp_sidecar(server)
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = await bounded(_events(client, "f_slow_progress", steps=20, every=0.2))
+
+    record = _record(events)
+    assert record.success, record.error
+    assert record.output == {"result": "done after 20"}
+    assert record.duration_ms > 2000  # it ran past its timeout, kept alive by its progress
+
+
+async def test_without_progress_extends_timeout_progress_does_not_extend_it(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir, timeout_s=2.0))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = await bounded(_events(client, "f_slow_progress", steps=20, every=0.2))
+
+    record = _record(events)
+    assert record.error_kind is ErrorKind.TIMEOUT
+    assert record.error == "tool 'f_slow_progress' timed out after 2s"
+    assert any(isinstance(e, ToolCallProgress) for e in events)
+
+
+async def test_progress_cannot_extend_a_call_past_its_max_timeout(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    server = fault_server(
+        fault_dir, timeout_s=1.5, progress_extends_timeout=True, max_timeout_s=3.0
+    )
+    sidecar = await make_mcp_sidecar(server)
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = await bounded(_events(client, "f_slow_progress", steps=0, every=0.1))
+
+    record = _record(events)
+    assert record.error_kind is ErrorKind.TIMEOUT
+    assert "extended by progress" in (record.error or "")
+    assert 2900 <= record.duration_ms < 3000 + 5000  # the hard maximum, not for ever
+    assert isinstance(events[3], ToolCallStarted)
