@@ -42,7 +42,7 @@ class McpServerConfig:
     tool names (empty: all). ``timeout_s`` bounds each call (``None``: the sidecar's
     ``default_tool_timeout_s``). ``side_effects`` is ``annotations``, ``true`` or ``false``.
     ``startup`` is ``eager`` (connected before the sidecar serves; ``serve`` fails if it
-    cannot) or ``lazy`` (connected in the background, its tools offered once listed).
+    cannot) or ``lazy`` (started when a run may select its tools, or ``ListTools`` asks).
     ``progress_interval_s`` spaces the ``ToolCallProgress`` events of one call; with
     ``progress_extends_timeout`` each progress report renews the call's timeout, up to
     ``max_timeout_s`` after it began (``None``: ten times its timeout).

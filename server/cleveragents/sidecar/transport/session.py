@@ -41,6 +41,7 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
         opening, host = await read_opening(
             first.start, service.config, service.frame_limit, service.openings
         )
+        await service.want_tools(opening.request.tool_names)
         run = service.start_run(
             opening.request,
             context,
