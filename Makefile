@@ -18,7 +18,7 @@ $(info $(VENV) was made by a Python older than 3.11, or its Python is gone: rebu
 $(shell rm -rf $(VENV))
 endif
 
-.PHONY: install test lint generate demo bench fuzz node-test clean
+.PHONY: install test lint generate demo bench fuzz node-test mcp-test-servers clean
 
 install: $(STAMP)
 
@@ -49,13 +49,23 @@ lint: install $(LINT_STAMP)
 	PYTHONPATH=server:client:generated $(LINT_VENV)/bin/lint-imports --no-cache
 	cd protos && ../$(BIN)/buf lint
 
-test: lint node-test
+test: lint node-test mcp-test-servers
 	$(BIN)/python -m pytest
 
 # The Node.js client's tests start a real sidecar from .venv, hence the install.
 node-test: install
 	@command -v $(NODE) >/dev/null && command -v $(NPM) >/dev/null || { echo "make node-test (part of make test) needs Node.js 18+ and npm for the Node.js client's tests: install them (Debian: apt-get install nodejs npm), or run make lint and $(BIN)/python -m pytest for the Python part alone" >&2; exit 1; }
 	cd client/node && npm ci --no-audit --no-fund --ignore-scripts && npm test
+
+# The MCP reference servers from npm that tests/mcp_tools starts (server-everything), pinned by
+# their own package-lock.json in a test-only folder: nothing the sidecar ships or loads.
+MCP_NPM_DIR := tests/mcp_tools/everything
+mcp-test-servers: $(MCP_NPM_DIR)/node_modules/.package-lock.json
+
+$(MCP_NPM_DIR)/node_modules/.package-lock.json: $(MCP_NPM_DIR)/package-lock.json
+	@command -v $(NPM) >/dev/null || { echo "make mcp-test-servers (part of make test and make bench) needs npm for the MCP reference server the tests start (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+	cd $(MCP_NPM_DIR) && $(NPM) ci --no-audit --no-fund --ignore-scripts
+	touch $@
 
 demo: install
 	$(BIN)/python examples/demo.py
@@ -68,4 +78,4 @@ fuzz: install
 	$(BIN)/python fuzz/fuzz_requests.py -max_total_time=$${FUZZ_SECONDS:-60}
 
 clean:
-	rm -rf $(VENV) .venv-lint .mypy_cache .pytest_cache .ruff_cache client/node/node_modules
+	rm -rf $(VENV) .venv-lint .mypy_cache .pytest_cache .ruff_cache client/node/node_modules $(MCP_NPM_DIR)/node_modules
