@@ -5,6 +5,7 @@ log, and (when its settings say so) renewing the call's timeout up to a hard max
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from cleveragents.tool import (
     ToolCallStarted,
 )
 
-from .conftest import McpSidecarFactory, bounded, calling, fault_server, raw_server
+from .conftest import RAW, McpSidecarFactory, bounded, calling, fault_server, raw_server
+
+CLI = str(Path(sys.executable).parent / "cleveragents-sidecar")
 
 #: Long enough for 100k notifications through the SDK on a loaded machine (about 0.25 ms each).
 SPAM_WAIT_S = 280.0
@@ -61,12 +64,32 @@ async def test_progress_notifications_become_tool_call_progress_events_in_the_lo
 
 
 @pytest.mark.timeout(SPAM_WAIT_S + 20)
-async def test_a_server_spamming_100k_progress_notifications_adds_a_bounded_number_of_events(
-    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+async def test_a_server_spamming_100k_progress_notifications_adds_bounded_events_and_memory(
+    tmp_path: Path, fault_dir: Path
 ) -> None:
-    sidecar = await make_mcp_sidecar(raw_server(fault_dir, progress_interval_s=0.5))
-    async with AsyncSidecarClient(sidecar.address) as client, asyncio.timeout(SPAM_WAIT_S):
-        events = await _events(client, "r_spam_progress", count=100_000)
+    config = tmp_path / "sidecar.toml"
+    config.write_text(
+        f'file_tools = false\n[mcp_servers.r]\ncommand = "{sys.executable}"\nargs = ["{RAW}"]\n'
+        f'env = {{ FAULT_DIR = "{fault_dir}" }}\nprogress_interval = 0.5\n'
+        f"timeout = {SPAM_WAIT_S - 30:g}\n",
+        encoding="utf-8",
+    )
+    serve = await asyncio.create_subprocess_exec(
+        CLI, "serve", "--listen", "127.0.0.1:0", "--log-level", "warning", "--config", str(config),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert serve.stdout is not None
+        async with asyncio.timeout(SPAM_WAIT_S):  # the start too: the machine may be loaded
+            address = (await serve.stdout.readline()).decode().split()[-1]
+        async with AsyncSidecarClient(address) as client, asyncio.timeout(SPAM_WAIT_S):
+            await _events(client, "r_echo", text="warm up")
+            before = _peak_rss_kib(serve.pid)
+            events = await _events(client, "r_spam_progress", count=100_000)
+            grown = _peak_rss_kib(serve.pid) - before
+    finally:
+        serve.terminate()
+        await serve.wait()
 
     progress = [e for e in events if isinstance(e, ToolCallProgress)]
     record = _record(events)
@@ -76,6 +99,15 @@ async def test_a_server_spamming_100k_progress_notifications_adds_a_bounded_numb
     assert 2 <= len(progress) <= 2 + record.duration_ms / 500
     assert progress[-1].progress == 100_000
     assert len(events) == len(progress) + 8  # the run, two iterations, the call: no more
+    assert grown < 32 * 1024  # measured: 1 MiB; 100k events in the log would be over 10 MiB
+
+
+def _peak_rss_kib(pid: int) -> int:
+    """The process's peak resident set (``VmHWM``), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmHWM in /proc/{pid}/status")
 
 
 async def test_progress_with_no_interval_is_still_capped_per_call(
