@@ -18,7 +18,7 @@ $(info $(VENV) was made by a Python older than 3.11, or its Python is gone: rebu
 $(shell rm -rf $(VENV))
 endif
 
-.PHONY: install test lint generate demo bench fuzz node-test go-tools go-test clean image image-rootfs
+.PHONY: install test lint generate demo bench fuzz node-test go-tools go-test mcp-test-servers clean image image-rootfs
 
 install: $(STAMP)
 
@@ -52,7 +52,7 @@ lint: install $(LINT_STAMP)
 	PYTHONPATH=server:client:generated $(LINT_VENV)/bin/lint-imports --no-cache
 	cd protos && ../$(BIN)/buf lint
 
-test: lint node-test go-test
+test: lint node-test go-test mcp-test-servers
 	$(BIN)/python -m pytest
 
 # The Node.js client's tests start a real sidecar from .venv, hence the install.
@@ -89,6 +89,15 @@ go-tools:
 go-test: install go-tools
 	@test -z "$$(gofmt -l client/go)" || { echo "gofmt would change: $$(gofmt -l client/go)" >&2; exit 1; }
 	cd $(GO_LINK) && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) SIDECAR_BIN=$(abspath $(BIN))/cleveragents-sidecar $(GO) test -count=1 ./...
+# The MCP reference servers from npm that tests/mcp_tools starts (server-everything), pinned by
+# their own package-lock.json in a test-only folder: nothing the sidecar ships or loads.
+MCP_NPM_DIR := tests/mcp_tools/everything
+mcp-test-servers: $(MCP_NPM_DIR)/node_modules/.package-lock.json
+
+$(MCP_NPM_DIR)/node_modules/.package-lock.json: $(MCP_NPM_DIR)/package-lock.json
+	@command -v $(NPM) >/dev/null || { echo "make mcp-test-servers (part of make test and make bench) needs npm for the MCP reference server the tests start (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+	cd $(MCP_NPM_DIR) && $(NPM) ci --no-audit --no-fund --ignore-scripts
+	touch $@
 
 demo: install
 	$(BIN)/python examples/demo.py
@@ -140,4 +149,5 @@ image-rootfs:
 	$(CONTAINER_BUILD) --format docker --network none -t $(ROOTFS_IMAGE) build/rootfs
 
 clean:
-	rm -rf $(VENV) .venv-lint .mypy_cache .pytest_cache .ruff_cache client/node/node_modules $(GO_BUILD)
+	rm -rf $(VENV) .venv-lint .mypy_cache .pytest_cache .ruff_cache client/node/node_modules $(GO_BUILD) \
+		$(MCP_NPM_DIR)/node_modules

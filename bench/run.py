@@ -37,9 +37,10 @@ from cleveragents.tool import (
 )
 
 if TYPE_CHECKING:  # mypy runs from the repository root; `python bench/run.py` from bench/
-    from bench import scenarios_load
+    from bench import mcp_calls, scenarios_load
     from bench.scenarios_load import Figure
 else:
+    import mcp_calls
     import scenarios_load
     from scenarios_load import Figure
 
@@ -309,6 +310,12 @@ async def main() -> None:
         rows.append(
             Row("session, client LLM N=200", "iteration", median_of(llm200), llm200,
                 "session, client LLM N=20", pair_ratio(llm200, llm20), "<= 1.2x")
+        )  # fmt: skip
+        mcp_floor, mcp = await mcp_calls.measure(interleaved)  # its own sidecar and MCP servers
+        rows.append(Row("floor: MCP call via the SDK", "call", median_of(mcp_floor), mcp_floor))
+        rows.append(
+            Row("MCP tool call in a run", "call", median_of(mcp), mcp,
+                "floor: MCP call via the SDK", pair_ratio(mcp, mcp_floor), "<= 1.5x")
         )  # fmt: skip
         print(f"  per-iteration scenarios: {time.perf_counter() - began:.0f} s", file=sys.stderr)
         figures += await scenarios_load.timed("fan-out", lambda: scenarios_load.fanout(sidecar))

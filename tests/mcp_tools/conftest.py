@@ -21,6 +21,7 @@ from cleveragents.tool import ToolCallRecord
 #: The reference server from PyPI, installed beside the tests' interpreter.
 TIME_SERVER = str(Path(sys.executable).parent / "mcp-server-time")
 FAULTS = str(Path(__file__).parent / "servers" / "faults.py")
+RAW = str(Path(__file__).parent / "servers" / "raw.py")
 WAIT_S = 20.0
 
 McpSidecarFactory = Callable[..., Awaitable[Sidecar]]
@@ -41,6 +42,13 @@ def fault_server(fault_dir: Path, name: str = "f", **settings: Any) -> McpServer
         args=(FAULTS,),
         env={"FAULT_DIR": str(fault_dir)},
         **settings,
+    )
+
+
+def raw_server(fault_dir: Path, name: str = "r", **settings: Any) -> McpServerConfig:
+    """``servers/raw.py`` (no SDK: it writes what it likes on stdout) over stdio."""
+    return McpServerConfig(
+        name, command=sys.executable, args=(RAW,), env={"FAULT_DIR": str(fault_dir)}, **settings
     )
 
 

@@ -54,6 +54,24 @@ def test_stdio_and_http_servers_load_with_their_keys(tmp_path: Path) -> None:
     assert servers["docs"].headers == {"Authorization": "Bearer ${DOCS_TOKEN}"}
 
 
+def test_the_progress_settings_load_and_default_to_coalescing_without_extending(
+    tmp_path: Path,
+) -> None:
+    text = (
+        '[mcp_servers.a]\ncommand = "c"\n[mcp_servers.b]\ncommand = "c"\ntimeout = 30\n'
+        "progress_interval = 0.25\nprogress_extends_timeout = true\nmax_timeout = 600\n"
+    )
+    servers = load(tmp_path, text).mcp_servers
+
+    a, b = servers["a"], servers["b"]
+    assert (a.progress_interval_s, a.progress_extends_timeout, a.max_timeout_s) == (
+        1.0,
+        False,
+        None,
+    )
+    assert (b.progress_interval_s, b.progress_extends_timeout, b.max_timeout_s) == (0.25, True, 600)
+
+
 def test_no_mcp_servers_by_default() -> None:
     assert SidecarConfig().mcp_servers == {}
 
@@ -88,6 +106,19 @@ def test_no_mcp_servers_by_default() -> None:
         ),
         ('[mcp_servers."a.b"]\ncommand = "c"', "mcp_servers.a.b: a server's name is"),
         ("mcp_servers = 3", "mcp_servers must be a table"),
+        (
+            '[mcp_servers.x]\ncommand = "c"\nprogress_interval = -1',
+            "mcp_servers.x.progress_interval must be a number of seconds, 0 or more",
+        ),
+        (
+            '[mcp_servers.x]\ncommand = "c"\nprogress_extends_timeout = "yes"',
+            "mcp_servers.x.progress_extends_timeout must be true or false",
+        ),
+        (
+            '[mcp_servers.x]\ncommand = "c"\ntimeout = 10\nmax_timeout = 5',
+            "mcp_servers.x.max_timeout (5) is below its timeout (10)",
+        ),
+        ('[mcp_servers.x]\ncommand = "c"\nmax_timeout = 0', "mcp_servers.x.max_timeout must be"),
     ],
 )
 def test_a_mistaken_server_is_refused_at_load_naming_the_key(

@@ -25,6 +25,7 @@ from .conftest import (
     alive,
     bounded,
     call_once,
+    calling,
     fault_server,
     pids,
 )
@@ -142,7 +143,39 @@ async def test_a_lazy_server_that_cannot_start_does_not_stop_the_sidecar(
     sidecar = await make_mcp_sidecar(fault_server(fault_dir, startup="lazy"))
     assert sidecar.mcp is not None
     connection = sidecar.mcp.connections["f"]
-    await bounded(connection.settled())
+    async with AsyncSidecarClient(sidecar.address) as client:
+        tools = {spec.name for spec in await bounded(client.list_tools())}
 
     assert connection.state == "down"
-    assert "f_echo" not in sidecar.registry
+    assert connection.problem  # why, for the log and the metric
+    assert "echo" in tools
+    assert "f_echo" not in tools
+
+
+async def test_a_lazy_server_is_not_started_until_list_tools_asks_for_its_tools(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir, startup="lazy"))
+    before = pids(fault_dir)
+    async with AsyncSidecarClient(sidecar.address) as client:
+        tools = {spec.name: spec for spec in await bounded(client.list_tools())}
+
+    assert before == []  # the sidecar listened without starting it
+    assert len(pids(fault_dir)) == 1
+    assert tools["f_echo"].origin == "mcp:f"
+
+
+async def test_a_lazy_server_starts_for_the_first_run_that_selects_one_of_its_tools(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir, startup="lazy"))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        other = await client.run_tool_loop("go", script=[{"content": "hi"}], tool_names=["echo"])
+        after_other = pids(fault_dir)
+        script = calling(("c1", "f_echo", {"text": "woken"}))
+        result = await bounded(client.run_tool_loop("go", script=script, tool_names=["f_echo"]))
+
+    assert other.content == "hi"
+    assert after_other == []  # a run that cannot use its tools does not start it
+    assert result.tool_call_history[0].output == {"result": "woken"}
+    assert len(pids(fault_dir)) == 1

@@ -223,3 +223,12 @@ async def test_a_changed_tool_list_is_what_new_runs_are_offered(
 
     assert "f_extra" in offered
     assert record.output == {"result": "grown"}
+
+
+async def test_the_python_clients_list_tools_shows_each_tools_origin(
+    time_client: AsyncSidecarClient,
+) -> None:
+    tools = {spec.name: spec for spec in await time_client.list_tools()}
+
+    assert tools["time_get_current_time"].origin == "mcp:time"
+    assert tools["echo"].origin == ""

@@ -51,6 +51,9 @@
  * @property {string} description
  * @property {Record<string, any>} input_schema  a JSON Schema object
  * @property {number | null} timeout  milliseconds, `null` for the server's default
+ * @property {boolean} [side_effects]  whether it may change something (what approvals ask about)
+ * @property {string} [origin]  where the sidecar's tool comes from: `mcp:NAME` for an MCP
+ *   server's, empty for its own (in `listTools`)
  */
 
 /**
@@ -59,13 +62,14 @@
  * @property {number} sequence  1, 2, 3… per run, no gaps
  * @property {Date | null} time
  * @property {'run_started' | 'iteration_started' | 'llm_responded' | 'tool_call_started'
- *   | 'tool_call_completed' | 'approval_requested' | 'approval_decided' | 'run_completed'
- *   | 'run_failed' | 'run_cancelled' | 'run_resumed'} payload
+ *   | 'tool_call_progress' | 'tool_call_completed' | 'approval_requested' | 'approval_decided'
+ *   | 'run_completed' | 'run_failed' | 'run_cancelled' | 'run_resumed'} payload
  *   which payload field is set; that field holds the event's data
  * @property {{spec: Record<string, any>}} [run_started]
  * @property {{iteration: number}} [iteration_started]
  * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null}} [llm_responded]
  * @property {{call_id: string, tool_name: string, inputs: Record<string, any>, iteration: number}} [tool_call_started]
+ * @property {ToolCallProgress} [tool_call_progress]
  * @property {{record: ToolCallRecord}} [tool_call_completed]
  * @property {ApprovalRequest & {how_to_answer: string}} [approval_requested]
  * @property {{call_id: string, approved: boolean, reason: string, decided_by: string,
@@ -77,6 +81,17 @@
  * @property {{after_sequence: number, iteration: number, reason: string,
  *   rerun_call_ids: string[], interrupted_call_ids: string[]}} [run_resumed]
  *   the run goes on after its sidecar restarted
+ */
+
+/**
+ * @typedef {object} ToolCallProgress  how far a call in flight has got (an MCP server's
+ *   progress notifications, coalesced by the sidecar)
+ * @property {string} call_id
+ * @property {string} tool_name
+ * @property {number} progress  in the tool's own units
+ * @property {number | null} total  where it will be done; `null` when the tool does not know
+ * @property {string} message  may be empty
+ * @property {number} iteration
  */
 
 /**
@@ -305,6 +320,16 @@ export class Codec {
         break;
       case 'iteration_started':
         event.iteration_started = { ...data };
+        break;
+      case 'tool_call_progress':
+        event.tool_call_progress = {
+          call_id: data.call_id,
+          tool_name: data.tool_name,
+          progress: data.progress,
+          total: data._total === 'total' ? data.total : null,
+          message: data.message,
+          iteration: data.iteration,
+        };
         break;
       case 'approval_requested':
         event.approval_requested = { ...data, inputs: this.parse(data.inputs, 'approval_requested.inputs') };

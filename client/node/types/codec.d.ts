@@ -107,6 +107,9 @@ export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | un
  * @property {string} description
  * @property {Record<string, any>} input_schema  a JSON Schema object
  * @property {number | null} timeout  milliseconds, `null` for the server's default
+ * @property {boolean} [side_effects]  whether it may change something (what approvals ask about)
+ * @property {string} [origin]  where the sidecar's tool comes from: `mcp:NAME` for an MCP
+ *   server's, empty for its own (in `listTools`)
  */
 /**
  * @typedef {object} RunEvent
@@ -114,13 +117,14 @@ export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | un
  * @property {number} sequence  1, 2, 3… per run, no gaps
  * @property {Date | null} time
  * @property {'run_started' | 'iteration_started' | 'llm_responded' | 'tool_call_started'
- *   | 'tool_call_completed' | 'approval_requested' | 'approval_decided' | 'run_completed'
- *   | 'run_failed' | 'run_cancelled' | 'run_resumed'} payload
+ *   | 'tool_call_progress' | 'tool_call_completed' | 'approval_requested' | 'approval_decided'
+ *   | 'run_completed' | 'run_failed' | 'run_cancelled' | 'run_resumed'} payload
  *   which payload field is set; that field holds the event's data
  * @property {{spec: Record<string, any>}} [run_started]
  * @property {{iteration: number}} [iteration_started]
  * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null}} [llm_responded]
  * @property {{call_id: string, tool_name: string, inputs: Record<string, any>, iteration: number}} [tool_call_started]
+ * @property {ToolCallProgress} [tool_call_progress]
  * @property {{record: ToolCallRecord}} [tool_call_completed]
  * @property {ApprovalRequest & {how_to_answer: string}} [approval_requested]
  * @property {{call_id: string, approved: boolean, reason: string, decided_by: string,
@@ -132,6 +136,16 @@ export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | un
  * @property {{after_sequence: number, iteration: number, reason: string,
  *   rerun_call_ids: string[], interrupted_call_ids: string[]}} [run_resumed]
  *   the run goes on after its sidecar restarted
+ */
+/**
+ * @typedef {object} ToolCallProgress  how far a call in flight has got (an MCP server's
+ *   progress notifications, coalesced by the sidecar)
+ * @property {string} call_id
+ * @property {string} tool_name
+ * @property {number} progress  in the tool's own units
+ * @property {number | null} total  where it will be done; `null` when the tool does not know
+ * @property {string} message  may be empty
+ * @property {number} iteration
  */
 /**
  * @typedef {object} ApprovalRequest  a tool call that waits for approval
@@ -337,6 +351,15 @@ export type ToolSpec = {
      * milliseconds, `null` for the server's default
      */
     timeout: number | null;
+    /**
+     * whether it may change something (what approvals ask about)
+     */
+    side_effects?: boolean | undefined;
+    /**
+     * where the sidecar's tool comes from: `mcp:NAME` for an MCP
+     * server's, empty for its own (in `listTools`)
+     */
+    origin?: string | undefined;
 };
 export type RunEvent = {
     run_id: string;
@@ -348,7 +371,7 @@ export type RunEvent = {
     /**
      *   which payload field is set; that field holds the event's data
      */
-    payload: "run_started" | "iteration_started" | "llm_responded" | "tool_call_started" | "tool_call_completed" | "approval_requested" | "approval_decided" | "run_completed" | "run_failed" | "run_cancelled" | "run_resumed";
+    payload: "run_started" | "iteration_started" | "llm_responded" | "tool_call_started" | "tool_call_progress" | "tool_call_completed" | "approval_requested" | "approval_decided" | "run_completed" | "run_failed" | "run_cancelled" | "run_resumed";
     run_started?: {
         spec: Record<string, any>;
     } | undefined;
@@ -367,6 +390,7 @@ export type RunEvent = {
         inputs: Record<string, any>;
         iteration: number;
     } | undefined;
+    tool_call_progress?: ToolCallProgress | undefined;
     tool_call_completed?: {
         record: ToolCallRecord;
     } | undefined;
@@ -407,6 +431,27 @@ export type RunEvent = {
         rerun_call_ids: string[];
         interrupted_call_ids: string[];
     } | undefined;
+};
+/**
+ * how far a call in flight has got (an MCP server's
+ *   progress notifications, coalesced by the sidecar)
+ */
+export type ToolCallProgress = {
+    call_id: string;
+    tool_name: string;
+    /**
+     * in the tool's own units
+     */
+    progress: number;
+    /**
+     * where it will be done; `null` when the tool does not know
+     */
+    total: number | null;
+    /**
+     * may be empty
+     */
+    message: string;
+    iteration: number;
 };
 /**
  * a tool call that waits for approval

@@ -29,7 +29,7 @@ from cleveragents.tool import (
     ToolRegistry,
     ToolRunner,
 )
-from cleveragents.tool.execution.runner import Gate, StartedCallback
+from cleveragents.tool.execution.runner import Gate, ProgressCallback, StartedCallback
 
 __all__ = ["REDACTED", "RedactingRunner", "known_secrets", "redact"]
 
@@ -115,13 +115,16 @@ class RedactingRunner(ToolRunner):
         context: ToolActorContext | None = None,
         on_started: StartedCallback | None = None,
         gate: Gate | None = None,
+        on_progress: ProgressCallback | None = None,
         run_id: str = "",
     ) -> ToolCallRecord:
+        secrets = self.secrets
+        if on_progress is not None and secrets:
+            on_progress = _redacting_progress(on_progress, secrets)
         record = await super().run(
             call, iteration=iteration, context=context, on_started=on_started, gate=gate,
-            run_id=run_id,
+            on_progress=on_progress, run_id=run_id,
         )  # fmt: skip
-        secrets = self.secrets
         if not secrets:
             return record
         error = record.error
@@ -137,3 +140,14 @@ class RedactingRunner(ToolRunner):
         if output is record.output and error == record.error:
             return record
         return dataclasses.replace(record, output=output, error=error)
+
+
+def _redacting_progress(sink: ProgressCallback, secrets: tuple[str, ...]) -> ProgressCallback:
+    """``sink`` given progress messages with every one of ``secrets`` replaced."""
+
+    def report(call: ToolCall, progress: float, total: float | None, message: str) -> None:
+        for secret in secrets:
+            message = message.replace(secret, REDACTED)
+        sink(call, progress, total, message)
+
+    return report

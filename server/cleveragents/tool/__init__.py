@@ -28,6 +28,7 @@ from cleveragents.tool.events import (
     RunStarted,
     TerminalEvent,
     ToolCallCompleted,
+    ToolCallProgress,
     ToolCallStarted,
 )
 from cleveragents.tool.execution.limits import ToolLimit, ToolLimits
@@ -104,6 +105,7 @@ __all__ = [
     "ToolActorContext",
     "ToolCall",
     "ToolCallCompleted",
+    "ToolCallProgress",
     "ToolCallRecord",
     "ToolCallRouter",
     "ToolCallRunResult",

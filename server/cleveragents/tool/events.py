@@ -2,7 +2,8 @@
 
 Every run starts with ``RunStarted`` and ends with exactly one of ``RunCompleted``,
 ``RunFailed`` or ``RunCancelled``. Every tool call has one ``ToolCallStarted`` and one
-``ToolCallCompleted``, whatever happens to it.
+``ToolCallCompleted``, whatever happens to it, and between them any number of
+``ToolCallProgress`` when its tool reports progress.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "RunStarted",
     "TerminalEvent",
     "ToolCallCompleted",
+    "ToolCallProgress",
     "ToolCallStarted",
 ]
 
@@ -83,6 +85,19 @@ class ToolCallStarted:
     call_id: str
     tool_name: str
     inputs: Mapping[str, Any]
+    iteration: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallProgress:
+    """A call in flight said how far it has got (``total``: ``None`` when it does not know);
+    a tool reports it through ``current_call().progress``."""
+
+    call_id: str
+    tool_name: str
+    progress: float
+    total: float | None
+    message: str
     iteration: int
 
 
@@ -152,6 +167,7 @@ RunEvent: TypeAlias = (
     | IterationStarted
     | LLMResponded
     | ToolCallStarted
+    | ToolCallProgress
     | ToolCallCompleted
     | ApprovalRequested
     | ApprovalDecided

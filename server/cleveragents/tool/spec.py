@@ -24,7 +24,9 @@ class ToolSpec:
     ``side_effects`` marks tools that change something (files, services, money): automation
     profiles can ask before running them, or forbid them. ``idempotent`` marks tools that may
     safely run twice with the same inputs: a call in flight when its sidecar stopped runs
-    again when the run resumes (any other gets an "interrupted" record instead).
+    again when the run resumes (any other gets an "interrupted" record instead). ``origin``
+    is where a sidecar's tool comes from, as ``ListTools`` says (``mcp:NAME``: that MCP
+    server); empty otherwise.
     """
 
     name: str
@@ -33,6 +35,7 @@ class ToolSpec:
     timeout_s: float | None = None
     side_effects: bool = False
     idempotent: bool = False
+    origin: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not TOOL_NAME_PATTERN.fullmatch(self.name):

@@ -24,6 +24,7 @@ from cleveragents.tool import (
     RunResumed,
     RunStarted,
     ToolCallCompleted,
+    ToolCallProgress,
     ToolCallStarted,
 )
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2, types_pb2
@@ -103,6 +104,13 @@ def event_to_pb(
             payload.tool_name = event.tool_name
             payload.inputs = dumps(event.inputs)
             payload.iteration = event.iteration
+        case ToolCallProgress():
+            progress = run_event.tool_call_progress
+            progress.call_id, progress.tool_name = event.call_id, event.tool_name
+            progress.progress, progress.message = event.progress, event.message
+            progress.iteration = event.iteration
+            if event.total is not None:
+                progress.total = event.total
         case IterationStarted():
             run_event.iteration_started.iteration = event.iteration
         case LLMResponded():
@@ -157,6 +165,10 @@ def event_from_pb(pb: events_pb2.RunEvent, record_from: RecordDecoder = record_f
         return ToolCallStarted(
             s.call_id, s.tool_name, parse_json_object(s.inputs, "inputs"), s.iteration
         )
+    if kind == "tool_call_progress":
+        p = pb.tool_call_progress
+        total = p.total if p.HasField("total") else None
+        return ToolCallProgress(p.call_id, p.tool_name, p.progress, total, p.message, p.iteration)
     if kind == "iteration_started":
         return IterationStarted(pb.iteration_started.iteration)
     if kind == "llm_responded":

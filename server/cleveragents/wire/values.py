@@ -164,7 +164,9 @@ def spec_from_pb(pb: types_pb2.ToolSpec) -> ToolSpec:
         timeout_s = pb.timeout.ToNanoseconds() / 1e9
         if timeout_s <= 0:
             raise ValueError(f"tools[{pb.name}].timeout must be positive")
-    return ToolSpec(pb.name, pb.description, schema, timeout_s, pb.side_effects, pb.idempotent)
+    return ToolSpec(
+        pb.name, pb.description, schema, timeout_s, pb.side_effects, pb.idempotent, pb.origin
+    )
 
 
 def call_to_pb(call: ToolCall) -> types_pb2.ToolCall:

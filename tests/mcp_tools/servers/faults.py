@@ -68,6 +68,25 @@ async def grow(name: str, ctx: Context) -> str:
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def spam_progress(count: int, ctx: Context) -> str:
+    """Report progress ``count`` times as fast as it can, then answer."""
+    for step in range(1, count + 1):
+        await ctx.report_progress(step, count, f"step {step}")
+    return f"reported {count}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def slow_progress(steps: int, every: float, ctx: Context) -> str:
+    """Report progress every ``every`` seconds, ``steps`` times (0: for ever), then answer."""
+    step = 0
+    while steps == 0 or step < steps:
+        await anyio.sleep(every)
+        step += 1
+        await ctx.report_progress(step, steps or None)
+    return f"done after {step}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def crash() -> str:
     """Exit mid-call."""
     os._exit(3)

@@ -42,6 +42,7 @@ class RunEvent(_message.Message):
     RUN_CANCELLED_FIELD_NUMBER: _builtins.int
     APPROVAL_REQUESTED_FIELD_NUMBER: _builtins.int
     APPROVAL_DECIDED_FIELD_NUMBER: _builtins.int
+    TOOL_CALL_PROGRESS_FIELD_NUMBER: _builtins.int
     RUN_RESUMED_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """Identifier of the run that emitted the event."""
@@ -94,6 +95,12 @@ class RunEvent(_message.Message):
         """The decision on a call that waited for approval."""
 
     @_builtins.property
+    def tool_call_progress(self) -> Global___ToolCallProgress:
+        """A tool call in flight reported how far it has got (an MCP server's
+        notifications/progress), coalesced; in the log like any other event.
+        """
+
+    @_builtins.property
     def run_resumed(self) -> Global___RunResumed:
         """The run goes on after its sidecar stopped mid-run (a restart on a durable
         event store): the events after it continue the same log.
@@ -115,13 +122,14 @@ class RunEvent(_message.Message):
         run_cancelled: Global___RunCancelled | None = ...,
         approval_requested: Global___ApprovalRequested | None = ...,
         approval_decided: Global___ApprovalDecided | None = ...,
+        tool_call_progress: Global___ToolCallProgress | None = ...,
         run_resumed: Global___RunResumed | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_resumed", b"run_resumed", "run_started", b"run_started", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_started", b"tool_call_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_resumed", b"run_resumed", "run_started", b"run_started", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_progress", b"tool_call_progress", "tool_call_started", b"tool_call_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_resumed", b"run_resumed", "run_started", b"run_started", "sequence", b"sequence", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_started", b"tool_call_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_resumed", b"run_resumed", "run_started", b"run_started", "sequence", b"sequence", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_progress", b"tool_call_progress", "tool_call_started", b"tool_call_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "iteration_started", "llm_responded", "tool_call_started", "tool_call_completed", "run_completed", "run_failed", "run_cancelled", "approval_requested", "approval_decided", "run_resumed"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "iteration_started", "llm_responded", "tool_call_started", "tool_call_completed", "run_completed", "run_failed", "run_cancelled", "approval_requested", "approval_decided", "tool_call_progress", "run_resumed"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
@@ -270,6 +278,56 @@ class ToolCallCompleted(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ToolCallCompleted: _TypeAlias = ToolCallCompleted  # noqa: Y015
+
+@_typing.final
+class ToolCallProgress(_message.Message):
+    """ToolCallProgress says how far a tool call in flight has got, as its tool
+    reported it (an MCP server's notifications/progress). It sits in the run's
+    log between the call's tool_call_started and tool_call_completed. The
+    sidecar coalesces a call's reports (at most one per progress_interval of its
+    MCP server, the latest kept, and at most 1000 per call), so a tool that
+    reports constantly cannot grow the log without bound.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    ITERATION_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    """The id of the call in flight."""
+    tool_name: _builtins.str
+    """The tool it runs."""
+    progress: _builtins.float
+    """How far it has got, in the tool's own units; increases call by call."""
+    total: _builtins.float
+    """The progress at which it will be done; unset when the tool does not know."""
+    message: _builtins.str
+    """What the tool says it is doing; may be empty."""
+    iteration: _builtins.int
+    """The loop iteration (1-based) of the call."""
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        progress: _builtins.float = ...,
+        total: _builtins.float | None = ...,
+        message: _builtins.str = ...,
+        iteration: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_total", b"_total", "total", b"total"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_total", b"_total", "call_id", b"call_id", "iteration", b"iteration", "message", b"message", "progress", b"progress", "tool_name", b"tool_name", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__total: _TypeAlias = _typing.Literal["total"]  # noqa: Y015
+    _WhichOneofArgType__total: _TypeAlias = _typing.Literal["_total", b"_total"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__total) -> _WhichOneofReturnType__total | None: ...
+
+Global___ToolCallProgress: _TypeAlias = ToolCallProgress  # noqa: Y015
 
 @_typing.final
 class RunCompleted(_message.Message):

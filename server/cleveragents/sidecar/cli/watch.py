@@ -25,6 +25,7 @@ from cleveragents.tool import (
     RunResumed,
     RunStarted,
     ToolCallCompleted,
+    ToolCallProgress,
     ToolCallStarted,
 )
 
@@ -163,7 +164,7 @@ class WatchView:
                             else ""
                         )
                     )
-                case LLMResponded():
+                case LLMResponded() | ToolCallProgress():
                     pass  # the progress line shows iterations and calls
                 case _:  # pragma: no cover - mypy checks that every event type is handled
                     assert_never(event)

@@ -28,7 +28,7 @@ _VARIABLE = re.compile(r"\$\{([^}]*)\}")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEYS = {
     "command", "args", "env", "cwd", "url", "headers", "tool_prefix", "tools", "timeout",
-    "side_effects", "startup",
+    "side_effects", "startup", "progress_interval", "progress_extends_timeout", "max_timeout",
 }  # fmt: skip
 
 
@@ -42,7 +42,10 @@ class McpServerConfig:
     tool names (empty: all). ``timeout_s`` bounds each call (``None``: the sidecar's
     ``default_tool_timeout_s``). ``side_effects`` is ``annotations``, ``true`` or ``false``.
     ``startup`` is ``eager`` (connected before the sidecar serves; ``serve`` fails if it
-    cannot) or ``lazy`` (connected in the background, its tools offered once listed).
+    cannot) or ``lazy`` (started when a run may select its tools, or ``ListTools`` asks).
+    ``progress_interval_s`` spaces the ``ToolCallProgress`` events of one call; with
+    ``progress_extends_timeout`` each progress report renews the call's timeout, up to
+    ``max_timeout_s`` after it began (``None``: ten times its timeout).
     """
 
     name: str
@@ -57,6 +60,9 @@ class McpServerConfig:
     timeout_s: float | None = None
     side_effects: str = "annotations"
     startup: str = "eager"
+    progress_interval_s: float = 1.0
+    progress_extends_timeout: bool = False
+    max_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         where = f"mcp_servers.{self.name}"
@@ -82,6 +88,21 @@ class McpServerConfig:
             math.isfinite(self.timeout_s) and self.timeout_s > 0
         ):
             raise ConfigError(f"{where}.timeout must be a positive number of seconds")
+        if not (math.isfinite(self.progress_interval_s) and self.progress_interval_s >= 0):
+            raise ConfigError(f"{where}.progress_interval must be a number of seconds, 0 or more")
+        if self.max_timeout_s is not None and not (
+            math.isfinite(self.max_timeout_s) and self.max_timeout_s > 0
+        ):
+            raise ConfigError(f"{where}.max_timeout must be a positive number of seconds")
+        if (
+            self.max_timeout_s is not None
+            and self.timeout_s is not None
+            and self.max_timeout_s < self.timeout_s
+        ):
+            raise ConfigError(
+                f"{where}.max_timeout ({self.max_timeout_s:g}) is below its timeout "
+                f"({self.timeout_s:g}): it is the most a call may run with its timeout extended"
+            )
         if self.side_effects not in SIDE_EFFECTS:
             raise ConfigError(
                 f'{where}.side_effects must be "annotations", true or false, '
@@ -152,9 +173,11 @@ def _server(name: str, table: Any) -> McpServerConfig:
         entries = table.get(key, {})
         if not isinstance(entries, dict) or not all(isinstance(v, str) for v in entries.values()):
             raise ConfigError(f"{where}.{key} must be a table of strings")
-    timeout = table.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
-        raise ConfigError(f"{where}.timeout must be a number of seconds, got {timeout!r}")
+    timeout, max_timeout = _seconds(table, "timeout", where), _seconds(table, "max_timeout", where)
+    interval = _seconds(table, "progress_interval", where)
+    extends = table.get("progress_extends_timeout", False)
+    if not isinstance(extends, bool):
+        raise ConfigError(f"{where}.progress_extends_timeout must be true or false")
     side_effects = table.get("side_effects", "annotations")
     if isinstance(side_effects, bool):
         side_effects = "true" if side_effects else "false"
@@ -172,10 +195,20 @@ def _server(name: str, table: Any) -> McpServerConfig:
         headers=dict(table.get("headers", {})),
         tool_prefix=table.get("tool_prefix"),
         tools=tuple(table.get("tools", [])),
-        timeout_s=float(timeout) if timeout is not None else None,
+        timeout_s=timeout,
         side_effects=side_effects,
         startup=table.get("startup", "eager"),
+        progress_interval_s=1.0 if interval is None else interval,
+        progress_extends_timeout=extends,
+        max_timeout_s=max_timeout,
     )
+
+
+def _seconds(table: dict[str, Any], key: str, where: str) -> float | None:
+    value = table.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise ConfigError(f"{where}.{key} must be a number of seconds, got {value!r}")
+    return None if value is None else float(value)
 
 
 def _check_variables(where: str, value: str) -> None:

@@ -19,12 +19,14 @@ from importlib import metadata
 from typing import Any
 
 import anyio
+import pydantic
 import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
@@ -74,6 +76,8 @@ class McpConnection:
         #: How many times its tools have been listed; ``listed_after`` waits for the next.
         self.listings = 0
         self._listed = asyncio.Event()
+        #: Why the current connection is being dropped although the server still runs.
+        self._broken = ""
 
     async def settled(self) -> None:
         """Wait until the first attempt to connect has succeeded or failed."""
@@ -121,8 +125,11 @@ class McpConnection:
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MAX_BACKOFF_S)
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(
+        self, name: str, arguments: dict[str, Any], progress: ProgressFnT | None = None
+    ) -> types.CallToolResult:
         """``tools/call``; ``ToolError`` when the server is down or the connection fails.
+        ``progress`` (when given) gets the call's progress notifications.
 
         Cancelling the caller (the call's timeout, a cancelled run) sends
         ``notifications/cancelled`` for the request (the SDK does).
@@ -134,17 +141,23 @@ class McpConnection:
                 "the sidecar is reconnecting to it, try again later"
             )
         try:
-            return await session.call_tool(name, arguments)
+            return await session.call_tool(name, arguments, progress_callback=progress)
         except MCPError as exc:
+            if self._broken and self._session is not session:  # its connection broke under it
+                raise ToolError(
+                    f"MCP server {self.config.name!r} failed the call: {self._broken}; the "
+                    "sidecar is restarting it"
+                ) from None
             raise ToolError(f"MCP server {self.config.name!r} failed the call: {exc}") from None
 
     async def _connect_once(self) -> None:
+        self._broken = ""
         async with contextlib.AsyncExitStack() as stack:
             read, write = await stack.enter_async_context(self._transport())
             eof = anyio.Event()
             send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
             group = await stack.enter_async_context(anyio.create_task_group())
-            group.start_soon(_forward, read, send, eof)
+            group.start_soon(self._forward, read, send, eof)
             session = await stack.enter_async_context(
                 ClientSession(
                     receive, write, client_info=_client_info(), message_handler=self._on_message
@@ -172,8 +185,40 @@ class McpConnection:
             # Calls from now on fail at once, while the transport winds down.
             self._session = None
             self._up.clear()
-            self.state, self.problem = "down", "the server closed the connection"
+            self.state, self.problem = "down", self._broken or "the server closed the connection"
             group.cancel_scope.cancel()
+            if self._broken:
+                raise ToolError(self._broken)
+
+    async def _forward(
+        self,
+        source: ObjectReceiveStream[SessionMessage | Exception],
+        sink: ObjectSendStream[SessionMessage | Exception],
+        eof: anyio.Event,
+    ) -> None:
+        """Pass the transport's messages to the session; ``eof`` once the transport has no more
+        (the server exited or closed its output), which is how a dead server is noticed.
+
+        A line that is not JSON-RPC ends the connection too: the SDK would skip it, and a call
+        whose answer it was would wait for its timeout. The server is restarted instead, and
+        the calls in flight fail at once saying why.
+        """
+        try:
+            async with sink:
+                async for item in source:
+                    if isinstance(item, Exception):
+                        self._broken = f"it broke the protocol: {_malformed(item)}"
+                        log.warning(
+                            "mcp server sent a malformed message",
+                            server=self.config.name,
+                            problem=self._broken,
+                        )
+                        return
+                    await sink.send(item)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+        finally:
+            eof.set()
 
     @contextlib.asynccontextmanager
     async def _transport(self) -> AsyncIterator[Any]:
@@ -228,21 +273,13 @@ async def _list_tools(session: ClientSession) -> list[types.Tool]:
     raise ToolError(f"tools/list returned more than {_MAX_PAGES} pages")
 
 
-async def _forward(
-    source: ObjectReceiveStream[SessionMessage | Exception],
-    sink: ObjectSendStream[SessionMessage | Exception],
-    eof: anyio.Event,
-) -> None:
-    """Pass the transport's messages to the session; ``eof`` once the transport has no more
-    (the server exited or closed its output), which is how a dead server is noticed."""
-    try:
-        async with sink:
-            async for item in source:
-                await sink.send(item)
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-        pass
-    finally:
-        eof.set()
+def _malformed(exc: Exception) -> str:
+    """What was wrong with a message the transport could not parse, in a line."""
+    if isinstance(exc, pydantic.ValidationError) and (errors := exc.errors()):
+        first = errors[0]
+        kind = "not valid JSON" if first["type"] == "json_invalid" else "not JSON-RPC"
+        return f"it wrote a line that is {kind} ({first['msg']})"
+    return f"it wrote a message that could not be read ({describe(exc)})"
 
 
 def describe(exc: BaseException) -> str:

@@ -1,7 +1,10 @@
 """The configured MCP servers as one tool source: their connections and their tools.
 
-``McpServers.start`` starts a task per server (``McpConnection.run``) and waits for the eager
-ones: one that cannot start makes the sidecar refuse to serve, naming it and why. Each time a
+``McpServers.start`` starts a task per eager server (``McpConnection.run``) and waits for them:
+one that cannot start makes the sidecar refuse to serve, naming it and why. A lazy server is
+started on first use: by ``wanted``, when a run may select one of its tools (its
+``tool_names`` name one with the server's prefix, or are empty: every tool) or ``ListTools``
+asks for them all; the caller waits for it to connect or fail. Each time a
 server lists its tools, the sidecar's registry gets them (under the server's prefix, filtered
 by its allow-list) in place of the ones it had: runs started afterwards are offered the new
 list, runs already going keep theirs. ``origins`` says which server each tool comes from.
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -19,8 +23,9 @@ from mcp import types
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.mcp.connection import McpConnection
+from cleveragents.sidecar.mcp.progress import ProgressRelay
 from cleveragents.sidecar.mcp.results import DEFAULT_INLINE_BYTES, call_output, offered_specs
-from cleveragents.tool import ToolRegistry, ToolSpec
+from cleveragents.tool import ToolRegistry, ToolSpec, current_call
 from cleveragents.tool.spec import RESERVED_INPUT_KEYS
 
 __all__ = ["McpServers"]
@@ -41,12 +46,13 @@ class McpServers:
         self.origins: dict[str, str] = {}
         self._offered: dict[str, list[str]] = {name: [] for name in self.connections}
         self._tasks: list[asyncio.Task[None]] = []
+        self._launched: set[str] = set()
 
     async def start(self) -> None:
-        """Start every server's task; wait for the eager ones, ``ConfigError`` if one failed."""
-        for name, connection in self.connections.items():
-            self._tasks.append(asyncio.create_task(connection.run(), name=f"mcp-server-{name}"))
+        """Start the eager servers and wait for them; ``ConfigError`` if one failed."""
         eager = [c for c in self.connections.values() if c.config.startup == "eager"]
+        for connection in eager:
+            self._launch(connection)
         await asyncio.gather(*(c.settled() for c in eager))
         if failed := [c for c in eager if c.state != "up"]:
             await self.stop()
@@ -57,6 +63,28 @@ class McpServers:
                 f"could not start with {target}: {failed[0].problem}"
             )
 
+    async def wanted(self, tool_names: Sequence[str]) -> None:
+        """Start the lazy servers whose tools ``tool_names`` may name (every one when it is
+        empty), and wait until each has connected or failed (at most ``START_TIMEOUT_S``)."""
+        needed = [
+            c
+            for c in self.connections.values()
+            if c.config.startup == "lazy"
+            and (not tool_names or any(self._may_offer(c, n) for n in tool_names))
+        ]
+        for connection in needed:
+            self._launch(connection)
+        await asyncio.gather(*(c.settled() for c in needed))
+
+    def _may_offer(self, connection: McpConnection, name: str) -> bool:
+        return name.startswith(connection.config.prefix) and name not in self.registry
+
+    def _launch(self, connection: McpConnection) -> None:
+        name = connection.config.name
+        if name not in self._launched:
+            self._launched.add(name)
+            self._tasks.append(asyncio.create_task(connection.run(), name=f"mcp-server-{name}"))
+
     async def stop(self) -> None:
         """Stop every server (a stdio server's whole process group) and wait for it."""
         for task in self._tasks:
@@ -65,6 +93,7 @@ class McpServers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        self._launched.clear()
 
     def states(self) -> list[tuple[str, bool, int]]:
         """Each server's name, whether it is connected, and its failures so far (metrics)."""
@@ -100,11 +129,13 @@ class McpServers:
 
 def _handler(connection: McpConnection, remote: str, spec: ToolSpec) -> Any:
     """The registry handler calling ``remote`` on ``connection``; the context keys the runner
-    threads into every call's inputs stay in the sidecar."""
+    threads into every call's inputs stay in the sidecar, and its progress goes to the run."""
 
     async def call(inputs: dict[str, Any]) -> dict[str, Any]:
         arguments = {k: v for k, v in inputs.items() if k not in RESERVED_INPUT_KEYS}
-        result = await connection.call(remote, arguments)
+        relay = ProgressRelay(connection.config, current_call())
+        result = await connection.call(remote, arguments, relay)
+        relay.flush()
         return call_output(result, inline_bytes=DEFAULT_INLINE_BYTES)
 
     call.__name__ = spec.name

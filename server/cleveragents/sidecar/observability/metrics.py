@@ -36,6 +36,7 @@ from cleveragents.tool import (
     RunResumed,
     RunStarted,
     ToolCallCompleted,
+    ToolCallProgress,
     ToolCallStarted,
 )
 
@@ -144,6 +145,7 @@ class MetricsObserver:
                 RunStarted()
                 | RunResumed()
                 | ToolCallStarted()
+                | ToolCallProgress()
                 | ApprovalRequested()
                 | ApprovalDecided()
             ):

@@ -41,6 +41,7 @@ from cleveragents.tool import (
     RunStarted,
     StopReason,
     ToolCallCompleted,
+    ToolCallProgress,
     ToolCallStarted,
 )
 
@@ -187,7 +188,13 @@ class TracingObserver:
             case RunCompleted() | RunFailed() | RunCancelled():
                 del self._runs[run]
                 self._end(state, event)
-            case RunStarted() | RunResumed() | ApprovalRequested() | ApprovalDecided():
+            case (
+                RunStarted()
+                | RunResumed()
+                | ApprovalRequested()
+                | ApprovalDecided()
+                | ToolCallProgress()
+            ):
                 pass  # the run's span opened in run_started(); approvals are not spans
             case _:  # pragma: no cover - mypy checks that every event type is handled
                 assert_never(event)

@@ -117,6 +117,7 @@ class Sidecar:
 
             self.mcp = McpServers(config, self.registry)
             self.service.tool_origins = self.mcp.origins
+            self.service.tools_wanted = self.mcp.wanted
             if self.metrics is not None:
                 self.metrics.track_mcp(self.mcp.states)
         self.health = BoundedHealthServicer(config.max_health_watchers)

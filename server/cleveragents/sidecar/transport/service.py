@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -81,6 +81,9 @@ class ToolRuntimeService:
         self.frame_limit = event_limit(config.max_message_bytes)
         #: The largest message a watcher is sent (unless one event is larger).
         self.watch_batch_bytes = min(self.batch_limit, WATCH_BATCH_BYTES)
+        #: Starts the lazy MCP servers whose tools these names (all: none) may select, and
+        #: waits for them; set by the sidecar when it has MCP servers.
+        self.tools_wanted: Callable[[Sequence[str]], Awaitable[None]] | None = None
         #: Where tools come from, by name, for ``ListTools`` (``mcp:<server>``); the rest: "".
         self.tool_origins: Mapping[str, str] = {}
         #: Where Session openings parse and measure their client's schemas (see ``opening``).
@@ -97,6 +100,7 @@ class ToolRuntimeService:
     async def RunToolLoop(
         self, request: service_pb2.RunToolLoopRequest, context: Context
     ) -> service_pb2.RunToolLoopResponse:
+        await self.want_tools(request.spec.tool_names)
         try:
             run = self.start_run(
                 request_of(request.spec), context, spec_bytes=request.spec.ByteSize()
@@ -158,6 +162,7 @@ class ToolRuntimeService:
     async def ListTools(
         self, request: service_pb2.ListToolsRequest, context: Context
     ) -> service_pb2.ListToolsResponse:
+        await self.want_tools(())
         origins = self.tool_origins
         return service_pb2.ListToolsResponse(
             tools=[spec_to_pb(s, origins.get(s.name, "")) for s in self.registry.specs()]
@@ -199,6 +204,7 @@ class ToolRuntimeService:
         self, request: service_pb2.StreamToolLoopRequest, context: Context
     ) -> None:
         stream = FrameQueue()
+        await self.want_tools(request.spec.tool_names)
         try:
             run = self.start_run(
                 request_of(request.spec),
@@ -244,6 +250,11 @@ class ToolRuntimeService:
         await session.serve(self, context)
 
     # -- shared with the Session handler -----------------------------------------------------
+
+    async def want_tools(self, tool_names: Sequence[str]) -> None:
+        """Start the lazy MCP servers a run offered ``tool_names`` (empty: all) may use."""
+        if self.tools_wanted is not None:
+            await self.tools_wanted(tool_names)
 
     def start_run(
         self,

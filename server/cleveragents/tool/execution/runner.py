@@ -8,6 +8,7 @@ the tool's timeout; 4. record the outcome, normalising the output to a JSON obje
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,13 +25,29 @@ from cleveragents.tool.messages import ToolCall
 from cleveragents.tool.records import ErrorKind, ToolCallRecord
 from cleveragents.tool.spec import RESERVED_INPUT_KEYS, ToolSpec
 
-__all__ = ["CallScope", "Gate", "StartedCallback", "ToolRunner", "current_call"]
+__all__ = [
+    "CallScope",
+    "Gate",
+    "ProgressCallback",
+    "ProgressReport",
+    "StartedCallback",
+    "ToolRunner",
+    "current_call",
+]
 
 #: Called once per call, after validation and before execution, with the inputs the tool gets.
 StartedCallback = Callable[[ToolCall, Mapping[str, Any]], None]
 #: Asked after the started callback whether the call may run: ``None`` lets it run, a string
 #: denies it with that message (an automation profile or an approver said no).
 Gate = Callable[[ToolCall, Mapping[str, Any], ToolSpec, int], Awaitable[str | None]]
+#: Called (on the event loop's thread) with a call's progress: ``(progress, total, message)``.
+ProgressReport = Callable[[float, float | None, str], None]
+#: The runner's caller's view of it: the call as well.
+ProgressCallback = Callable[[ToolCall, float, float | None, str], None]
+
+
+def _no_report(progress: float, total: float | None, message: str) -> None:
+    """What ``CallScope.progress`` is when nobody follows the call's progress."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +56,16 @@ class CallScope:
 
     ``idempotency_key`` (the run id and the call id) is the same each time the call runs,
     a run resumed after a restart included: a tool can use it to do its work only once.
+    ``progress`` reports how far the call has got (a ``ToolCallProgress`` event); ``timer``
+    is the call's timeout (``None``: it has none), which a handler may ``reschedule``, as an
+    MCP server's progress may extend its call's timeout.
     """
 
     call: ToolCall
     iteration: int
     timeout_s: float | None
+    progress: ProgressReport = _no_report
+    timer: asyncio.Timeout | None = None
     run_id: str = ""
 
     @property
@@ -94,10 +116,12 @@ class ToolRunner:
         context: ToolActorContext | None = None,
         on_started: StartedCallback | None = None,
         gate: Gate | None = None,
+        on_progress: ProgressCallback | None = None,
         run_id: str = "",
     ) -> ToolCallRecord:
         """Run ``call`` and return its record; ``on_started`` sees the inputs before execution,
-        then ``gate`` may deny the call. ``run_id`` goes into the call's ``CallScope``."""
+        then ``gate`` may deny the call; ``on_progress`` gets the progress its tool reports.
+        ``run_id`` goes into the call's ``CallScope``."""
         started_at = time.time()
         entry = self.registry.get(call.name)
         if entry is None:
@@ -131,7 +155,9 @@ class ToolRunner:
                 call.name, inputs, {}, 0.0, False, denial, iteration, call.id, ErrorKind.DENIED,
                 started_at,
             )  # fmt: skip
-        return await self._execute(entry, call, inputs, iteration, started_at, run_id)
+        return await self._execute(
+            entry, call, inputs, iteration, started_at, on_progress, run_id
+        )
 
     async def invoke(self, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Call a tool's handler with ``inputs`` exactly as given and normalise its output.
@@ -196,6 +222,7 @@ class ToolRunner:
         inputs: dict[str, Any],
         iteration: int,
         started_at: float,
+        on_progress: ProgressCallback | None = None,
         run_id: str = "",
     ) -> ToolCallRecord:
         timeout_s = entry.spec.timeout_s or self.default_timeout_s
@@ -203,18 +230,24 @@ class ToolRunner:
         kind: ErrorKind | None = None
         error: str | None = None
         output: dict[str, Any] = {}
-        token = _current.set(CallScope(call, iteration, timeout_s, run_id))
+        report = _no_report if on_progress is None else functools.partial(on_progress, call)
+        token = _current.set(CallScope(call, iteration, timeout_s, report, None, run_id))
         try:
             if timeout_s is None:
                 raw = await self._invoke(entry, inputs)
             else:
                 async with asyncio.timeout(timeout_s) as scope:
+                    first_deadline = scope.when()
+                    _current.set(CallScope(call, iteration, timeout_s, report, scope, run_id))
                     raw = await self._invoke(entry, inputs)
             output = _as_output(raw)
         except TimeoutError as exc:
             if timeout_s is not None and scope.expired():
                 kind = ErrorKind.TIMEOUT
                 error = f"tool {call.name!r} timed out after {timeout_s:g}s"
+                if (scope.when() or 0.0) > (first_deadline or 0.0):  # extended by its handler
+                    waited = time.perf_counter() - clock
+                    error += f", its timeout extended by progress ({waited:.3g}s in all)"
             else:
                 kind, error = ErrorKind.EXCEPTION, _describe(exc)
         except ToolDeniedError as exc:

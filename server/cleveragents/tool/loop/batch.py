@@ -16,7 +16,12 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from cleveragents.tool.context import ToolActorContext
-from cleveragents.tool.events import EventSink, ToolCallCompleted, ToolCallStarted
+from cleveragents.tool.events import (
+    EventSink,
+    ToolCallCompleted,
+    ToolCallProgress,
+    ToolCallStarted,
+)
 from cleveragents.tool.execution.runner import Gate, ToolRunner
 from cleveragents.tool.jsontext import Encoder
 from cleveragents.tool.messages import Message, Role, ToolCall
@@ -166,6 +171,12 @@ class ToolBatch:
             if call.id not in self.logged_starts:
                 self._emit(ToolCallStarted(call.id, call.name, inputs, self.iteration))
 
+        def progress(call: ToolCall, done: float, total: float | None, message: str) -> None:
+            if self.records[index] is None:  # a report after the call ended is dropped
+                self._emit(
+                    ToolCallProgress(call.id, call.name, done, total, message, self.iteration)
+                )
+
         async def refuse(
             call: ToolCall, inputs: Mapping[str, Any], spec: ToolSpec, iteration: int
         ) -> str:
@@ -174,7 +185,8 @@ class ToolBatch:
         async with limit if limit is not None else _UNLIMITED:
             record = await self._runner.run(
                 self.calls[index], iteration=self.iteration, context=self._context,
-                on_started=started, gate=refuse if over_budget else gate, run_id=self.run_id,
+                on_started=started, gate=refuse if over_budget else gate,
+                on_progress=progress, run_id=self.run_id,
             )  # fmt: skip
         if not over_budget:
             self.executed += 1

@@ -1,0 +1,98 @@
+"""An MCP call's ``notifications/progress``, passed on to its run as ``ToolCallProgress``.
+
+A server may report progress as often as it likes; the run's log keeps every event it is
+given, so the reports are coalesced here: at most one per ``progress_interval`` seconds (the
+first at once, then the latest of each interval, the last one before the call's record), and
+at most ``MAX_PROGRESS_EVENTS`` for one call. A server sending a hundred thousand reports adds
+a bounded number of events, and holds one pending report at a time.
+
+With ``progress_extends_timeout``, every report (coalesced or not) pushes the call's timeout
+back to a full ``timeout`` from now, but never past ``max_timeout`` after the call began: a
+call that keeps reporting runs on, one that goes quiet times out, one that never ends stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+
+from cleveragents.sidecar.config.mcp import McpServerConfig
+from cleveragents.tool import CallScope
+
+__all__ = ["MAX_PROGRESS_EVENTS", "ProgressRelay"]
+
+#: The most ``ToolCallProgress`` events one call adds to its run's log.
+MAX_PROGRESS_EVENTS = 1000
+
+
+class ProgressRelay:
+    """One call's progress callback (the SDK's ``progress_callback``); ``flush`` at its end."""
+
+    __slots__ = (
+        "_closed",
+        "_deadline",
+        "_last",
+        "_loop",
+        "_pending",
+        "_scope",
+        "_window",
+        "interval_s",
+        "sent",
+    )
+
+    def __init__(self, server: McpServerConfig, scope: CallScope | None) -> None:
+        self._scope = scope
+        self._loop = asyncio.get_running_loop()
+        self.interval_s = server.progress_interval_s
+        #: Events passed on so far.
+        self.sent = 0
+        self._last = -math.inf
+        self._pending: tuple[float, float | None, str] | None = None
+        self._closed = False
+        #: The timeout each report renews, and the hard maximum (loop time), when extending.
+        self._window: float | None = None
+        self._deadline = math.inf
+        if server.progress_extends_timeout and scope is not None and scope.timer is not None:
+            self._window = scope.timeout_s
+            limit = server.max_timeout_s
+            if limit is None and scope.timeout_s is not None:
+                limit = scope.timeout_s * 10
+            if limit is not None:
+                self._deadline = self._loop.time() + limit
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        """A report from the server."""
+        self._extend()
+        if self._scope is None or self.sent >= MAX_PROGRESS_EVENTS or self._closed:
+            return
+        now = self._loop.time()
+        report = (progress, total, message or "")
+        if now - self._last >= self.interval_s:
+            self._send(report, now)
+        else:
+            self._pending = report
+
+    def flush(self) -> None:
+        """Pass on the latest report the interval held back, before the call's record; the
+        reports after it are dropped."""
+        self._closed = True
+        if self._pending is not None and self.sent < MAX_PROGRESS_EVENTS:
+            self._send(self._pending, self._loop.time())
+
+    def _send(self, report: tuple[float, float | None, str], now: float) -> None:
+        assert self._scope is not None
+        self._pending = None
+        self._last = now
+        self.sent += 1
+        self._scope.progress(*report)
+
+    def _extend(self) -> None:
+        timer = self._scope.timer if self._scope is not None else None
+        if self._window is None or timer is None or timer.expired():
+            return
+        when = min(self._loop.time() + self._window, self._deadline)
+        current = timer.when()
+        if current is not None and when > current:
+            with contextlib.suppress(RuntimeError):  # the call has ended meanwhile
+                timer.reschedule(when)

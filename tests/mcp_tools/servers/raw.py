@@ -1,0 +1,104 @@
+"""An MCP server over stdio written by hand (no SDK), for the faults the SDK would not let a
+server commit: ``garble`` writes a line that is not JSON on its stdout, and
+``spam_progress`` sends its progress notifications as fast as a pipe takes them.
+``FAULT_DIR`` (an environment variable) gets ``pid-<pid>`` when it starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+_OBJECT = {"type": "object"}
+TOOLS = [
+    {
+        "name": "spam_progress",
+        "description": "Report progress COUNT times, as fast as it can, then answer.",
+        "inputSchema": {**_OBJECT, "properties": {"count": {"type": "integer"}}},
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "garble",
+        "description": "Write a line that is not JSON, and never answer.",
+        "inputSchema": _OBJECT,
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "echo",
+        "description": "Return the text.",
+        "inputSchema": {**_OBJECT, "properties": {"text": {"type": "string"}}},
+        "annotations": {"readOnlyHint": True},
+    },
+]
+out = sys.stdout.buffer
+lock = threading.Lock()
+
+
+def send(message: dict[str, Any]) -> None:
+    with lock:
+        out.write(json.dumps(message).encode() + b"\n")
+        out.flush()
+
+
+def result(request_id: Any, value: dict[str, Any]) -> None:
+    send({"jsonrpc": "2.0", "id": request_id, "result": value})
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": value}], "isError": False}
+
+
+def call(request_id: Any, params: dict[str, Any]) -> None:
+    name, arguments = params["name"], params.get("arguments") or {}
+    token = (params.get("_meta") or {}).get("progressToken")
+    if name == "echo":
+        result(request_id, text(arguments.get("text", "")))
+    elif name == "garble":
+        with lock:
+            out.write(
+                b'{"jsonrpc": "2.0", "id": ' + str(request_id).encode() + b", this is not JSON\n"
+            )
+            out.flush()
+    elif name == "spam_progress":
+        count = int(arguments["count"])
+        with lock:
+            for step in range(1, count + 1):
+                note = {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/progress",
+                    "params": {"progressToken": token, "progress": step, "total": count},
+                }
+                out.write(json.dumps(note).encode() + b"\n")
+            out.flush()
+        result(request_id, text(f"reported {count}"))
+    else:
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": name}})
+
+
+def main() -> None:
+    (Path(os.environ["FAULT_DIR"]) / f"pid-{os.getpid()}").touch()
+    for line in sys.stdin.buffer:
+        message = json.loads(line)
+        method, request_id = message.get("method"), message.get("id")
+        if request_id is None:
+            continue  # a notification: initialized, cancelled
+        if method == "initialize":
+            result(request_id, {
+                "protocolVersion": message["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "raw", "version": "1.0"},
+            })  # fmt: skip
+        elif method == "tools/list":
+            result(request_id, {"tools": TOOLS})
+        elif method == "tools/call":
+            call(request_id, message["params"])
+        else:
+            result(request_id, {})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""Faults of an MCP server that the lifecycle tests do not cover: a server that writes a line
+that is not JSON on its stdout. The call it was answering gets a clear failed record at once,
+the server is restarted, and nothing waits for its timeout."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from cleveragents.client import AsyncSidecarClient
+from cleveragents.tool import ErrorKind
+
+from .conftest import WAIT_S, McpSidecarFactory, bounded, call_once, pids, raw_server
+
+
+async def test_malformed_json_fails_the_call_clearly_and_restarts_the_server(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(raw_server(fault_dir, timeout_s=60.0))
+    assert sidecar.mcp is not None
+    connection = sidecar.mcp.connections["r"]
+    async with AsyncSidecarClient(sidecar.address) as client:
+        began = time.monotonic()
+        garbled = await bounded(call_once(client, "r_garble"))
+        took = time.monotonic() - began
+        await bounded(connection.up())
+        after = await bounded(call_once(client, "r_echo", text="back"))
+
+    assert not garbled.success
+    assert garbled.error_kind is ErrorKind.EXCEPTION
+    assert "MCP server 'r'" in (garbled.error or "")
+    assert "not valid JSON" in (garbled.error or "")
+    assert took < WAIT_S / 2  # not the call's 60 s timeout
+    assert after.success
+    assert after.output == {"content": [{"type": "text", "text": "back"}]}
+    assert len(pids(fault_dir)) == 2  # restarted
+    assert connection.failures == 1
