@@ -18,6 +18,7 @@ from cleveragents.tool import (
     ApprovalDecided,
     ApprovalRequested,
     IterationStarted,
+    LLMDelta,
     LLMResponded,
     RunCancelled,
     RunCompleted,
@@ -151,7 +152,7 @@ class WatchView:
                     verdict = "approved" if event.approved else "DENIED"
                     why = f": {event.reason}" if event.reason else ""
                     self._line(f"  {verdict} (call {event.call_id}) by {event.by}{why}")
-                case LLMResponded():
+                case LLMResponded() | LLMDelta():
                     pass  # the progress line shows iterations and calls
                 case _:  # pragma: no cover - mypy checks that every event type is handled
                     assert_never(event)

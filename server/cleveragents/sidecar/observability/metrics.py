@@ -28,6 +28,7 @@ from cleveragents.tool import (
     ApprovalRequested,
     ErrorKind,
     IterationStarted,
+    LLMDelta,
     LLMResponded,
     RunCancelled,
     RunCompleted,
@@ -139,7 +140,13 @@ class MetricsObserver:
             case RunCompleted() | RunFailed() | RunCancelled():
                 self._llm_started.pop(run, None)
                 self.runs.labels(_STATE_OF[type(event)], str(event.result.stop_reason)).inc()
-            case RunStarted() | ToolCallStarted() | ApprovalRequested() | ApprovalDecided():
+            case (
+                RunStarted()
+                | ToolCallStarted()
+                | ApprovalRequested()
+                | ApprovalDecided()
+                | LLMDelta()
+            ):
                 pass  # live runs are read from the manager; tool calls count when they end
             case _:  # pragma: no cover - mypy checks that every event type is handled
                 assert_never(event)

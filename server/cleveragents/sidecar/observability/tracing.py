@@ -32,6 +32,7 @@ from cleveragents.tool import (
     ApprovalDecided,
     ApprovalRequested,
     IterationStarted,
+    LLMDelta,
     LLMResponded,
     RunCancelled,
     RunCompleted,
@@ -186,7 +187,7 @@ class TracingObserver:
             case RunCompleted() | RunFailed() | RunCancelled():
                 del self._runs[run]
                 self._end(state, event)
-            case RunStarted() | ApprovalRequested() | ApprovalDecided():
+            case RunStarted() | ApprovalRequested() | ApprovalDecided() | LLMDelta():
                 pass  # the run's span opened in run_started(); approvals are not spans
             case _:  # pragma: no cover - mypy checks that every event type is handled
                 assert_never(event)

@@ -31,12 +31,13 @@ from cleveragents.tool.execution.runner import ToolRunner
 from cleveragents.tool.llm import LLMCaller
 from cleveragents.tool.loop.batch import ToolBatch, feedback
 from cleveragents.tool.loop.blocking import run_blocking
-from cleveragents.tool.loop.checks import check_prompt, response_problem
+from cleveragents.tool.loop.checks import check_prompt
 from cleveragents.tool.loop.event_channel import EventChannel
 from cleveragents.tool.loop.gate import CallGate
+from cleveragents.tool.loop.llm_call import call_llm
 from cleveragents.tool.loop.run_state import RunState
 from cleveragents.tool.loop.yield_timer import YieldTimer
-from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, Role, ToolCall
+from cleveragents.tool.messages import LLMResponse, Message, Role, ToolCall
 from cleveragents.tool.policy import ApprovalRequest, Approver, AutomationProfile, Decision
 from cleveragents.tool.records import StopReason, ToolCallRunResult
 from cleveragents.tool.router import ToolCallRouter, route_call
@@ -290,7 +291,7 @@ class ToolCallingRuntime:
         stop = StopReason.MAX_ITERATIONS
         for iteration in range(1, self.max_iterations + 1):
             emit(IterationStarted(iteration))
-            response = await self._call_llm(state, tools, iteration)
+            response = await self._call_llm(state, tools, iteration, emit)
             state.iterations = iteration
             state.add_response(response)
             emit(LLMResponded(iteration, response.content, response.tool_calls, response.usage))
@@ -328,37 +329,18 @@ class ToolCallingRuntime:
             )
         )
         emit(IterationStarted(iteration))
-        response = await self._call_llm(state, (), iteration)
+        response = await self._call_llm(state, (), iteration, emit)
         state.iterations = iteration
         state.add_response(response)
         emit(LLMResponded(iteration, response.content, (), response.usage))
         return state.result(stop, content=response.content)
 
     async def _call_llm(
-        self, state: RunState, tools: Sequence[Mapping[str, Any]], iteration: int
+        self, state: RunState, tools: Sequence[Mapping[str, Any]], iteration: int, emit: EventSink
     ) -> LLMResponse:
-        request = LLMRequest(state.messages, tools, iteration)
-        try:
-            if self._llm_is_async:
-                response: Any = await self.llm_caller.call(request)  # type: ignore[misc]
-            else:
-                response = await asyncio.to_thread(self.llm_caller.call, request)
-                if inspect.isawaitable(response):
-                    response = await response
-        except Exception as exc:
-            raise LLMCallError(
-                f"the LLM call of iteration {iteration} failed: {type(exc).__name__}: {exc}",
-                iteration=iteration,
-                result=state.result(StopReason.ERROR),
-            ) from exc
-        problem = response_problem(response, self.max_calls_per_response)
-        if problem is not None:
-            raise LLMCallError(
-                f"the LLM caller of iteration {iteration} {problem}",
-                iteration=iteration,
-                result=state.result(StopReason.ERROR),
-            )
-        return response  # type: ignore[no-any-return]
+        """One LLM call; its streamed deltas reach ``emit`` as ``LLMDelta`` events."""
+        caller, max_calls = self.llm_caller, self.max_calls_per_response
+        return await call_llm(caller, self._llm_is_async, state, tools, iteration, emit, max_calls)
 
     async def _run_batch(
         self,
