@@ -16,19 +16,25 @@ __all__ = ["split_response"]
 
 #: A word with the spaces after it, or a run of spaces: the size of a provider's text delta.
 _WORD = re.compile(r"\S+\s*|\s+")
-#: How many characters of a tool call's arguments JSON one delta carries.
+#: How many characters of a tool call's arguments JSON one delta carries, at least.
 _ARGUMENT_CHUNK = 12
+#: At most this many text deltas, and this many per tool call, whatever the answer's size:
+#: a long scripted answer streams in larger pieces rather than in more of them.
+_MAX_TEXT_DELTAS = 48
+_MAX_ARGUMENT_DELTAS = 8
 
 
 def split_response(response: LLMResponse) -> Iterator[ResponseDelta]:
     """The deltas of ``response`` in the order a provider streams them: text word by word,
     then each tool call (id and name first) with its arguments' JSON text in small pieces;
     the usage rides on the last delta. Concatenated, they give the response back."""
-    words = _WORD.finditer(response.content)
-    deltas: list[ResponseDelta] = [ResponseDelta(text=m.group()) for m in words]
+    words = [m.group() for m in _WORD.finditer(response.content)]
+    per = max(1, -(-len(words) // _MAX_TEXT_DELTAS))  # words per delta, rounded up
+    deltas = [ResponseDelta(text="".join(words[i : i + per])) for i in range(0, len(words), per)]
     for index, call in enumerate(response.tool_calls):
         text = json.dumps(dict(call.arguments), separators=(",", ":"), ensure_ascii=False)
-        pieces = [text[i : i + _ARGUMENT_CHUNK] for i in range(0, len(text), _ARGUMENT_CHUNK)]
+        size = max(_ARGUMENT_CHUNK, -(-len(text) // _MAX_ARGUMENT_DELTAS))
+        pieces = [text[i : i + size] for i in range(0, len(text), size)]
         deltas.append(
             ResponseDelta(
                 tool_call_index=index, tool_call_id=call.id, tool_name=call.name,

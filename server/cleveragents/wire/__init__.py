@@ -16,6 +16,7 @@ from cleveragents.wire.bounds import (
     fit_frame,
 )
 from cleveragents.wire.deltas import (
+    JOIN_LIMIT,
     coalesce,
     delta_frames,
     delta_from_pb,
@@ -111,6 +112,7 @@ from cleveragents.wire.values import (
 
 __all__ = [
     "BATCH_BYTES",
+    "JOIN_LIMIT",
     "MAX_TRAILER_BYTES",
     "MESSAGE_HEADROOM",
     "RESULT_TRAILER",

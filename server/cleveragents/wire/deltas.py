@@ -15,7 +15,18 @@ from cleveragents.wire.frames import frame
 from cleveragents.wire.timestamps import set_time
 from cleveragents.wire.values import usage_from_pb
 
-__all__ = ["coalesce", "delta_frames", "delta_from_pb", "fill_delta", "response_delta_from_pb"]
+#: Coalescing stops joining deltas into one once it holds this many characters, so that a
+#: joined delta stays far under any message limit.
+JOIN_LIMIT = 16 * 1024
+
+__all__ = [
+    "JOIN_LIMIT",
+    "coalesce",
+    "delta_frames",
+    "delta_from_pb",
+    "fill_delta",
+    "response_delta_from_pb",
+]
 
 
 def fill_delta(pb: events_pb2.LlmDelta, event: LLMDelta, after_sequence: int = 0) -> None:
@@ -55,8 +66,11 @@ def coalesce(deltas: Sequence[LLMDelta]) -> list[LLMDelta]:
     start = 0
     while start < len(deltas):
         first = deltas[start]
-        stop = start + 1
+        stop, size = start + 1, len(first.text) + len(first.arguments)
         while stop < len(deltas) and deltas[stop].tool_call_index == first.tool_call_index:
+            size += len(deltas[stop].text) + len(deltas[stop].arguments)
+            if size > JOIN_LIMIT:
+                break
             stop += 1
         if stop == start + 1:
             joined.append(first)

@@ -41,6 +41,10 @@ class ProfileConfig:
     of the environment variable holding the key (``None``: ``OPENAI_API_KEY`` or
     ``ANTHROPIC_API_KEY``; empty: send no key), the per-request ``timeout_s``, ``max_retries``
     and ``params``, generation parameters copied into every request.
+
+    ``stream_delay_s`` (scripted profiles): a number streams each scripted turn as deltas,
+    that many seconds apart, as a provider would (``None``: each turn comes whole). The
+    embedded ``scripted`` profile streams with no delay.
     """
 
     name: str
@@ -52,9 +56,13 @@ class ProfileConfig:
     timeout_s: float = 60.0
     max_retries: int = 2
     params: Mapping[str, Any] = field(default_factory=dict)
+    stream_delay_s: float | None = None
 
     def __post_init__(self) -> None:
         where = f"profiles.{self.name}"
+        delay = self.stream_delay_s
+        if delay is not None and not (isinstance(delay, int | float) and 0 <= delay <= 10):
+            raise ConfigError(f"{where}.stream_delay must be a number of seconds from 0 to 10")
         if self.kind not in PROFILE_KINDS:
             kinds = ", ".join(PROFILE_KINDS)
             raise ConfigError(f"{where}.kind must be one of {kinds}, got {self.kind!r}")
@@ -345,7 +353,7 @@ class SidecarConfig:
     def all_profiles(self) -> dict[str, ProfileConfig]:
         """Configured profiles plus the embedded ``scripted`` and ``client`` ones."""
         profiles = {
-            "scripted": ProfileConfig("scripted", "scripted"),
+            "scripted": ProfileConfig("scripted", "scripted", stream_delay_s=0.0),
             "client": ProfileConfig("client", "client"),
         }
         profiles.update(self.profiles)
