@@ -141,27 +141,33 @@ class SidecarClient:
         *,
         detach: bool = False,
         timeout: float | None = None,
+        stream_deltas: bool = False,
         **options: Unpack[RunOptions],
     ) -> Generator[StreamedEvent, None, None]:
-        """Start a run and yield its events as they happen, ending with the terminal one."""
+        """Start a run and yield its events as they happen, ending with the terminal one;
+        with ``stream_deltas``, also each ``LLMDelta`` of the model's answer as it streams."""
         spec = run_spec(prompt, detach=detach, **options)
         call = self._stub.StreamToolLoop(
-            service_pb2.StreamToolLoopRequest(spec=spec, batch_events=True),
+            service_pb2.StreamToolLoopRequest(
+                spec=spec, batch_events=True, stream_deltas=stream_deltas
+            ),
             metadata=self._metadata,
             timeout=timeout,
         )
         return self._events(call)
 
     def watch(
-        self, run_id: str, *, after_sequence: int = 0
+        self, run_id: str, *, after_sequence: int = 0, stream_deltas: bool = False
     ) -> Generator[StreamedEvent, None, None]:
         """Follow a run from ``after_sequence``: what was missed, then live, to its end.
 
         Each event counts as handled (and is acknowledged to the sidecar, which sends no more
-        than its window ahead of that) once the next one is asked for.
+        than its window ahead of that) once the next one is asked for. With
+        ``stream_deltas``, also each ``LLMDelta`` (sequence 0) of the model's answer: joining
+        mid-call, first the answer so far as one delta.
         """
         outgoing: queue.SimpleQueue[service_pb2.FollowRunRequest | None] = queue.SimpleQueue()
-        outgoing.put(follow_start(run_id, after_sequence))
+        outgoing.put(follow_start(run_id, after_sequence, stream_deltas))
 
         def requests() -> Iterator[service_pb2.FollowRunRequest]:
             while (message := outgoing.get()) is not None:
@@ -247,6 +253,7 @@ class SidecarClient:
         llm: LLMCaller | None = None,
         approver: SessionApprover | None = None,
         timeout: float | None = None,
+        stream_deltas: bool = False,
         **options: Unpack[RunOptions],
     ) -> Generator[StreamedEvent, None, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
@@ -254,7 +261,10 @@ class SidecarClient:
         Yields every event; tools and the LLM are called in this thread as the sidecar asks.
         Leaving the iteration early cancels the run.
         """
-        logic = SessionLogic(prompt, tools=tools, llm=llm, approver=approver, options=dict(options))
+        logic = SessionLogic(
+            prompt, tools=tools, llm=llm, approver=approver, options=dict(options),
+            stream_deltas=stream_deltas,
+        )  # fmt: skip
         outgoing: queue.SimpleQueue[session_pb2.SessionRequest | None] = queue.SimpleQueue()
         outgoing.put(logic.start)
 
@@ -281,7 +291,8 @@ class SidecarClient:
                         yield streamed
                     job = logic.invocation(response)
                     if job is not None:
-                        outgoing.put(loop.run_until_complete(logic.answer(job)))
+                        answer = logic.answer(job, outgoing.put)
+                        outgoing.put(loop.run_until_complete(answer))
         finally:
             outgoing.put(None)
             call.cancel()
@@ -306,7 +317,7 @@ class SidecarClient:
                                 streamed, event=event_with_history(streamed.event, records)
                             )
                         yield streamed
-                        handled = event.sequence
+                        handled = event.sequence or handled  # a delta has sequence 0
                     if acks is not None and (ack := follow_ack(response, handled)) is not None:
                         acks.put(ack)
         finally:

@@ -21,6 +21,7 @@ from cleveragents.wire.deltas import (
     delta_frames,
     delta_from_pb,
     fill_delta,
+    llm_delta_request,
     response_delta_from_pb,
 )
 from cleveragents.wire.events import (
@@ -158,6 +159,7 @@ __all__ = [
     "frame",
     "history_page",
     "llm_answer_from_pb",
+    "llm_delta_request",
     "llm_result_request",
     "message_from_pb",
     "message_to_pb",

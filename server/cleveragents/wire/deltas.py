@@ -25,6 +25,7 @@ __all__ = [
     "delta_frames",
     "delta_from_pb",
     "fill_delta",
+    "llm_delta_request",
     "response_delta_from_pb",
 ]
 
@@ -117,3 +118,19 @@ def response_delta_from_pb(pb: session_pb2.LlmResultDelta) -> ResponseDelta:
         pb.arguments,
         usage_from_pb(pb.usage) if pb.HasField("usage") else None,
     )
+
+
+def llm_delta_request(
+    request_id: str, index: int, delta: ResponseDelta
+) -> session_pb2.SessionRequest:
+    """A client-hosted LLM's ``index``-th delta of its answer to ``request_id``."""
+    pb = session_pb2.LlmResultDelta(
+        request_id=request_id, index=index, text=delta.text, tool_call_id=delta.tool_call_id,
+        tool_name=delta.tool_name, arguments=delta.arguments,
+    )  # fmt: skip
+    if delta.tool_call_index is not None:
+        pb.tool_call_index = delta.tool_call_index
+    if delta.usage is not None:
+        pb.usage.input_tokens = delta.usage.input_tokens
+        pb.usage.output_tokens = delta.usage.output_tokens
+    return session_pb2.SessionRequest(llm_delta=pb)

@@ -1,8 +1,8 @@
 """``cleveragents-sidecar watch RUN_ID``: follow one run live in the terminal.
 
 A line per tool call as its record arrives and per approval asked (with how to answer it) or
-decided, a progress line kept up to date in place (on a
-terminal), then a table of the records and the result.
+decided, the model's text as it streams (its deltas), a progress line kept up to date in
+place (on a terminal), then a table of the records and the result.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ __all__ = ["WatchView", "show_stream", "watch"]
 
 def watch(client: SidecarClient, run_id: str, after: int, out: TextIO) -> int:
     """Follow ``run_id`` with ``client``, drawing it on ``out``; returns the exit status."""
-    return show_stream(client.watch(run_id, after_sequence=after), out, f"watch run {run_id!r}")
+    events = client.watch(run_id, after_sequence=after, stream_deltas=True)
+    return show_stream(events, out, f"watch run {run_id!r}")
 
 
 def show_stream(
@@ -106,6 +107,8 @@ class WatchView:
         self.result: ToolCallRunResult | None = None
         self._started = time.monotonic()
         self._progress_shown = False
+        #: The model's streamed text is being written on the current line.
+        self._text_open = False
         self._lock = threading.Lock()
 
     def show(self, streamed: StreamedEvent) -> None:
@@ -152,8 +155,10 @@ class WatchView:
                     verdict = "approved" if event.approved else "DENIED"
                     why = f": {event.reason}" if event.reason else ""
                     self._line(f"  {verdict} (call {event.call_id}) by {event.by}{why}")
-                case LLMResponded() | LLMDelta():
-                    pass  # the progress line shows iterations and calls
+                case LLMDelta():
+                    self._text(event.text)
+                case LLMResponded():
+                    self._end_text()  # the progress line shows iterations and calls
                 case _:  # pragma: no cover - mypy checks that every event type is handled
                     assert_never(event)
             self._progress()
@@ -172,6 +177,7 @@ class WatchView:
     def finish(self) -> int:
         """Print the table and the result; the exit status (0: the run completed)."""
         with self._lock:
+            self._end_text()
             self._clear()
             records = list(self.result.tool_call_history) if self.result else self.records
             self.out.write("\n" + records_table(records) + "\n")
@@ -212,12 +218,30 @@ class WatchView:
             self._progress_shown = False
 
     def _line(self, text: str) -> None:
+        self._end_text()
         self._clear()
         self.out.write(text + "\n")
         self.out.flush()
 
+    def _text(self, text: str) -> None:
+        """Write a piece of the model's text where the last one ended."""
+        if not text:
+            return
+        if not self._text_open:
+            self._clear()
+            self.out.write("  model: ")
+            self._text_open = True
+        self.out.write(text.replace("\n", "\n         "))
+        self.out.flush()
+
+    def _end_text(self) -> None:
+        if self._text_open:
+            self.out.write("\n")
+            self.out.flush()
+            self._text_open = False
+
     def _progress(self) -> None:
-        if not self.live or self.result is not None:
+        if not self.live or self.result is not None or self._text_open:
             return
         self.out.write("\r\x1b[2K" + self.progress_text())
         self.out.flush()
