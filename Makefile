@@ -104,6 +104,7 @@ demo: install
 
 bench: install
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/deltas.py  # live model output (issue 18)
 
 fuzz: install
 	$(BIN)/pip install --quiet atheris

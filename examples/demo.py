@@ -1,8 +1,9 @@
 """`make demo`: start a sidecar, host two Python tools in a client, watch the run live.
 
-The sidecar runs on its embedded `scripted` profile, so no API key is needed: the script
-below plays the model's part and asks for the client's tools, which the sidecar calls back
-over the Session stream.
+The sidecar runs on a `scripted` profile, so no API key is needed: the script below plays
+the model's part and asks for the client's tools, which the sidecar calls back over the
+Session stream. The profile streams each turn word by word (`stream_delay`), and the client
+asks for the deltas (`stream_deltas=True`), so the model's text appears as it is "typed".
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
 from cleveragents.client import SidecarClient
 from cleveragents.tool import (
     IterationStarted,
+    LLMDelta,
     LLMResponded,
     RunCancelled,
     RunCompleted,
@@ -83,11 +86,20 @@ SCRIPT: list[dict[str, Any]] = [
 ]
 
 
-def start_sidecar() -> tuple[subprocess.Popen[str], str]:
+#: The embedded scripted profile, streaming its turns 40 ms a word, as a model would.
+CONFIG = """
+[profiles.scripted]
+kind = "scripted"
+stream_delay = 0.04
+"""
+
+
+def start_sidecar(config: str) -> tuple[subprocess.Popen[str], str]:
     """Start `cleveragents-sidecar serve` on a free port and read the address it prints."""
     command = [
         os.path.join(os.path.dirname(sys.executable), "cleveragents-sidecar"),
         "serve", "--listen", "127.0.0.1:0", "--log-format", "console", "--log-level", "warning",
+        "--config", config,
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
@@ -98,9 +110,24 @@ def start_sidecar() -> tuple[subprocess.Popen[str], str]:
     return process, line.rsplit(" ", 1)[1]
 
 
+#: Whether the model's streamed text is being written on the current line.
+typing_text = False
+
+
 def show(sequence: int, event: object) -> None:
-    """One line per event, as it arrives."""
+    """One line per event, as it arrives; the model's text piece by piece as it streams."""
+    global typing_text
     prefix = f"  #{sequence:<3}"
+    if isinstance(event, LLMDelta):
+        if event.text:
+            if not typing_text:
+                print("        model is typing: ", end="")
+                typing_text = True
+            print(event.text, end="", flush=True)
+        return
+    if typing_text:
+        print()
+        typing_text = False
     if isinstance(event, RunStarted):
         mine = [name for name in event.tool_names if name in tools]
         served = len(event.tool_names) - len(mine)
@@ -124,8 +151,11 @@ def show(sequence: int, event: object) -> None:
 
 
 def main() -> None:
-    process, address = start_sidecar()
-    print(f"sidecar listening on {address} (scripted profile)\n")
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as config:
+        config.write(CONFIG)
+    process, address = start_sidecar(config.name)
+    os.unlink(config.name)  # read at start-up
+    print(f"sidecar listening on {address} (scripted profile, streaming)\n")
     try:
         with SidecarClient(address) as client:
             started = time.perf_counter()
@@ -134,6 +164,7 @@ def main() -> None:
                 "What are the capitals of France and Atlantis?",
                 tools=tools,
                 script=SCRIPT,
+                stream_deltas=True,
             ):
                 show(streamed.sequence, streamed.event)
                 if isinstance(streamed.event, RunCompleted | RunFailed | RunCancelled):

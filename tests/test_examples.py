@@ -23,6 +23,8 @@ def test_the_demo_streams_the_run_and_its_summary() -> None:
     assert "FAILED LookupError: no capital on file for 'Atlantis'" in out
     assert "final answer: The capital of France is Paris (6 words)." in out
     assert "summary: stop_reason=final_answer, iterations=3, tool calls=3 (1 failed)" in out
+    # The model's text streamed: it was typed before the whole answer arrived.
+    assert "model is typing: I'll look up both capitals at once.\n" in out
 
 
 def test_the_supervised_example_approves_markdown_and_denies_the_rest() -> None:

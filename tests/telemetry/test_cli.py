@@ -6,17 +6,18 @@ import asyncio
 import io
 import re
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, SidecarClient
-from cleveragents.sidecar import Sidecar
+from cleveragents.sidecar import ProfileConfig, Sidecar
 from cleveragents.sidecar.cli.tables import show_runs
 from cleveragents.sidecar.cli.watch import watch
 from cleveragents.tool import ToolCallStarted
 
-from .conftest import WAIT_S, Tools, call, turn
+from .conftest import WAIT_S, SidecarFactory, Tools, call, turn
 
 #: Starting a Python process and importing grpc takes a while on a loaded machine.
 PROCESS_WAIT_S = 30.0
@@ -159,3 +160,51 @@ async def test_runs_lists_recent_runs_or_the_named_ones(
     assert lines[2].split()[2:5] == ["final_answer", "2", "1"]
     assert lines[2].endswith(" s  go")
     tools.release.set()
+
+
+class _Writes(io.StringIO):
+    """Output that keeps each write apart, and says when the run's header is out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+        self.header = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        if text.startswith("run "):
+            self.header.set()
+        return super().write(text)
+
+
+async def test_watch_prints_the_model_text_as_it_streams(
+    make_sidecar: SidecarFactory, tools: Tools
+) -> None:
+    sidecar = await make_sidecar(
+        profiles={"slow": ProfileConfig("slow", "scripted", stream_delay_s=0.01)}
+    )
+    words = [f"w{i} " for i in range(20)]
+    script = [turn("", call("g1", "gate")), turn("".join(words).strip())]
+    out = _Writes()
+
+    def follow() -> int:
+        with SidecarClient(sidecar.address) as client:
+            return watch(client, "talk", 0, out)
+
+    async with AsyncSidecarClient(sidecar.address) as client:
+        stream = client.stream_tool_loop(
+            "go", script=script, profile="slow", run_id="talk", detach=True
+        )
+        async with asyncio.timeout(WAIT_S):
+            await anext(stream)  # run_started: the run exists
+            await tools.gate_started.wait()
+        await stream.aclose()
+        watching = asyncio.create_task(asyncio.to_thread(follow))
+        assert await asyncio.to_thread(out.header.wait, WAIT_S)
+        tools.release.set()  # the answer streams while the watcher follows
+        async with asyncio.timeout(WAIT_S):
+            assert await watching == 0
+
+    assert "  model: " + "".join(words).strip() + "\n" in out.getvalue()
+    pieces = [w for w in out.writes if w.startswith("w")]
+    assert len(pieces) > 1  # written as it came, not at the end

@@ -185,9 +185,13 @@ class EventDecoder:
         return record
 
 
-def follow_start(run_id: str, after_sequence: int) -> service_pb2.FollowRunRequest:
+def follow_start(
+    run_id: str, after_sequence: int, stream_deltas: bool = False
+) -> service_pb2.FollowRunRequest:
     """The first message of a ``FollowRun`` stream (the sidecar's window)."""
-    start = service_pb2.FollowRunStart(run_id=run_id, after_sequence=after_sequence)
+    start = service_pb2.FollowRunStart(
+        run_id=run_id, after_sequence=after_sequence, stream_deltas=stream_deltas
+    )
     return service_pb2.FollowRunRequest(start=start)
 
 

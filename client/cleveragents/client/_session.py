@@ -7,8 +7,10 @@ concurrently; the blocking client does it in its own thread, one piece at a time
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,7 @@ from cleveragents.tool import (
     ApprovalRequested,
     LLMCaller,
     LLMResponse,
+    ResponseDelta,
     ToolRunner,
 )
 from cleveragents.toolruntime.v1 import session_pb2
@@ -28,6 +31,7 @@ from cleveragents.wire import (
     SessionOpening,
     approval_request,
     events_of,
+    llm_delta_request,
     llm_result_request,
     parse_json_object,
     session_start_to_pb,
@@ -39,6 +43,8 @@ __all__ = ["ApprovalJob", "Job", "LlmJob", "SessionApprover", "SessionLogic", "T
 #: Decides an approval request in a session: ``True``/``False``, or an ``ApprovalDecision``
 #: (for a reason), returned directly or awaited.
 SessionApprover = Callable[[ApprovalRequest], Any]
+#: Sends one message of the session at once (awaited if it returns an awaitable).
+Sender = Callable[[session_pb2.SessionRequest], "Awaitable[None] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,7 @@ class SessionLogic:
         llm: LLMCaller | None,
         approver: SessionApprover | None,
         options: dict[str, Any],
+        stream_deltas: bool = False,
     ) -> None:
         registry = as_registry(tools)
         self.runner = ToolRunner(registry)
@@ -93,6 +100,7 @@ class SessionLogic:
                 incremental_messages=llm is not None,
             )
         )
+        self.start.start.stream_deltas = stream_deltas
 
     def invocation(self, response: session_pb2.SessionResponse) -> Job | None:
         """The work a response's invocation asks for, if it carries one."""
@@ -115,12 +123,18 @@ class SessionLogic:
                 job = ApprovalJob(streamed.event)
             yield streamed, job
 
-    async def answer(self, job: Job) -> session_pb2.SessionRequest:
-        """Do ``job`` and return the message that answers it; failures become answers too."""
+    async def answer(self, job: Job, send: Sender | None = None) -> session_pb2.SessionRequest:
+        """Do ``job`` and return the message that answers it; failures become answers too.
+
+        ``send`` sends the deltas a streaming LLM puts in its request's ``deltas`` sink as
+        they come, before the answer (without it they are not sent).
+        """
         if isinstance(job, ToolJob):
             return await self._run_tool(job.invocation)
         if isinstance(job, LlmJob):
-            return await self._ask_llm(job.invocation)
+            if send is None:
+                return await self._ask_llm(job.invocation, None)
+            return await self._streaming(job.invocation, send)
         return await self._decide(job.event)
 
     async def _run_tool(self, invocation: session_pb2.ToolInvocation) -> session_pb2.SessionRequest:
@@ -131,10 +145,39 @@ class SessionLogic:
             return tool_result_request(invocation.call_id, None, describe(exc))
         return tool_result_request(invocation.call_id, output, None)
 
-    async def _ask_llm(self, invocation: session_pb2.LlmInvocation) -> session_pb2.SessionRequest:
+    async def _streaming(
+        self, invocation: session_pb2.LlmInvocation, send: Sender
+    ) -> session_pb2.SessionRequest:
+        """Ask the LLM, sending each delta it streams (in order) while it answers."""
+        queue: asyncio.Queue[ResponseDelta | None] = asyncio.Queue()
+
+        async def pump() -> None:
+            index = 0
+            while (delta := await queue.get()) is not None:
+                if isinstance(delta, ResponseDelta):
+                    sent = send(llm_delta_request(invocation.request_id, index, delta))
+                    if inspect.isawaitable(sent):
+                        await sent
+                    index += 1
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(pump())
+            try:
+                return await self._ask_llm(invocation, queue.put_nowait)
+            finally:
+                queue.put_nowait(None)  # the pump sends what is queued, then ends
+
+    async def _ask_llm(
+        self,
+        invocation: session_pb2.LlmInvocation,
+        deltas: Callable[[ResponseDelta], None] | None,
+    ) -> session_pb2.SessionRequest:
         assert self.llm is not None
         try:
-            response: Any = self.llm.call(self.conversation.request(invocation))
+            request = self.conversation.request(invocation)
+            if deltas is not None:
+                request = dataclasses.replace(request, deltas=deltas)
+            response: Any = self.llm.call(request)
             if inspect.isawaitable(response):
                 response = await response
             if not isinstance(response, LLMResponse):

@@ -144,12 +144,16 @@ class AsyncSidecarClient:
         *,
         detach: bool = False,
         timeout: float | None = None,
+        stream_deltas: bool = False,
         **options: Unpack[RunOptions],
     ) -> AsyncGenerator[StreamedEvent, None]:
-        """Start a run and yield its events as they happen, ending with the terminal one."""
+        """Start a run and yield its events as they happen, ending with the terminal one;
+        with ``stream_deltas``, also each ``LLMDelta`` of the model's answer as it streams."""
         spec = run_spec(prompt, detach=detach, **options)
         call = self._stub.StreamToolLoop(
-            service_pb2.StreamToolLoopRequest(spec=spec, batch_events=True),
+            service_pb2.StreamToolLoopRequest(
+                spec=spec, batch_events=True, stream_deltas=stream_deltas
+            ),
             metadata=self._metadata,
             timeout=timeout,
         )
@@ -157,16 +161,18 @@ class AsyncSidecarClient:
             yield event
 
     async def watch(
-        self, run_id: str, *, after_sequence: int = 0
+        self, run_id: str, *, after_sequence: int = 0, stream_deltas: bool = False
     ) -> AsyncGenerator[StreamedEvent, None]:
         """Follow a run from ``after_sequence``: what was missed, then live, to its end.
 
         Each event counts as handled (and is acknowledged to the sidecar, which sends no more
-        than its window ahead of that) once the next one is asked for.
+        than its window ahead of that) once the next one is asked for. With
+        ``stream_deltas``, also each ``LLMDelta`` (sequence 0) of the model's answer: joining
+        mid-call, first the answer so far as one delta.
         """
         call = self._stub.FollowRun(metadata=self._metadata)
         with rpc_errors():
-            await call.write(follow_start(run_id, after_sequence))
+            await call.write(follow_start(run_id, after_sequence, stream_deltas))
         async for event in self._events(call, follows=True):
             yield event
 
@@ -251,6 +257,7 @@ class AsyncSidecarClient:
         llm: LLMCaller | None = None,
         approver: SessionApprover | None = None,
         timeout: float | None = None,
+        stream_deltas: bool = False,
         **options: Unpack[RunOptions],
     ) -> AsyncGenerator[StreamedEvent, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
@@ -261,7 +268,10 @@ class AsyncSidecarClient:
         directly or awaited). Yields every event. Leaving the iteration early cancels the run,
         and the work still running for it.
         """
-        logic = SessionLogic(prompt, tools=tools, llm=llm, approver=approver, options=dict(options))
+        logic = SessionLogic(
+            prompt, tools=tools, llm=llm, approver=approver, options=dict(options),
+            stream_deltas=stream_deltas,
+        )  # fmt: skip
         call = self._stub.Session(metadata=self._metadata, timeout=timeout)
         lock = asyncio.Lock()
         pending: set[asyncio.Task[None]] = set()
@@ -271,7 +281,7 @@ class AsyncSidecarClient:
                 await call.write(message)
 
         async def work(job: Job) -> None:
-            await send(await logic.answer(job))
+            await send(await logic.answer(job, send))
 
         def settled(task: asyncio.Task[None]) -> None:
             pending.discard(task)
@@ -325,7 +335,7 @@ class AsyncSidecarClient:
                                 streamed, event=event_with_history(streamed.event, records)
                             )
                         yield streamed
-                        handled = event.sequence
+                        handled = event.sequence or handled  # a delta has sequence 0
                     if follows and (ack := follow_ack(response, handled)) is not None:
                         # The call may have ended meanwhile; reading on reports how.
                         with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):

@@ -151,32 +151,38 @@ class SidecarClient:
         *,
         detach: bool = False,
         timeout: float | None = None,
+        stream_deltas: bool = False,
         **options: Unpack[RunOptions],
     ) -> Generator[StreamedEvent, None, None]:
-        """Start a run and yield its events as they happen, ending with the terminal one."""
+        """Start a run and yield its events as they happen, ending with the terminal one;
+        with ``stream_deltas``, also each ``LLMDelta`` of the model's answer as it streams."""
         spec = run_spec(prompt, detach=detach, **options)
         call = self._stub.StreamToolLoop(
-            service_pb2.StreamToolLoopRequest(spec=spec, batch_events=True),
+            service_pb2.StreamToolLoopRequest(
+                spec=spec, batch_events=True, stream_deltas=stream_deltas
+            ),
             metadata=self._metadata,
             timeout=timeout,
         )
         return self._events(call)
 
     def watch(
-        self, run_id: str, *, after_sequence: int = 0
+        self, run_id: str, *, after_sequence: int = 0, stream_deltas: bool = False
     ) -> Generator[StreamedEvent, None, None]:
         """Follow a run from ``after_sequence``: what was missed, then live, to its end.
 
         Each event counts as handled (and is acknowledged to the sidecar, which sends no more
-        than its window ahead of that) once the next one is asked for. The call starts at
-        the first ``next``; one left part way ends when the iterator is closed or collected,
-        or the client is closed.
+        than its window ahead of that) once the next one is asked for. With
+        ``stream_deltas``, also each ``LLMDelta`` (sequence 0) of the model's answer: joining
+        mid-call, first the answer so far as one delta. The call starts at the first
+        ``next``; one left part way ends when the iterator is closed or collected, or the
+        client is closed.
         """
         return self._follow(run_id, after_sequence)
 
     def _follow(self, run_id: str, after_sequence: int) -> Generator[StreamedEvent, None, None]:
         outgoing: queue.SimpleQueue[service_pb2.FollowRunRequest | None] = queue.SimpleQueue()
-        outgoing.put(follow_start(run_id, after_sequence))
+        outgoing.put(follow_start(run_id, after_sequence, stream_deltas))
 
         def requests() -> Iterator[service_pb2.FollowRunRequest]:
             while (message := outgoing.get()) is not None:
@@ -262,6 +268,7 @@ class SidecarClient:
         llm: LLMCaller | None = None,
         approver: SessionApprover | None = None,
         timeout: float | None = None,
+        stream_deltas: bool = False,
         **options: Unpack[RunOptions],
     ) -> Generator[StreamedEvent, None, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
@@ -270,7 +277,10 @@ class SidecarClient:
         The run starts at the first ``next``. Leaving the iteration early (closing the
         iterator, dropping it, or closing the client) cancels the run.
         """
-        logic = SessionLogic(prompt, tools=tools, llm=llm, approver=approver, options=dict(options))
+        logic = SessionLogic(
+            prompt, tools=tools, llm=llm, approver=approver, options=dict(options),
+            stream_deltas=stream_deltas,
+        )  # fmt: skip
         return self._session(logic, timeout)
 
     def _session(
@@ -295,7 +305,8 @@ class SidecarClient:
                         yield streamed
                     job = logic.invocation(response)
                     if job is not None:
-                        outgoing.put(loop.run_until_complete(logic.answer(job)))
+                        answer = logic.answer(job, outgoing.put)
+                        outgoing.put(loop.run_until_complete(answer))
         finally:
             self._closed(stop)
             loop.close()
@@ -320,7 +331,7 @@ class SidecarClient:
                                 streamed, event=event_with_history(streamed.event, records)
                             )
                         yield streamed
-                        handled = event.sequence
+                        handled = event.sequence or handled  # a delta has sequence 0
                     if acks is not None and (ack := follow_ack(response, handled)) is not None:
                         acks.put(ack)
         finally:

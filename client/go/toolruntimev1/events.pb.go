@@ -50,6 +50,7 @@ type RunEvent struct {
 	//	*RunEvent_RunCancelled
 	//	*RunEvent_ApprovalRequested
 	//	*RunEvent_ApprovalDecided
+	//	*RunEvent_LlmDelta
 	//	*RunEvent_ToolCallProgress
 	//	*RunEvent_RunResumed
 	Payload isRunEvent_Payload `protobuf_oneof:"payload"`
@@ -185,6 +186,13 @@ func (x *RunEvent) GetApprovalDecided() *ApprovalDecided {
 	return nil
 }
 
+func (x *RunEvent) GetLlmDelta() *LlmDelta {
+	if x, ok := x.GetPayload().(*RunEvent_LlmDelta); ok {
+		return x.LlmDelta
+	}
+	return nil
+}
+
 func (x *RunEvent) GetToolCallProgress() *ToolCallProgress {
 	if x, ok := x.GetPayload().(*RunEvent_ToolCallProgress); ok {
 		return x.ToolCallProgress
@@ -253,6 +261,13 @@ type RunEvent_ApprovalDecided struct {
 	ApprovalDecided *ApprovalDecided `protobuf:"bytes,19,opt,name=approval_decided,json=approvalDecided,proto3,oneof"`
 }
 
+type RunEvent_LlmDelta struct {
+	// A piece of the LLM's answer while it streams. Sent only to a stream that
+	// set stream_deltas; live only: never stored, never replayed, and its
+	// sequence is 0 (see LlmDelta for what it carries instead).
+	LlmDelta *LlmDelta `protobuf:"bytes,20,opt,name=llm_delta,json=llmDelta,proto3,oneof"`
+}
+
 type RunEvent_ToolCallProgress struct {
 	// A tool call in flight reported how far it has got (an MCP server's
 	// notifications/progress), coalesced; in the log like any other event.
@@ -285,9 +300,153 @@ func (*RunEvent_ApprovalRequested) isRunEvent_Payload() {}
 
 func (*RunEvent_ApprovalDecided) isRunEvent_Payload() {}
 
+func (*RunEvent_LlmDelta) isRunEvent_Payload() {}
+
 func (*RunEvent_ToolCallProgress) isRunEvent_Payload() {}
 
 func (*RunEvent_RunResumed) isRunEvent_Payload() {}
+
+// LlmDelta is a piece of one LLM call's answer while the LLM streams it, sent
+// between the call's iteration_started and its llm_responded (which still
+// carries the whole answer) to streams that set stream_deltas. Deltas are live:
+// the run's log, GetRunHistory and replay hold none, and the RunEvent's
+// sequence is 0. Instead after_sequence is the sequence of the last logged
+// event before it (the call's iteration_started), and index and count say which
+// of the call's deltas it holds, so that a client sees any gap. Deltas that
+// waited for a slow stream arrive coalesced (consecutive deltas of the text, or
+// of one tool call, joined; count > 1); a stream that starts or rejoins during
+// the call first gets everything so far that way. Concatenated in order, the
+// text deltas give llm_responded's content and each call's arguments give its
+// arguments' JSON text.
+type LlmDelta struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	// The iteration (LLM call) the delta belongs to.
+	Iteration int32 `protobuf:"varint,1,opt,name=iteration,proto3" json:"iteration,omitempty"`
+	// Text to append to the answer's content; empty for a tool-call delta.
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// Which tool call of the answer (0-based, in the LLM's order) the delta
+	// extends; unset for text.
+	ToolCallIndex *int32 `protobuf:"varint,3,opt,name=tool_call_index,json=toolCallIndex,proto3,oneof" json:"tool_call_index,omitempty"`
+	// The call's id, on the first delta of each tool call.
+	ToolCallId string `protobuf:"bytes,4,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// The tool's name, on the first delta of each tool call.
+	ToolName string `protobuf:"bytes,5,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// A fragment of the tool call's arguments JSON text, appended in order.
+	Arguments string `protobuf:"bytes,6,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// Token counts so far, when the LLM reported them (the last one wins).
+	Usage *Usage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The sequence of the last logged event before this delta.
+	AfterSequence uint64 `protobuf:"varint,8,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
+	// 0-based position among the call's deltas of the first delta this holds.
+	Index uint32 `protobuf:"varint,9,opt,name=index,proto3" json:"index,omitempty"`
+	// How many of the call's deltas this holds (more than 1 when coalesced).
+	Count uint32 `protobuf:"varint,10,opt,name=count,proto3" json:"count,omitempty"`
+}
+
+func (x *LlmDelta) Reset() {
+	*x = LlmDelta{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[1]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *LlmDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LlmDelta) ProtoMessage() {}
+
+func (x *LlmDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[1]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LlmDelta.ProtoReflect.Descriptor instead.
+func (*LlmDelta) Descriptor() ([]byte, []int) {
+	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LlmDelta) GetIteration() int32 {
+	if x != nil {
+		return x.Iteration
+	}
+	return 0
+}
+
+func (x *LlmDelta) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *LlmDelta) GetToolCallIndex() int32 {
+	if x != nil && x.ToolCallIndex != nil {
+		return *x.ToolCallIndex
+	}
+	return 0
+}
+
+func (x *LlmDelta) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *LlmDelta) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *LlmDelta) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+func (x *LlmDelta) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *LlmDelta) GetAfterSequence() uint64 {
+	if x != nil {
+		return x.AfterSequence
+	}
+	return 0
+}
+
+func (x *LlmDelta) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *LlmDelta) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
 
 // RunStarted is the first event of every run.
 type RunStarted struct {
@@ -302,7 +461,7 @@ type RunStarted struct {
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[1]
+		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[2]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -315,7 +474,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[1]
+	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[2]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -328,7 +487,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{1}
+	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RunStarted) GetSpec() *RunSpec {
@@ -351,7 +510,7 @@ type IterationStarted struct {
 func (x *IterationStarted) Reset() {
 	*x = IterationStarted{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[2]
+		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[3]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -364,7 +523,7 @@ func (x *IterationStarted) String() string {
 func (*IterationStarted) ProtoMessage() {}
 
 func (x *IterationStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[2]
+	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[3]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +536,7 @@ func (x *IterationStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IterationStarted.ProtoReflect.Descriptor instead.
 func (*IterationStarted) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{2}
+	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *IterationStarted) GetIteration() int32 {
@@ -406,7 +565,7 @@ type LlmResponded struct {
 func (x *LlmResponded) Reset() {
 	*x = LlmResponded{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[3]
+		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[4]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -419,7 +578,7 @@ func (x *LlmResponded) String() string {
 func (*LlmResponded) ProtoMessage() {}
 
 func (x *LlmResponded) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[3]
+	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[4]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +591,7 @@ func (x *LlmResponded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmResponded.ProtoReflect.Descriptor instead.
 func (*LlmResponded) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{3}
+	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LlmResponded) GetIteration() int32 {
@@ -483,7 +642,7 @@ type ToolCallStarted struct {
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[4]
+		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[5]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -496,7 +655,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[4]
+	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[5]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +668,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{4}
+	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ToolCallStarted) GetCallId() string {
@@ -553,7 +712,7 @@ type ToolCallCompleted struct {
 func (x *ToolCallCompleted) Reset() {
 	*x = ToolCallCompleted{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[5]
+		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[6]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -566,7 +725,7 @@ func (x *ToolCallCompleted) String() string {
 func (*ToolCallCompleted) ProtoMessage() {}
 
 func (x *ToolCallCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[5]
+	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[6]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +738,7 @@ func (x *ToolCallCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallCompleted.ProtoReflect.Descriptor instead.
 func (*ToolCallCompleted) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ToolCallCompleted) GetRecord() *ToolCallRecord {
@@ -617,7 +776,7 @@ type ToolCallProgress struct {
 func (x *ToolCallProgress) Reset() {
 	*x = ToolCallProgress{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[6]
+		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[7]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -630,7 +789,7 @@ func (x *ToolCallProgress) String() string {
 func (*ToolCallProgress) ProtoMessage() {}
 
 func (x *ToolCallProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[6]
+	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[7]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +802,7 @@ func (x *ToolCallProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallProgress.ProtoReflect.Descriptor instead.
 func (*ToolCallProgress) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{6}
+	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ToolCallProgress) GetCallId() string {
@@ -703,7 +862,7 @@ type RunCompleted struct {
 func (x *RunCompleted) Reset() {
 	*x = RunCompleted{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[7]
+		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[8]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -716,7 +875,7 @@ func (x *RunCompleted) String() string {
 func (*RunCompleted) ProtoMessage() {}
 
 func (x *RunCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[7]
+	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[8]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +888,7 @@ func (x *RunCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCompleted.ProtoReflect.Descriptor instead.
 func (*RunCompleted) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RunCompleted) GetResult() *ToolCallRunResult {
@@ -756,7 +915,7 @@ type RunFailed struct {
 func (x *RunFailed) Reset() {
 	*x = RunFailed{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[8]
+		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[9]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -769,7 +928,7 @@ func (x *RunFailed) String() string {
 func (*RunFailed) ProtoMessage() {}
 
 func (x *RunFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[8]
+	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[9]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +941,7 @@ func (x *RunFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFailed.ProtoReflect.Descriptor instead.
 func (*RunFailed) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RunFailed) GetCode() int32 {
@@ -822,7 +981,7 @@ type RunCancelled struct {
 func (x *RunCancelled) Reset() {
 	*x = RunCancelled{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[9]
+		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[10]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -835,7 +994,7 @@ func (x *RunCancelled) String() string {
 func (*RunCancelled) ProtoMessage() {}
 
 func (x *RunCancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[9]
+	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[10]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +1007,7 @@ func (x *RunCancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCancelled.ProtoReflect.Descriptor instead.
 func (*RunCancelled) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunCancelled) GetReason() string {
@@ -893,7 +1052,7 @@ type ApprovalRequested struct {
 func (x *ApprovalRequested) Reset() {
 	*x = ApprovalRequested{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[10]
+		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[11]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -906,7 +1065,7 @@ func (x *ApprovalRequested) String() string {
 func (*ApprovalRequested) ProtoMessage() {}
 
 func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[10]
+	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[11]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1078,7 @@ func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequested.ProtoReflect.Descriptor instead.
 func (*ApprovalRequested) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{10}
+	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApprovalRequested) GetCallId() string {
@@ -991,7 +1150,7 @@ type ApprovalDecided struct {
 func (x *ApprovalDecided) Reset() {
 	*x = ApprovalDecided{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[11]
+		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[12]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -1004,7 +1163,7 @@ func (x *ApprovalDecided) String() string {
 func (*ApprovalDecided) ProtoMessage() {}
 
 func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[11]
+	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[12]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1176,7 @@ func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalDecided.ProtoReflect.Descriptor instead.
 func (*ApprovalDecided) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{11}
+	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApprovalDecided) GetCallId() string {
@@ -1093,7 +1252,7 @@ type RunResumed struct {
 func (x *RunResumed) Reset() {
 	*x = RunResumed{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[12]
+		mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[13]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -1106,7 +1265,7 @@ func (x *RunResumed) String() string {
 func (*RunResumed) ProtoMessage() {}
 
 func (x *RunResumed) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[12]
+	mi := &file_cleveragents_toolruntime_v1_events_proto_msgTypes[13]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1278,7 @@ func (x *RunResumed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResumed.ProtoReflect.Descriptor instead.
 func (*RunResumed) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{12}
+	return file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RunResumed) GetAfterSequence() uint64 {
@@ -1169,7 +1328,7 @@ var file_cleveragents_toolruntime_v1_events_proto_rawDesc = []byte{
 	0x65, 0x2f, 0x76, 0x31, 0x2f, 0x74, 0x79, 0x70, 0x65, 0x73, 0x2e, 0x70, 0x72, 0x6f, 0x74, 0x6f,
 	0x1a, 0x1f, 0x67, 0x6f, 0x6f, 0x67, 0x6c, 0x65, 0x2f, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x62, 0x75,
 	0x66, 0x2f, 0x74, 0x69, 0x6d, 0x65, 0x73, 0x74, 0x61, 0x6d, 0x70, 0x2e, 0x70, 0x72, 0x6f, 0x74,
-	0x6f, 0x22, 0x86, 0x09, 0x0a, 0x08, 0x52, 0x75, 0x6e, 0x45, 0x76, 0x65, 0x6e, 0x74, 0x12, 0x15,
+	0x6f, 0x22, 0xcc, 0x09, 0x0a, 0x08, 0x52, 0x75, 0x6e, 0x45, 0x76, 0x65, 0x6e, 0x74, 0x12, 0x15,
 	0x0a, 0x06, 0x72, 0x75, 0x6e, 0x5f, 0x69, 0x64, 0x18, 0x01, 0x20, 0x01, 0x28, 0x09, 0x52, 0x05,
 	0x72, 0x75, 0x6e, 0x49, 0x64, 0x12, 0x1a, 0x0a, 0x08, 0x73, 0x65, 0x71, 0x75, 0x65, 0x6e, 0x63,
 	0x65, 0x18, 0x02, 0x20, 0x01, 0x28, 0x04, 0x52, 0x08, 0x73, 0x65, 0x71, 0x75, 0x65, 0x6e, 0x63,
@@ -1230,18 +1389,45 @@ var file_cleveragents_toolruntime_v1_events_proto_rawDesc = []byte{
 	0x74, 0x73, 0x2e, 0x74, 0x6f, 0x6f, 0x6c, 0x72, 0x75, 0x6e, 0x74, 0x69, 0x6d, 0x65, 0x2e, 0x76,
 	0x31, 0x2e, 0x41, 0x70, 0x70, 0x72, 0x6f, 0x76, 0x61, 0x6c, 0x44, 0x65, 0x63, 0x69, 0x64, 0x65,
 	0x64, 0x48, 0x00, 0x52, 0x0f, 0x61, 0x70, 0x70, 0x72, 0x6f, 0x76, 0x61, 0x6c, 0x44, 0x65, 0x63,
-	0x69, 0x64, 0x65, 0x64, 0x12, 0x5d, 0x0a, 0x12, 0x74, 0x6f, 0x6f, 0x6c, 0x5f, 0x63, 0x61, 0x6c,
-	0x6c, 0x5f, 0x70, 0x72, 0x6f, 0x67, 0x72, 0x65, 0x73, 0x73, 0x18, 0x15, 0x20, 0x01, 0x28, 0x0b,
-	0x32, 0x2d, 0x2e, 0x63, 0x6c, 0x65, 0x76, 0x65, 0x72, 0x61, 0x67, 0x65, 0x6e, 0x74, 0x73, 0x2e,
-	0x74, 0x6f, 0x6f, 0x6c, 0x72, 0x75, 0x6e, 0x74, 0x69, 0x6d, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54,
-	0x6f, 0x6f, 0x6c, 0x43, 0x61, 0x6c, 0x6c, 0x50, 0x72, 0x6f, 0x67, 0x72, 0x65, 0x73, 0x73, 0x48,
-	0x00, 0x52, 0x10, 0x74, 0x6f, 0x6f, 0x6c, 0x43, 0x61, 0x6c, 0x6c, 0x50, 0x72, 0x6f, 0x67, 0x72,
-	0x65, 0x73, 0x73, 0x12, 0x4a, 0x0a, 0x0b, 0x72, 0x75, 0x6e, 0x5f, 0x72, 0x65, 0x73, 0x75, 0x6d,
-	0x65, 0x64, 0x18, 0x16, 0x20, 0x01, 0x28, 0x0b, 0x32, 0x27, 0x2e, 0x63, 0x6c, 0x65, 0x76, 0x65,
+	0x69, 0x64, 0x65, 0x64, 0x12, 0x44, 0x0a, 0x09, 0x6c, 0x6c, 0x6d, 0x5f, 0x64, 0x65, 0x6c, 0x74,
+	0x61, 0x18, 0x14, 0x20, 0x01, 0x28, 0x0b, 0x32, 0x25, 0x2e, 0x63, 0x6c, 0x65, 0x76, 0x65, 0x72,
+	0x61, 0x67, 0x65, 0x6e, 0x74, 0x73, 0x2e, 0x74, 0x6f, 0x6f, 0x6c, 0x72, 0x75, 0x6e, 0x74, 0x69,
+	0x6d, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x4c, 0x6c, 0x6d, 0x44, 0x65, 0x6c, 0x74, 0x61, 0x48, 0x00,
+	0x52, 0x08, 0x6c, 0x6c, 0x6d, 0x44, 0x65, 0x6c, 0x74, 0x61, 0x12, 0x5d, 0x0a, 0x12, 0x74, 0x6f,
+	0x6f, 0x6c, 0x5f, 0x63, 0x61, 0x6c, 0x6c, 0x5f, 0x70, 0x72, 0x6f, 0x67, 0x72, 0x65, 0x73, 0x73,
+	0x18, 0x15, 0x20, 0x01, 0x28, 0x0b, 0x32, 0x2d, 0x2e, 0x63, 0x6c, 0x65, 0x76, 0x65, 0x72, 0x61,
+	0x67, 0x65, 0x6e, 0x74, 0x73, 0x2e, 0x74, 0x6f, 0x6f, 0x6c, 0x72, 0x75, 0x6e, 0x74, 0x69, 0x6d,
+	0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x6f, 0x6f, 0x6c, 0x43, 0x61, 0x6c, 0x6c, 0x50, 0x72, 0x6f,
+	0x67, 0x72, 0x65, 0x73, 0x73, 0x48, 0x00, 0x52, 0x10, 0x74, 0x6f, 0x6f, 0x6c, 0x43, 0x61, 0x6c,
+	0x6c, 0x50, 0x72, 0x6f, 0x67, 0x72, 0x65, 0x73, 0x73, 0x12, 0x4a, 0x0a, 0x0b, 0x72, 0x75, 0x6e,
+	0x5f, 0x72, 0x65, 0x73, 0x75, 0x6d, 0x65, 0x64, 0x18, 0x16, 0x20, 0x01, 0x28, 0x0b, 0x32, 0x27,
+	0x2e, 0x63, 0x6c, 0x65, 0x76, 0x65, 0x72, 0x61, 0x67, 0x65, 0x6e, 0x74, 0x73, 0x2e, 0x74, 0x6f,
+	0x6f, 0x6c, 0x72, 0x75, 0x6e, 0x74, 0x69, 0x6d, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x52, 0x75, 0x6e,
+	0x52, 0x65, 0x73, 0x75, 0x6d, 0x65, 0x64, 0x48, 0x00, 0x52, 0x0a, 0x72, 0x75, 0x6e, 0x52, 0x65,
+	0x73, 0x75, 0x6d, 0x65, 0x64, 0x42, 0x09, 0x0a, 0x07, 0x70, 0x61, 0x79, 0x6c, 0x6f, 0x61, 0x64,
+	0x22, 0xe7, 0x02, 0x0a, 0x08, 0x4c, 0x6c, 0x6d, 0x44, 0x65, 0x6c, 0x74, 0x61, 0x12, 0x1c, 0x0a,
+	0x09, 0x69, 0x74, 0x65, 0x72, 0x61, 0x74, 0x69, 0x6f, 0x6e, 0x18, 0x01, 0x20, 0x01, 0x28, 0x05,
+	0x52, 0x09, 0x69, 0x74, 0x65, 0x72, 0x61, 0x74, 0x69, 0x6f, 0x6e, 0x12, 0x12, 0x0a, 0x04, 0x74,
+	0x65, 0x78, 0x74, 0x18, 0x02, 0x20, 0x01, 0x28, 0x09, 0x52, 0x04, 0x74, 0x65, 0x78, 0x74, 0x12,
+	0x2b, 0x0a, 0x0f, 0x74, 0x6f, 0x6f, 0x6c, 0x5f, 0x63, 0x61, 0x6c, 0x6c, 0x5f, 0x69, 0x6e, 0x64,
+	0x65, 0x78, 0x18, 0x03, 0x20, 0x01, 0x28, 0x05, 0x48, 0x00, 0x52, 0x0d, 0x74, 0x6f, 0x6f, 0x6c,
+	0x43, 0x61, 0x6c, 0x6c, 0x49, 0x6e, 0x64, 0x65, 0x78, 0x88, 0x01, 0x01, 0x12, 0x20, 0x0a, 0x0c,
+	0x74, 0x6f, 0x6f, 0x6c, 0x5f, 0x63, 0x61, 0x6c, 0x6c, 0x5f, 0x69, 0x64, 0x18, 0x04, 0x20, 0x01,
+	0x28, 0x09, 0x52, 0x0a, 0x74, 0x6f, 0x6f, 0x6c, 0x43, 0x61, 0x6c, 0x6c, 0x49, 0x64, 0x12, 0x1b,
+	0x0a, 0x09, 0x74, 0x6f, 0x6f, 0x6c, 0x5f, 0x6e, 0x61, 0x6d, 0x65, 0x18, 0x05, 0x20, 0x01, 0x28,
+	0x09, 0x52, 0x08, 0x74, 0x6f, 0x6f, 0x6c, 0x4e, 0x61, 0x6d, 0x65, 0x12, 0x1c, 0x0a, 0x09, 0x61,
+	0x72, 0x67, 0x75, 0x6d, 0x65, 0x6e, 0x74, 0x73, 0x18, 0x06, 0x20, 0x01, 0x28, 0x09, 0x52, 0x09,
+	0x61, 0x72, 0x67, 0x75, 0x6d, 0x65, 0x6e, 0x74, 0x73, 0x12, 0x38, 0x0a, 0x05, 0x75, 0x73, 0x61,
+	0x67, 0x65, 0x18, 0x07, 0x20, 0x01, 0x28, 0x0b, 0x32, 0x22, 0x2e, 0x63, 0x6c, 0x65, 0x76, 0x65,
 	0x72, 0x61, 0x67, 0x65, 0x6e, 0x74, 0x73, 0x2e, 0x74, 0x6f, 0x6f, 0x6c, 0x72, 0x75, 0x6e, 0x74,
-	0x69, 0x6d, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x52, 0x75, 0x6e, 0x52, 0x65, 0x73, 0x75, 0x6d, 0x65,
-	0x64, 0x48, 0x00, 0x52, 0x0a, 0x72, 0x75, 0x6e, 0x52, 0x65, 0x73, 0x75, 0x6d, 0x65, 0x64, 0x42,
-	0x09, 0x0a, 0x07, 0x70, 0x61, 0x79, 0x6c, 0x6f, 0x61, 0x64, 0x22, 0x46, 0x0a, 0x0a, 0x52, 0x75,
+	0x69, 0x6d, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x55, 0x73, 0x61, 0x67, 0x65, 0x52, 0x05, 0x75, 0x73,
+	0x61, 0x67, 0x65, 0x12, 0x25, 0x0a, 0x0e, 0x61, 0x66, 0x74, 0x65, 0x72, 0x5f, 0x73, 0x65, 0x71,
+	0x75, 0x65, 0x6e, 0x63, 0x65, 0x18, 0x08, 0x20, 0x01, 0x28, 0x04, 0x52, 0x0d, 0x61, 0x66, 0x74,
+	0x65, 0x72, 0x53, 0x65, 0x71, 0x75, 0x65, 0x6e, 0x63, 0x65, 0x12, 0x14, 0x0a, 0x05, 0x69, 0x6e,
+	0x64, 0x65, 0x78, 0x18, 0x09, 0x20, 0x01, 0x28, 0x0d, 0x52, 0x05, 0x69, 0x6e, 0x64, 0x65, 0x78,
+	0x12, 0x14, 0x0a, 0x05, 0x63, 0x6f, 0x75, 0x6e, 0x74, 0x18, 0x0a, 0x20, 0x01, 0x28, 0x0d, 0x52,
+	0x05, 0x63, 0x6f, 0x75, 0x6e, 0x74, 0x42, 0x12, 0x0a, 0x10, 0x5f, 0x74, 0x6f, 0x6f, 0x6c, 0x5f,
+	0x63, 0x61, 0x6c, 0x6c, 0x5f, 0x69, 0x6e, 0x64, 0x65, 0x78, 0x22, 0x46, 0x0a, 0x0a, 0x52, 0x75,
 	0x6e, 0x53, 0x74, 0x61, 0x72, 0x74, 0x65, 0x64, 0x12, 0x38, 0x0a, 0x04, 0x73, 0x70, 0x65, 0x63,
 	0x18, 0x01, 0x20, 0x01, 0x28, 0x0b, 0x32, 0x24, 0x2e, 0x63, 0x6c, 0x65, 0x76, 0x65, 0x72, 0x61,
 	0x67, 0x65, 0x6e, 0x74, 0x73, 0x2e, 0x74, 0x6f, 0x6f, 0x6c, 0x72, 0x75, 0x6e, 0x74, 0x69, 0x6d,
@@ -1374,54 +1560,57 @@ func file_cleveragents_toolruntime_v1_events_proto_rawDescGZIP() []byte {
 	return file_cleveragents_toolruntime_v1_events_proto_rawDescData
 }
 
-var file_cleveragents_toolruntime_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_cleveragents_toolruntime_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_cleveragents_toolruntime_v1_events_proto_goTypes = []interface{}{
 	(*RunEvent)(nil),              // 0: cleveragents.toolruntime.v1.RunEvent
-	(*RunStarted)(nil),            // 1: cleveragents.toolruntime.v1.RunStarted
-	(*IterationStarted)(nil),      // 2: cleveragents.toolruntime.v1.IterationStarted
-	(*LlmResponded)(nil),          // 3: cleveragents.toolruntime.v1.LlmResponded
-	(*ToolCallStarted)(nil),       // 4: cleveragents.toolruntime.v1.ToolCallStarted
-	(*ToolCallCompleted)(nil),     // 5: cleveragents.toolruntime.v1.ToolCallCompleted
-	(*ToolCallProgress)(nil),      // 6: cleveragents.toolruntime.v1.ToolCallProgress
-	(*RunCompleted)(nil),          // 7: cleveragents.toolruntime.v1.RunCompleted
-	(*RunFailed)(nil),             // 8: cleveragents.toolruntime.v1.RunFailed
-	(*RunCancelled)(nil),          // 9: cleveragents.toolruntime.v1.RunCancelled
-	(*ApprovalRequested)(nil),     // 10: cleveragents.toolruntime.v1.ApprovalRequested
-	(*ApprovalDecided)(nil),       // 11: cleveragents.toolruntime.v1.ApprovalDecided
-	(*RunResumed)(nil),            // 12: cleveragents.toolruntime.v1.RunResumed
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*RunSpec)(nil),               // 14: cleveragents.toolruntime.v1.RunSpec
-	(*ToolCall)(nil),              // 15: cleveragents.toolruntime.v1.ToolCall
-	(*Usage)(nil),                 // 16: cleveragents.toolruntime.v1.Usage
-	(*ToolCallRecord)(nil),        // 17: cleveragents.toolruntime.v1.ToolCallRecord
-	(*ToolCallRunResult)(nil),     // 18: cleveragents.toolruntime.v1.ToolCallRunResult
+	(*LlmDelta)(nil),              // 1: cleveragents.toolruntime.v1.LlmDelta
+	(*RunStarted)(nil),            // 2: cleveragents.toolruntime.v1.RunStarted
+	(*IterationStarted)(nil),      // 3: cleveragents.toolruntime.v1.IterationStarted
+	(*LlmResponded)(nil),          // 4: cleveragents.toolruntime.v1.LlmResponded
+	(*ToolCallStarted)(nil),       // 5: cleveragents.toolruntime.v1.ToolCallStarted
+	(*ToolCallCompleted)(nil),     // 6: cleveragents.toolruntime.v1.ToolCallCompleted
+	(*ToolCallProgress)(nil),      // 7: cleveragents.toolruntime.v1.ToolCallProgress
+	(*RunCompleted)(nil),          // 8: cleveragents.toolruntime.v1.RunCompleted
+	(*RunFailed)(nil),             // 9: cleveragents.toolruntime.v1.RunFailed
+	(*RunCancelled)(nil),          // 10: cleveragents.toolruntime.v1.RunCancelled
+	(*ApprovalRequested)(nil),     // 11: cleveragents.toolruntime.v1.ApprovalRequested
+	(*ApprovalDecided)(nil),       // 12: cleveragents.toolruntime.v1.ApprovalDecided
+	(*RunResumed)(nil),            // 13: cleveragents.toolruntime.v1.RunResumed
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*Usage)(nil),                 // 15: cleveragents.toolruntime.v1.Usage
+	(*RunSpec)(nil),               // 16: cleveragents.toolruntime.v1.RunSpec
+	(*ToolCall)(nil),              // 17: cleveragents.toolruntime.v1.ToolCall
+	(*ToolCallRecord)(nil),        // 18: cleveragents.toolruntime.v1.ToolCallRecord
+	(*ToolCallRunResult)(nil),     // 19: cleveragents.toolruntime.v1.ToolCallRunResult
 }
 var file_cleveragents_toolruntime_v1_events_proto_depIdxs = []int32{
-	13, // 0: cleveragents.toolruntime.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
-	1,  // 1: cleveragents.toolruntime.v1.RunEvent.run_started:type_name -> cleveragents.toolruntime.v1.RunStarted
-	2,  // 2: cleveragents.toolruntime.v1.RunEvent.iteration_started:type_name -> cleveragents.toolruntime.v1.IterationStarted
-	3,  // 3: cleveragents.toolruntime.v1.RunEvent.llm_responded:type_name -> cleveragents.toolruntime.v1.LlmResponded
-	4,  // 4: cleveragents.toolruntime.v1.RunEvent.tool_call_started:type_name -> cleveragents.toolruntime.v1.ToolCallStarted
-	5,  // 5: cleveragents.toolruntime.v1.RunEvent.tool_call_completed:type_name -> cleveragents.toolruntime.v1.ToolCallCompleted
-	7,  // 6: cleveragents.toolruntime.v1.RunEvent.run_completed:type_name -> cleveragents.toolruntime.v1.RunCompleted
-	8,  // 7: cleveragents.toolruntime.v1.RunEvent.run_failed:type_name -> cleveragents.toolruntime.v1.RunFailed
-	9,  // 8: cleveragents.toolruntime.v1.RunEvent.run_cancelled:type_name -> cleveragents.toolruntime.v1.RunCancelled
-	10, // 9: cleveragents.toolruntime.v1.RunEvent.approval_requested:type_name -> cleveragents.toolruntime.v1.ApprovalRequested
-	11, // 10: cleveragents.toolruntime.v1.RunEvent.approval_decided:type_name -> cleveragents.toolruntime.v1.ApprovalDecided
-	6,  // 11: cleveragents.toolruntime.v1.RunEvent.tool_call_progress:type_name -> cleveragents.toolruntime.v1.ToolCallProgress
-	12, // 12: cleveragents.toolruntime.v1.RunEvent.run_resumed:type_name -> cleveragents.toolruntime.v1.RunResumed
-	14, // 13: cleveragents.toolruntime.v1.RunStarted.spec:type_name -> cleveragents.toolruntime.v1.RunSpec
-	15, // 14: cleveragents.toolruntime.v1.LlmResponded.tool_calls:type_name -> cleveragents.toolruntime.v1.ToolCall
-	16, // 15: cleveragents.toolruntime.v1.LlmResponded.usage:type_name -> cleveragents.toolruntime.v1.Usage
-	17, // 16: cleveragents.toolruntime.v1.ToolCallCompleted.record:type_name -> cleveragents.toolruntime.v1.ToolCallRecord
-	18, // 17: cleveragents.toolruntime.v1.RunCompleted.result:type_name -> cleveragents.toolruntime.v1.ToolCallRunResult
-	18, // 18: cleveragents.toolruntime.v1.RunFailed.result:type_name -> cleveragents.toolruntime.v1.ToolCallRunResult
-	18, // 19: cleveragents.toolruntime.v1.RunCancelled.result:type_name -> cleveragents.toolruntime.v1.ToolCallRunResult
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	14, // 0: cleveragents.toolruntime.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	2,  // 1: cleveragents.toolruntime.v1.RunEvent.run_started:type_name -> cleveragents.toolruntime.v1.RunStarted
+	3,  // 2: cleveragents.toolruntime.v1.RunEvent.iteration_started:type_name -> cleveragents.toolruntime.v1.IterationStarted
+	4,  // 3: cleveragents.toolruntime.v1.RunEvent.llm_responded:type_name -> cleveragents.toolruntime.v1.LlmResponded
+	5,  // 4: cleveragents.toolruntime.v1.RunEvent.tool_call_started:type_name -> cleveragents.toolruntime.v1.ToolCallStarted
+	6,  // 5: cleveragents.toolruntime.v1.RunEvent.tool_call_completed:type_name -> cleveragents.toolruntime.v1.ToolCallCompleted
+	8,  // 6: cleveragents.toolruntime.v1.RunEvent.run_completed:type_name -> cleveragents.toolruntime.v1.RunCompleted
+	9,  // 7: cleveragents.toolruntime.v1.RunEvent.run_failed:type_name -> cleveragents.toolruntime.v1.RunFailed
+	10, // 8: cleveragents.toolruntime.v1.RunEvent.run_cancelled:type_name -> cleveragents.toolruntime.v1.RunCancelled
+	11, // 9: cleveragents.toolruntime.v1.RunEvent.approval_requested:type_name -> cleveragents.toolruntime.v1.ApprovalRequested
+	12, // 10: cleveragents.toolruntime.v1.RunEvent.approval_decided:type_name -> cleveragents.toolruntime.v1.ApprovalDecided
+	1,  // 11: cleveragents.toolruntime.v1.RunEvent.llm_delta:type_name -> cleveragents.toolruntime.v1.LlmDelta
+	7,  // 12: cleveragents.toolruntime.v1.RunEvent.tool_call_progress:type_name -> cleveragents.toolruntime.v1.ToolCallProgress
+	13, // 13: cleveragents.toolruntime.v1.RunEvent.run_resumed:type_name -> cleveragents.toolruntime.v1.RunResumed
+	15, // 14: cleveragents.toolruntime.v1.LlmDelta.usage:type_name -> cleveragents.toolruntime.v1.Usage
+	16, // 15: cleveragents.toolruntime.v1.RunStarted.spec:type_name -> cleveragents.toolruntime.v1.RunSpec
+	17, // 16: cleveragents.toolruntime.v1.LlmResponded.tool_calls:type_name -> cleveragents.toolruntime.v1.ToolCall
+	15, // 17: cleveragents.toolruntime.v1.LlmResponded.usage:type_name -> cleveragents.toolruntime.v1.Usage
+	18, // 18: cleveragents.toolruntime.v1.ToolCallCompleted.record:type_name -> cleveragents.toolruntime.v1.ToolCallRecord
+	19, // 19: cleveragents.toolruntime.v1.RunCompleted.result:type_name -> cleveragents.toolruntime.v1.ToolCallRunResult
+	19, // 20: cleveragents.toolruntime.v1.RunFailed.result:type_name -> cleveragents.toolruntime.v1.ToolCallRunResult
+	19, // 21: cleveragents.toolruntime.v1.RunCancelled.result:type_name -> cleveragents.toolruntime.v1.ToolCallRunResult
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_cleveragents_toolruntime_v1_events_proto_init() }
@@ -1444,7 +1633,7 @@ func file_cleveragents_toolruntime_v1_events_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_events_proto_msgTypes[1].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*RunStarted); i {
+			switch v := v.(*LlmDelta); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1456,7 +1645,7 @@ func file_cleveragents_toolruntime_v1_events_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_events_proto_msgTypes[2].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*IterationStarted); i {
+			switch v := v.(*RunStarted); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1468,7 +1657,7 @@ func file_cleveragents_toolruntime_v1_events_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_events_proto_msgTypes[3].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*LlmResponded); i {
+			switch v := v.(*IterationStarted); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1480,7 +1669,7 @@ func file_cleveragents_toolruntime_v1_events_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_events_proto_msgTypes[4].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*ToolCallStarted); i {
+			switch v := v.(*LlmResponded); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1492,7 +1681,7 @@ func file_cleveragents_toolruntime_v1_events_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_events_proto_msgTypes[5].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*ToolCallCompleted); i {
+			switch v := v.(*ToolCallStarted); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1504,7 +1693,7 @@ func file_cleveragents_toolruntime_v1_events_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_events_proto_msgTypes[6].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*ToolCallProgress); i {
+			switch v := v.(*ToolCallCompleted); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1516,7 +1705,7 @@ func file_cleveragents_toolruntime_v1_events_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_events_proto_msgTypes[7].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*RunCompleted); i {
+			switch v := v.(*ToolCallProgress); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1528,7 +1717,7 @@ func file_cleveragents_toolruntime_v1_events_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_events_proto_msgTypes[8].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*RunFailed); i {
+			switch v := v.(*RunCompleted); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1540,7 +1729,7 @@ func file_cleveragents_toolruntime_v1_events_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_events_proto_msgTypes[9].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*RunCancelled); i {
+			switch v := v.(*RunFailed); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1552,7 +1741,7 @@ func file_cleveragents_toolruntime_v1_events_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_events_proto_msgTypes[10].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*ApprovalRequested); i {
+			switch v := v.(*RunCancelled); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1564,7 +1753,7 @@ func file_cleveragents_toolruntime_v1_events_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_events_proto_msgTypes[11].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*ApprovalDecided); i {
+			switch v := v.(*ApprovalRequested); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1576,6 +1765,18 @@ func file_cleveragents_toolruntime_v1_events_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_events_proto_msgTypes[12].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*ApprovalDecided); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_cleveragents_toolruntime_v1_events_proto_msgTypes[13].Exporter = func(v interface{}, i int) interface{} {
 			switch v := v.(*RunResumed); i {
 			case 0:
 				return &v.state
@@ -1599,17 +1800,19 @@ func file_cleveragents_toolruntime_v1_events_proto_init() {
 		(*RunEvent_RunCancelled)(nil),
 		(*RunEvent_ApprovalRequested)(nil),
 		(*RunEvent_ApprovalDecided)(nil),
+		(*RunEvent_LlmDelta)(nil),
 		(*RunEvent_ToolCallProgress)(nil),
 		(*RunEvent_RunResumed)(nil),
 	}
-	file_cleveragents_toolruntime_v1_events_proto_msgTypes[6].OneofWrappers = []interface{}{}
+	file_cleveragents_toolruntime_v1_events_proto_msgTypes[1].OneofWrappers = []interface{}{}
+	file_cleveragents_toolruntime_v1_events_proto_msgTypes[7].OneofWrappers = []interface{}{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: file_cleveragents_toolruntime_v1_events_proto_rawDesc,
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -16,6 +16,8 @@ export const RESULT_TRAILER = 'cleveragents-result-bin';
  * @property {Date | number} [deadline]  an absolute deadline instead (Date or epoch ms)
  * @property {AbortSignal} [signal]  aborting it cancels the call (and so its run, unless detached)
  * @property {Record<string, string>} [metadata]  extra request headers
+ * @property {boolean} [streamDeltas]  also yield the model's answer as it streams, as
+ *   `llm_delta` events (sequence 0); off, the stream holds the logged events only
  */
 
 /**
@@ -112,7 +114,11 @@ export class SidecarClient {
    * @returns {EventStream}
    */
   streamToolLoop(spec, options = {}) {
-    const request = { spec: this.codec.encodeSpec(spec), batch_events: true };
+    const request = {
+      spec: this.codec.encodeSpec(spec),
+      batch_events: true,
+      stream_deltas: Boolean(options.streamDeltas),
+    };
     let call;
     const open = () => {
       call = this.stub.StreamToolLoop(request, this.#metadata(options), this.#options(options));
@@ -131,7 +137,7 @@ export class SidecarClient {
    *
    * @param {string} runId
    * @param {{afterSequence?: number, resume?: boolean, signal?: AbortSignal,
-   *   metadata?: Record<string, string>}} [options]
+   *   metadata?: Record<string, string>, streamDeltas?: boolean}} [options]
    * @returns {EventStream}
    */
   watchRun(runId, options = {}) {
@@ -139,7 +145,9 @@ export class SidecarClient {
     let call;
     const open = () => {
       call = this.stub.FollowRun(this.#metadata(options), {});
-      call.write({ start: { run_id: runId, after_sequence: state.last } });
+      call.write({
+        start: { run_id: runId, after_sequence: state.last, stream_deltas: Boolean(options.streamDeltas) },
+      });
       return call;
     };
     return this.#eventStream(open, () => call, options, {
@@ -271,6 +279,7 @@ export class SidecarClient {
       batch_events: true, // SessionRun unpacks SessionResponse.events
       incremental_messages: clientLlm, // SessionRun keeps the conversation
       handles_approvals: typeof approver === 'function', // SessionRun answers approval_requested
+      stream_deltas: Boolean(options.streamDeltas),
     };
     const call = this.stub.Session(this.#metadata(options), this.#options(options));
     const run = new SessionRun({
@@ -362,7 +371,7 @@ export class SidecarClient {
                 seen.add(event);
                 const terminal = event[event.payload];
                 if (terminal?.result?.history_omitted) terminal.result = await complete(terminal.result, seen);
-                if (watch) watch.state.last = event.sequence;
+                if (watch && event.sequence) watch.state.last = event.sequence; // a delta's is 0
                 yield event;
               }
               // Every event of the message is handled: acknowledge them if the sidecar asks.

@@ -59,14 +59,15 @@
 /**
  * @typedef {object} RunEvent
  * @property {string} run_id
- * @property {number} sequence  1, 2, 3… per run, no gaps
+ * @property {number} sequence  1, 2, 3… per run, no gaps; 0 for an `llm_delta` (live, not logged)
  * @property {Date | null} time
- * @property {'run_started' | 'iteration_started' | 'llm_responded' | 'tool_call_started'
- *   | 'tool_call_progress' | 'tool_call_completed' | 'approval_requested' | 'approval_decided'
- *   | 'run_completed' | 'run_failed' | 'run_cancelled' | 'run_resumed'} payload
+ * @property {'run_started' | 'iteration_started' | 'llm_delta' | 'llm_responded'
+ *   | 'tool_call_started' | 'tool_call_progress' | 'tool_call_completed' | 'approval_requested'
+ *   | 'approval_decided' | 'run_completed' | 'run_failed' | 'run_cancelled' | 'run_resumed'} payload
  *   which payload field is set; that field holds the event's data
  * @property {{spec: Record<string, any>}} [run_started]
  * @property {{iteration: number}} [iteration_started]
+ * @property {LlmDelta} [llm_delta]  only on a stream that asked for deltas (`streamDeltas`)
  * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null}} [llm_responded]
  * @property {{call_id: string, tool_name: string, inputs: Record<string, any>, iteration: number}} [tool_call_started]
  * @property {ToolCallProgress} [tool_call_progress]
@@ -92,6 +93,20 @@
  * @property {number | null} total  where it will be done; `null` when the tool does not know
  * @property {string} message  may be empty
  * @property {number} iteration
+ */
+
+/**
+ * @typedef {object} LlmDelta  a piece of an LLM answer while it streams (see events.proto)
+ * @property {number} iteration
+ * @property {string} text  appended to the answer's content (tool_call_index null)
+ * @property {number | null} tool_call_index  the tool call it extends, or null for text
+ * @property {string} tool_call_id  on each tool call's first delta
+ * @property {string} tool_name  on each tool call's first delta
+ * @property {string} arguments  a fragment of the call's arguments JSON text
+ * @property {Usage | null} usage
+ * @property {number} after_sequence  the logged event it follows (its iteration_started)
+ * @property {number} index  the position among the call's deltas of the first it holds
+ * @property {number} count  how many it holds (more than 1 when the sidecar coalesced them)
  */
 
 /**
@@ -331,6 +346,12 @@ export class Codec {
           iteration: data.iteration,
         };
         break;
+      case 'llm_delta': {
+        const { _tool_call_index: _presence, ...delta } = data;
+        const index = data._tool_call_index === 'tool_call_index' ? data.tool_call_index : null;
+        event.llm_delta = { ...delta, tool_call_index: index, count: data.count || 1 };
+        break;
+      }
       case 'approval_requested':
         event.approval_requested = { ...data, inputs: this.parse(data.inputs, 'approval_requested.inputs') };
         break;

@@ -47,7 +47,7 @@ export class SidecarClient {
      *
      * @param {string} runId
      * @param {{afterSequence?: number, resume?: boolean, signal?: AbortSignal,
-     *   metadata?: Record<string, string>}} [options]
+     *   metadata?: Record<string, string>, streamDeltas?: boolean}} [options]
      * @returns {EventStream}
      */
     watchRun(runId: string, options?: {
@@ -55,6 +55,7 @@ export class SidecarClient {
         resume?: boolean;
         signal?: AbortSignal;
         metadata?: Record<string, string>;
+        streamDeltas?: boolean;
     }): EventStream;
     /**
      * A run's state (`"RUN_STATE_RUNNING"`, `_COMPLETED`, `_FAILED`, `_CANCELLED`), the sequence
@@ -159,6 +160,11 @@ export type CallOptions = {
      * extra request headers
      */
     metadata?: Record<string, string> | undefined;
+    /**
+     * also yield the model's answer as it streams, as
+     * `llm_delta` events (sequence 0); off, the stream holds the logged events only
+     */
+    streamDeltas?: boolean | undefined;
 };
 export type ClientOptions = {
     /**

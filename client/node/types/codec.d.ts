@@ -114,14 +114,15 @@ export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | un
 /**
  * @typedef {object} RunEvent
  * @property {string} run_id
- * @property {number} sequence  1, 2, 3… per run, no gaps
+ * @property {number} sequence  1, 2, 3… per run, no gaps; 0 for an `llm_delta` (live, not logged)
  * @property {Date | null} time
- * @property {'run_started' | 'iteration_started' | 'llm_responded' | 'tool_call_started'
- *   | 'tool_call_progress' | 'tool_call_completed' | 'approval_requested' | 'approval_decided'
- *   | 'run_completed' | 'run_failed' | 'run_cancelled' | 'run_resumed'} payload
+ * @property {'run_started' | 'iteration_started' | 'llm_delta' | 'llm_responded'
+ *   | 'tool_call_started' | 'tool_call_progress' | 'tool_call_completed' | 'approval_requested'
+ *   | 'approval_decided' | 'run_completed' | 'run_failed' | 'run_cancelled' | 'run_resumed'} payload
  *   which payload field is set; that field holds the event's data
  * @property {{spec: Record<string, any>}} [run_started]
  * @property {{iteration: number}} [iteration_started]
+ * @property {LlmDelta} [llm_delta]  only on a stream that asked for deltas (`streamDeltas`)
  * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null}} [llm_responded]
  * @property {{call_id: string, tool_name: string, inputs: Record<string, any>, iteration: number}} [tool_call_started]
  * @property {ToolCallProgress} [tool_call_progress]
@@ -146,6 +147,19 @@ export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | un
  * @property {number | null} total  where it will be done; `null` when the tool does not know
  * @property {string} message  may be empty
  * @property {number} iteration
+ */
+/**
+ * @typedef {object} LlmDelta  a piece of an LLM answer while it streams (see events.proto)
+ * @property {number} iteration
+ * @property {string} text  appended to the answer's content (tool_call_index null)
+ * @property {number | null} tool_call_index  the tool call it extends, or null for text
+ * @property {string} tool_call_id  on each tool call's first delta
+ * @property {string} tool_name  on each tool call's first delta
+ * @property {string} arguments  a fragment of the call's arguments JSON text
+ * @property {Usage | null} usage
+ * @property {number} after_sequence  the logged event it follows (its iteration_started)
+ * @property {number} index  the position among the call's deltas of the first it holds
+ * @property {number} count  how many it holds (more than 1 when the sidecar coalesced them)
  */
 /**
  * @typedef {object} ApprovalRequest  a tool call that waits for approval
@@ -364,20 +378,24 @@ export type ToolSpec = {
 export type RunEvent = {
     run_id: string;
     /**
-     * 1, 2, 3… per run, no gaps
+     * 1, 2, 3… per run, no gaps; 0 for an `llm_delta` (live, not logged)
      */
     sequence: number;
     time: Date | null;
     /**
      *   which payload field is set; that field holds the event's data
      */
-    payload: "run_started" | "iteration_started" | "llm_responded" | "tool_call_started" | "tool_call_progress" | "tool_call_completed" | "approval_requested" | "approval_decided" | "run_completed" | "run_failed" | "run_cancelled" | "run_resumed";
+    payload: "run_started" | "iteration_started" | "llm_delta" | "llm_responded" | "tool_call_started" | "tool_call_progress" | "tool_call_completed" | "approval_requested" | "approval_decided" | "run_completed" | "run_failed" | "run_cancelled" | "run_resumed";
     run_started?: {
         spec: Record<string, any>;
     } | undefined;
     iteration_started?: {
         iteration: number;
     } | undefined;
+    /**
+     * only on a stream that asked for deltas (`streamDeltas`)
+     */
+    llm_delta?: LlmDelta | undefined;
     llm_responded?: {
         iteration: number;
         content: string;
@@ -452,6 +470,45 @@ export type ToolCallProgress = {
      */
     message: string;
     iteration: number;
+};
+/**
+ * a piece of an LLM answer while it streams (see events.proto)
+ */
+export type LlmDelta = {
+    iteration: number;
+    /**
+     * appended to the answer's content (tool_call_index null)
+     */
+    text: string;
+    /**
+     * the tool call it extends, or null for text
+     */
+    tool_call_index: number | null;
+    /**
+     * on each tool call's first delta
+     */
+    tool_call_id: string;
+    /**
+     * on each tool call's first delta
+     */
+    tool_name: string;
+    /**
+     * a fragment of the call's arguments JSON text
+     */
+    arguments: string;
+    usage: Usage | null;
+    /**
+     * the logged event it follows (its iteration_started)
+     */
+    after_sequence: number;
+    /**
+     * the position among the call's deltas of the first it holds
+     */
+    index: number;
+    /**
+     * how many it holds (more than 1 when the sidecar coalesced them)
+     */
+    count: number;
 };
 /**
  * a tool call that waits for approval

@@ -23,8 +23,10 @@ import grpc
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.runs.readers import FrameQueue, FrameSink
 from cleveragents.tool import (
+    DeltaSink,
     LLMRequest,
     LLMResponse,
+    ResponseDelta,
     ToolError,
     ToolRegistry,
     ToolRuntimeError,
@@ -78,6 +80,8 @@ class ClientHost:
         self.llm_timeout_s = llm_timeout_s
         self.pending_tools: dict[str, asyncio.Future[ToolAnswer]] = {}
         self.pending_llm: dict[str, asyncio.Future[LlmAnswer]] = {}
+        #: Where a pending LLM invocation's streamed deltas go, and the index the next has.
+        self.llm_deltas: dict[str, tuple[DeltaSink, list[int]]] = {}
         self._expired: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         self.violation: SidecarError | None = None
         self._prepared: ToolRegistry | None = None
@@ -146,6 +150,32 @@ class ClientHost:
             )
         if not future.done():
             future.set_result(answer)
+
+    def stream_llm(self, request_id: str, index: int, delta: ResponseDelta) -> None:
+        """Relay piece ``index`` of the client LLM's answer to ``request_id``;
+        ``INVALID_ARGUMENT`` for one that answers no pending invocation or comes out of
+        order."""
+        entry = self.llm_deltas.get(request_id)
+        if entry is None:
+            if (request_id in self.pending_llm) or ("llm", request_id) in self._expired:
+                return  # not streamed to anyone, or late: dropped like its answer
+            raise SidecarError.invalid(
+                f"llm_delta for request_id {request_id!r}, which is not awaiting an answer "
+                "(unknown, or already answered)"
+            )
+        sink, expected = entry
+        if index != expected[0]:
+            raise SidecarError.invalid(
+                f"llm_delta index {index} for request_id {request_id!r}, expected "
+                f"{expected[0]}: number an answer's deltas 0, 1, 2… in the order sent"
+            )
+        if delta.tool_call_index is not None and delta.tool_call_index < 0:
+            raise SidecarError.invalid(
+                f"llm_delta {index} for request_id {request_id!r} has tool_call_index "
+                f"{delta.tool_call_index}; tool calls are numbered from 0"
+            )
+        expected[0] += 1
+        sink(delta)
 
     def attach(self, log: OrderedLog) -> None:
         """Deliver messages through the run's ``log``, after the events logged before them."""
@@ -235,6 +265,8 @@ class ClientLLMCaller:
             raise SidecarError(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
         future: asyncio.Future[LlmAnswer] = asyncio.get_running_loop().create_future()
         self._host.pending_llm[request_id] = future
+        if request.deltas is not None:
+            self._host.llm_deltas[request_id] = (request.deltas, [0])
         self._host.send(invocation)
         try:
             async with asyncio.timeout(timeout_s):
@@ -247,6 +279,7 @@ class ClientLLMCaller:
             ) from None
         finally:
             self._host.pending_llm.pop(request_id, None)
+            self._host.llm_deltas.pop(request_id, None)
             if future.cancelled() or not future.done():  # unanswered: a late answer is ignored once
                 self._host.forget("llm", request_id)
         if answer.response is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -18,7 +19,7 @@ import grpc
 from cleveragents.sidecar.config import ProfileConfig, SidecarConfig
 from cleveragents.sidecar.config.scripts import DEFAULT_SCRIPT, parse_script
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.tool import LLMCaller, ScriptedLLMCaller, ToolCallRouter
+from cleveragents.tool import LLMCaller, LLMResponse, ScriptedLLMCaller, ToolCallRouter
 from cleveragents.wire import LlmChoice
 
 if TYPE_CHECKING:
@@ -77,9 +78,15 @@ def resolve_llm(
             )
         except ValueError as exc:
             raise SidecarError.invalid(str(exc)) from None
-        return profile, ScriptedLLMCaller(turns), None
+        return profile, _scripted(turns, profile), None
     script = profile.script if profile.script is not None else DEFAULT_SCRIPT
-    return profile, ScriptedLLMCaller(script), None
+    return profile, _scripted(script, profile), None
+
+
+def _scripted(turns: Sequence[LLMResponse], profile: ProfileConfig) -> ScriptedLLMCaller:
+    """A scripted caller playing ``turns``, streaming them as ``profile`` says."""
+    delay = profile.stream_delay_s
+    return ScriptedLLMCaller(turns, stream=delay is not None, delta_delay_s=delay or 0.0)
 
 
 def profile_name(selection: LlmChoice, config: SidecarConfig, *, client_llm: bool) -> str:

@@ -20,6 +20,7 @@ __all__ = [
     "ApprovalRequested",
     "EventSink",
     "IterationStarted",
+    "LLMDelta",
     "LLMResponded",
     "RunCancelled",
     "RunCompleted",
@@ -66,6 +67,28 @@ class IterationStarted:
     """The loop is about to make its ``iteration``-th LLM call."""
 
     iteration: int
+
+
+@dataclass(frozen=True, slots=True)
+class LLMDelta:
+    """A piece of the ``iteration``-th LLM answer while it streams (see ``ResponseDelta``).
+
+    ``index`` counts the call's deltas from 0, so a consumer sees none lost or reordered;
+    ``count`` is how many deltas this one holds (more than 1 where a sidecar joined those
+    that waited for a slow stream). Deltas come between ``IterationStarted`` and
+    ``LLMResponded``, which still carries the whole answer: a consumer that skips them misses
+    nothing.
+    """
+
+    iteration: int
+    index: int
+    text: str = ""
+    tool_call_index: int | None = None
+    tool_call_id: str = ""
+    tool_name: str = ""
+    arguments: str = ""
+    usage: Usage | None = None
+    count: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +188,7 @@ RunEvent: TypeAlias = (
     RunStarted
     | RunResumed
     | IterationStarted
+    | LLMDelta
     | LLMResponded
     | ToolCallStarted
     | ToolCallProgress

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -15,6 +16,7 @@ from cleveragents.tool.messages import (
     ToolCall,
     Usage,
 )
+from cleveragents.tool.streaming import split_response
 
 __all__ = ["LLMCaller", "RecordedRequest", "Responder", "ScriptedLLMCaller", "response_from_dict"]
 
@@ -56,16 +58,28 @@ class ScriptedLLMCaller:
     counts the requests answered. With ``record=True`` the caller also keeps a
     :class:`RecordedRequest` of each request in ``requests`` (off by default: copying the
     conversation costs time that grows with its length).
+
+    With ``stream=True`` each answer is also streamed to the request's ``deltas`` sink, split
+    as a provider would (text word by word, tool-call arguments in pieces), ``delta_delay_s``
+    apart (0: all at once), so that a person watching sees the text appear.
     """
 
-    __slots__ = ("_record", "_responder", "_responses", "calls", "requests")
+    __slots__ = (
+        "_delay_s", "_record", "_responder", "_responses", "_stream", "calls", "requests",
+    )  # fmt: skip
 
     def __init__(
         self,
         responses: Iterable[LLMResponse | Mapping[str, Any]] | Responder,
         *,
         record: bool = False,
+        stream: bool = False,
+        delta_delay_s: float = 0.0,
     ) -> None:
+        if not delta_delay_s >= 0:
+            raise ValueError(f"delta_delay_s must be 0 or more, got {delta_delay_s}")
+        self._stream = stream
+        self._delay_s = delta_delay_s
         self._responder: Responder | None = None
         self._responses: list[LLMResponse] = []
         if callable(responses):
@@ -89,7 +103,17 @@ class ScriptedLLMCaller:
         return len(self._responses)
 
     async def call(self, request: LLMRequest) -> LLMResponse:
-        """The next scripted response."""
+        """The next scripted response (streamed to ``request.deltas`` first when streaming)."""
+        response = self._next(request)
+        sink = request.deltas
+        if self._stream and sink is not None:
+            for number, delta in enumerate(split_response(response)):
+                if number and self._delay_s:
+                    await asyncio.sleep(self._delay_s)
+                sink(delta)
+        return response
+
+    def _next(self, request: LLMRequest) -> LLMResponse:
         if self._record:
             self.requests.append(
                 RecordedRequest(

@@ -16,6 +16,7 @@ from cleveragents.tool import (
     ApprovalDecided,
     ApprovalRequested,
     IterationStarted,
+    LLMDelta,
     LLMResponded,
     RunCancelled,
     RunCompleted,
@@ -29,6 +30,7 @@ from cleveragents.tool import (
 )
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2, types_pb2
 from cleveragents.wire.bounds import fit_frame
+from cleveragents.wire.deltas import delta_from_pb, fill_delta
 from cleveragents.wire.frames import frame, unframe
 from cleveragents.wire.jsonfields import dumps, parse_json_object
 from cleveragents.wire.requests import RunRequest, run_request_from_pb, started_spec
@@ -131,6 +133,8 @@ def event_to_pb(
             decided.call_id, decided.approved = event.call_id, event.approved
             decided.reason, decided.decided_by = event.reason, event.by
             decided.iteration, decided.identity = event.iteration, event.identity
+        case LLMDelta():
+            fill_delta(run_event.llm_delta, event)
         case RunStarted():
             request = accepted if accepted is not None else RunRequest(event.prompt)
             started_spec(run_event.run_started.spec, request, event)
@@ -177,6 +181,8 @@ def event_from_pb(pb: events_pb2.RunEvent, record_from: RecordDecoder = record_f
         return LLMResponded(
             r.iteration, r.content, tuple(call_from_pb(c) for c in r.tool_calls), usage
         )
+    if kind == "llm_delta":
+        return delta_from_pb(pb.llm_delta)
     if kind == "run_started":
         spec = pb.run_started.spec
         return RunStarted(spec.run_id, spec.prompt, tuple(spec.tool_names), spec.max_iterations)

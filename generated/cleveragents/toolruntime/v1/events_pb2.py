@@ -26,7 +26,7 @@ from cleveragents.toolruntime.v1 import types_pb2 as cleveragents_dot_toolruntim
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(cleveragents/toolruntime/v1/events.proto\x12\x1b\x63leveragents.toolruntime.v1\x1a\'cleveragents/toolruntime/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb6\x07\n\x08RunEvent\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12>\n\x0brun_started\x18\n \x01(\x0b\x32\'.cleveragents.toolruntime.v1.RunStartedH\x00\x12J\n\x11iteration_started\x18\x0b \x01(\x0b\x32-.cleveragents.toolruntime.v1.IterationStartedH\x00\x12\x42\n\rllm_responded\x18\x0c \x01(\x0b\x32).cleveragents.toolruntime.v1.LlmRespondedH\x00\x12I\n\x11tool_call_started\x18\r \x01(\x0b\x32,.cleveragents.toolruntime.v1.ToolCallStartedH\x00\x12M\n\x13tool_call_completed\x18\x0e \x01(\x0b\x32..cleveragents.toolruntime.v1.ToolCallCompletedH\x00\x12\x42\n\rrun_completed\x18\x0f \x01(\x0b\x32).cleveragents.toolruntime.v1.RunCompletedH\x00\x12<\n\nrun_failed\x18\x10 \x01(\x0b\x32&.cleveragents.toolruntime.v1.RunFailedH\x00\x12\x42\n\rrun_cancelled\x18\x11 \x01(\x0b\x32).cleveragents.toolruntime.v1.RunCancelledH\x00\x12L\n\x12\x61pproval_requested\x18\x12 \x01(\x0b\x32..cleveragents.toolruntime.v1.ApprovalRequestedH\x00\x12H\n\x10\x61pproval_decided\x18\x13 \x01(\x0b\x32,.cleveragents.toolruntime.v1.ApprovalDecidedH\x00\x12K\n\x12tool_call_progress\x18\x15 \x01(\x0b\x32-.cleveragents.toolruntime.v1.ToolCallProgressH\x00\x12>\n\x0brun_resumed\x18\x16 \x01(\x0b\x32\'.cleveragents.toolruntime.v1.RunResumedH\x00\x42\t\n\x07payload\"@\n\nRunStarted\x12\x32\n\x04spec\x18\x01 \x01(\x0b\x32$.cleveragents.toolruntime.v1.RunSpec\"%\n\x10IterationStarted\x12\x11\n\titeration\x18\x01 \x01(\x05\"\xa0\x01\n\x0cLlmResponded\x12\x11\n\titeration\x18\x01 \x01(\x05\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x39\n\ntool_calls\x18\x03 \x03(\x0b\x32%.cleveragents.toolruntime.v1.ToolCall\x12\x31\n\x05usage\x18\x04 \x01(\x0b\x32\".cleveragents.toolruntime.v1.Usage\"X\n\x0fToolCallStarted\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x01(\t\x12\x11\n\titeration\x18\x04 \x01(\x05\"P\n\x11ToolCallCompleted\x12;\n\x06record\x18\x01 \x01(\x0b\x32+.cleveragents.toolruntime.v1.ToolCallRecord\"\x8a\x01\n\x10ToolCallProgress\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x10\n\x08progress\x18\x03 \x01(\x01\x12\x12\n\x05total\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x11\n\titeration\x18\x06 \x01(\x05\x42\x08\n\x06_total\"N\n\x0cRunCompleted\x12>\n\x06result\x18\x01 \x01(\x0b\x32..cleveragents.toolruntime.v1.ToolCallRunResult\"j\n\tRunFailed\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12>\n\x06result\x18\x03 \x01(\x0b\x32..cleveragents.toolruntime.v1.ToolCallRunResult\"^\n\x0cRunCancelled\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12>\n\x06result\x18\x02 \x01(\x0b\x32..cleveragents.toolruntime.v1.ToolCallRunResult\"\x81\x01\n\x11\x41pprovalRequested\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x01(\t\x12\x11\n\titeration\x18\x04 \x01(\x05\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x15\n\rhow_to_answer\x18\x06 \x01(\t\"}\n\x0f\x41pprovalDecided\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x10\n\x08\x61pproved\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\ndecided_by\x18\x04 \x01(\t\x12\x11\n\titeration\x18\x05 \x01(\x05\x12\x10\n\x08identity\x18\x06 \x01(\t\"}\n\nRunResumed\x12\x16\n\x0e\x61\x66ter_sequence\x18\x01 \x01(\x04\x12\x11\n\titeration\x18\x02 \x01(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x16\n\x0ererun_call_ids\x18\x04 \x03(\t\x12\x1c\n\x14interrupted_call_ids\x18\x05 \x03(\tB\xe6\x01\n\x1f\x63om.cleveragents.toolruntime.v1B\x0b\x45ventsProtoP\x01ZRgithub.com/cleveragents/cleveragents-sidecar/client/go/toolruntimev1;toolruntimev1\xa2\x02\x03\x43TX\xaa\x02\x1b\x43leverAgents.ToolRuntime.V1\xca\x02\x1b\x43leverAgents\\ToolRuntime\\V1\xea\x02\x1d\x43leverAgents::ToolRuntime::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(cleveragents/toolruntime/v1/events.proto\x12\x1b\x63leveragents.toolruntime.v1\x1a\'cleveragents/toolruntime/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x07\n\x08RunEvent\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12>\n\x0brun_started\x18\n \x01(\x0b\x32\'.cleveragents.toolruntime.v1.RunStartedH\x00\x12J\n\x11iteration_started\x18\x0b \x01(\x0b\x32-.cleveragents.toolruntime.v1.IterationStartedH\x00\x12\x42\n\rllm_responded\x18\x0c \x01(\x0b\x32).cleveragents.toolruntime.v1.LlmRespondedH\x00\x12I\n\x11tool_call_started\x18\r \x01(\x0b\x32,.cleveragents.toolruntime.v1.ToolCallStartedH\x00\x12M\n\x13tool_call_completed\x18\x0e \x01(\x0b\x32..cleveragents.toolruntime.v1.ToolCallCompletedH\x00\x12\x42\n\rrun_completed\x18\x0f \x01(\x0b\x32).cleveragents.toolruntime.v1.RunCompletedH\x00\x12<\n\nrun_failed\x18\x10 \x01(\x0b\x32&.cleveragents.toolruntime.v1.RunFailedH\x00\x12\x42\n\rrun_cancelled\x18\x11 \x01(\x0b\x32).cleveragents.toolruntime.v1.RunCancelledH\x00\x12L\n\x12\x61pproval_requested\x18\x12 \x01(\x0b\x32..cleveragents.toolruntime.v1.ApprovalRequestedH\x00\x12H\n\x10\x61pproval_decided\x18\x13 \x01(\x0b\x32,.cleveragents.toolruntime.v1.ApprovalDecidedH\x00\x12:\n\tllm_delta\x18\x14 \x01(\x0b\x32%.cleveragents.toolruntime.v1.LlmDeltaH\x00\x12K\n\x12tool_call_progress\x18\x15 \x01(\x0b\x32-.cleveragents.toolruntime.v1.ToolCallProgressH\x00\x12>\n\x0brun_resumed\x18\x16 \x01(\x0b\x32\'.cleveragents.toolruntime.v1.RunResumedH\x00\x42\t\n\x07payload\"\x82\x02\n\x08LlmDelta\x12\x11\n\titeration\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x1c\n\x0ftool_call_index\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\x12\x11\n\ttool_name\x18\x05 \x01(\t\x12\x11\n\targuments\x18\x06 \x01(\t\x12\x31\n\x05usage\x18\x07 \x01(\x0b\x32\".cleveragents.toolruntime.v1.Usage\x12\x16\n\x0e\x61\x66ter_sequence\x18\x08 \x01(\x04\x12\r\n\x05index\x18\t \x01(\r\x12\r\n\x05\x63ount\x18\n \x01(\rB\x12\n\x10_tool_call_index\"@\n\nRunStarted\x12\x32\n\x04spec\x18\x01 \x01(\x0b\x32$.cleveragents.toolruntime.v1.RunSpec\"%\n\x10IterationStarted\x12\x11\n\titeration\x18\x01 \x01(\x05\"\xa0\x01\n\x0cLlmResponded\x12\x11\n\titeration\x18\x01 \x01(\x05\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x39\n\ntool_calls\x18\x03 \x03(\x0b\x32%.cleveragents.toolruntime.v1.ToolCall\x12\x31\n\x05usage\x18\x04 \x01(\x0b\x32\".cleveragents.toolruntime.v1.Usage\"X\n\x0fToolCallStarted\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x01(\t\x12\x11\n\titeration\x18\x04 \x01(\x05\"P\n\x11ToolCallCompleted\x12;\n\x06record\x18\x01 \x01(\x0b\x32+.cleveragents.toolruntime.v1.ToolCallRecord\"\x8a\x01\n\x10ToolCallProgress\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x10\n\x08progress\x18\x03 \x01(\x01\x12\x12\n\x05total\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x11\n\titeration\x18\x06 \x01(\x05\x42\x08\n\x06_total\"N\n\x0cRunCompleted\x12>\n\x06result\x18\x01 \x01(\x0b\x32..cleveragents.toolruntime.v1.ToolCallRunResult\"j\n\tRunFailed\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12>\n\x06result\x18\x03 \x01(\x0b\x32..cleveragents.toolruntime.v1.ToolCallRunResult\"^\n\x0cRunCancelled\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12>\n\x06result\x18\x02 \x01(\x0b\x32..cleveragents.toolruntime.v1.ToolCallRunResult\"\x81\x01\n\x11\x41pprovalRequested\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x01(\t\x12\x11\n\titeration\x18\x04 \x01(\x05\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x15\n\rhow_to_answer\x18\x06 \x01(\t\"}\n\x0f\x41pprovalDecided\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x10\n\x08\x61pproved\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\ndecided_by\x18\x04 \x01(\t\x12\x11\n\titeration\x18\x05 \x01(\x05\x12\x10\n\x08identity\x18\x06 \x01(\t\"}\n\nRunResumed\x12\x16\n\x0e\x61\x66ter_sequence\x18\x01 \x01(\x04\x12\x11\n\titeration\x18\x02 \x01(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x16\n\x0ererun_call_ids\x18\x04 \x03(\t\x12\x1c\n\x14interrupted_call_ids\x18\x05 \x03(\tB\xe6\x01\n\x1f\x63om.cleveragents.toolruntime.v1B\x0b\x45ventsProtoP\x01ZRgithub.com/cleveragents/cleveragents-sidecar/client/go/toolruntimev1;toolruntimev1\xa2\x02\x03\x43TX\xaa\x02\x1b\x43leverAgents.ToolRuntime.V1\xca\x02\x1b\x43leverAgents\\ToolRuntime\\V1\xea\x02\x1d\x43leverAgents::ToolRuntime::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,29 +35,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\037com.cleveragents.toolruntime.v1B\013EventsProtoP\001ZRgithub.com/cleveragents/cleveragents-sidecar/client/go/toolruntimev1;toolruntimev1\242\002\003CTX\252\002\033CleverAgents.ToolRuntime.V1\312\002\033CleverAgents\\ToolRuntime\\V1\352\002\035CleverAgents::ToolRuntime::V1'
   _globals['_RUNEVENT']._serialized_start=148
-  _globals['_RUNEVENT']._serialized_end=1098
-  _globals['_RUNSTARTED']._serialized_start=1100
-  _globals['_RUNSTARTED']._serialized_end=1164
-  _globals['_ITERATIONSTARTED']._serialized_start=1166
-  _globals['_ITERATIONSTARTED']._serialized_end=1203
-  _globals['_LLMRESPONDED']._serialized_start=1206
-  _globals['_LLMRESPONDED']._serialized_end=1366
-  _globals['_TOOLCALLSTARTED']._serialized_start=1368
-  _globals['_TOOLCALLSTARTED']._serialized_end=1456
-  _globals['_TOOLCALLCOMPLETED']._serialized_start=1458
-  _globals['_TOOLCALLCOMPLETED']._serialized_end=1538
-  _globals['_TOOLCALLPROGRESS']._serialized_start=1541
-  _globals['_TOOLCALLPROGRESS']._serialized_end=1679
-  _globals['_RUNCOMPLETED']._serialized_start=1681
-  _globals['_RUNCOMPLETED']._serialized_end=1759
-  _globals['_RUNFAILED']._serialized_start=1761
-  _globals['_RUNFAILED']._serialized_end=1867
-  _globals['_RUNCANCELLED']._serialized_start=1869
-  _globals['_RUNCANCELLED']._serialized_end=1963
-  _globals['_APPROVALREQUESTED']._serialized_start=1966
-  _globals['_APPROVALREQUESTED']._serialized_end=2095
-  _globals['_APPROVALDECIDED']._serialized_start=2097
-  _globals['_APPROVALDECIDED']._serialized_end=2222
-  _globals['_RUNRESUMED']._serialized_start=2224
-  _globals['_RUNRESUMED']._serialized_end=2349
+  _globals['_RUNEVENT']._serialized_end=1158
+  _globals['_LLMDELTA']._serialized_start=1161
+  _globals['_LLMDELTA']._serialized_end=1419
+  _globals['_RUNSTARTED']._serialized_start=1421
+  _globals['_RUNSTARTED']._serialized_end=1485
+  _globals['_ITERATIONSTARTED']._serialized_start=1487
+  _globals['_ITERATIONSTARTED']._serialized_end=1524
+  _globals['_LLMRESPONDED']._serialized_start=1527
+  _globals['_LLMRESPONDED']._serialized_end=1687
+  _globals['_TOOLCALLSTARTED']._serialized_start=1689
+  _globals['_TOOLCALLSTARTED']._serialized_end=1777
+  _globals['_TOOLCALLCOMPLETED']._serialized_start=1779
+  _globals['_TOOLCALLCOMPLETED']._serialized_end=1859
+  _globals['_TOOLCALLPROGRESS']._serialized_start=1862
+  _globals['_TOOLCALLPROGRESS']._serialized_end=2000
+  _globals['_RUNCOMPLETED']._serialized_start=2002
+  _globals['_RUNCOMPLETED']._serialized_end=2080
+  _globals['_RUNFAILED']._serialized_start=2082
+  _globals['_RUNFAILED']._serialized_end=2188
+  _globals['_RUNCANCELLED']._serialized_start=2190
+  _globals['_RUNCANCELLED']._serialized_end=2284
+  _globals['_APPROVALREQUESTED']._serialized_start=2287
+  _globals['_APPROVALREQUESTED']._serialized_end=2416
+  _globals['_APPROVALDECIDED']._serialized_start=2418
+  _globals['_APPROVALDECIDED']._serialized_end=2543
+  _globals['_RUNRESUMED']._serialized_start=2545
+  _globals['_RUNRESUMED']._serialized_end=2670
 # @@protoc_insertion_point(module_scope)

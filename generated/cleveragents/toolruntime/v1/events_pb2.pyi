@@ -42,6 +42,7 @@ class RunEvent(_message.Message):
     RUN_CANCELLED_FIELD_NUMBER: _builtins.int
     APPROVAL_REQUESTED_FIELD_NUMBER: _builtins.int
     APPROVAL_DECIDED_FIELD_NUMBER: _builtins.int
+    LLM_DELTA_FIELD_NUMBER: _builtins.int
     TOOL_CALL_PROGRESS_FIELD_NUMBER: _builtins.int
     RUN_RESUMED_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
@@ -95,6 +96,13 @@ class RunEvent(_message.Message):
         """The decision on a call that waited for approval."""
 
     @_builtins.property
+    def llm_delta(self) -> Global___LlmDelta:
+        """A piece of the LLM's answer while it streams. Sent only to a stream that
+        set stream_deltas; live only: never stored, never replayed, and its
+        sequence is 0 (see LlmDelta for what it carries instead).
+        """
+
+    @_builtins.property
     def tool_call_progress(self) -> Global___ToolCallProgress:
         """A tool call in flight reported how far it has got (an MCP server's
         notifications/progress), coalesced; in the log like any other event.
@@ -122,18 +130,95 @@ class RunEvent(_message.Message):
         run_cancelled: Global___RunCancelled | None = ...,
         approval_requested: Global___ApprovalRequested | None = ...,
         approval_decided: Global___ApprovalDecided | None = ...,
+        llm_delta: Global___LlmDelta | None = ...,
         tool_call_progress: Global___ToolCallProgress | None = ...,
         run_resumed: Global___RunResumed | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_resumed", b"run_resumed", "run_started", b"run_started", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_progress", b"tool_call_progress", "tool_call_started", b"tool_call_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_delta", b"llm_delta", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_resumed", b"run_resumed", "run_started", b"run_started", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_progress", b"tool_call_progress", "tool_call_started", b"tool_call_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_resumed", b"run_resumed", "run_started", b"run_started", "sequence", b"sequence", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_progress", b"tool_call_progress", "tool_call_started", b"tool_call_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_decided", b"approval_decided", "approval_requested", b"approval_requested", "iteration_started", b"iteration_started", "llm_delta", b"llm_delta", "llm_responded", b"llm_responded", "payload", b"payload", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_failed", b"run_failed", "run_id", b"run_id", "run_resumed", b"run_resumed", "run_started", b"run_started", "sequence", b"sequence", "time", b"time", "tool_call_completed", b"tool_call_completed", "tool_call_progress", b"tool_call_progress", "tool_call_started", b"tool_call_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "iteration_started", "llm_responded", "tool_call_started", "tool_call_completed", "run_completed", "run_failed", "run_cancelled", "approval_requested", "approval_decided", "tool_call_progress", "run_resumed"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "iteration_started", "llm_responded", "tool_call_started", "tool_call_completed", "run_completed", "run_failed", "run_cancelled", "approval_requested", "approval_decided", "llm_delta", "tool_call_progress", "run_resumed"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
 Global___RunEvent: _TypeAlias = RunEvent  # noqa: Y015
+
+@_typing.final
+class LlmDelta(_message.Message):
+    """LlmDelta is a piece of one LLM call's answer while the LLM streams it, sent
+    between the call's iteration_started and its llm_responded (which still
+    carries the whole answer) to streams that set stream_deltas. Deltas are live:
+    the run's log, GetRunHistory and replay hold none, and the RunEvent's
+    sequence is 0. Instead after_sequence is the sequence of the last logged
+    event before it (the call's iteration_started), and index and count say which
+    of the call's deltas it holds, so that a client sees any gap. Deltas that
+    waited for a slow stream arrive coalesced (consecutive deltas of the text, or
+    of one tool call, joined; count > 1); a stream that starts or rejoins during
+    the call first gets everything so far that way. Concatenated in order, the
+    text deltas give llm_responded's content and each call's arguments give its
+    arguments' JSON text.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITERATION_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    TOOL_CALL_INDEX_FIELD_NUMBER: _builtins.int
+    TOOL_CALL_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    iteration: _builtins.int
+    """The iteration (LLM call) the delta belongs to."""
+    text: _builtins.str
+    """Text to append to the answer's content; empty for a tool-call delta."""
+    tool_call_index: _builtins.int
+    """Which tool call of the answer (0-based, in the LLM's order) the delta
+    extends; unset for text.
+    """
+    tool_call_id: _builtins.str
+    """The call's id, on the first delta of each tool call."""
+    tool_name: _builtins.str
+    """The tool's name, on the first delta of each tool call."""
+    arguments: _builtins.str
+    """A fragment of the tool call's arguments JSON text, appended in order."""
+    after_sequence: _builtins.int
+    """The sequence of the last logged event before this delta."""
+    index: _builtins.int
+    """0-based position among the call's deltas of the first delta this holds."""
+    count: _builtins.int
+    """How many of the call's deltas this holds (more than 1 when coalesced)."""
+    @_builtins.property
+    def usage(self) -> _types_pb2.Usage:
+        """Token counts so far, when the LLM reported them (the last one wins)."""
+
+    def __init__(
+        self,
+        *,
+        iteration: _builtins.int = ...,
+        text: _builtins.str = ...,
+        tool_call_index: _builtins.int | None = ...,
+        tool_call_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        arguments: _builtins.str = ...,
+        usage: _types_pb2.Usage | None = ...,
+        after_sequence: _builtins.int = ...,
+        index: _builtins.int = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_tool_call_index", b"_tool_call_index", "tool_call_index", b"tool_call_index", "usage", b"usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_tool_call_index", b"_tool_call_index", "after_sequence", b"after_sequence", "arguments", b"arguments", "count", b"count", "index", b"index", "iteration", b"iteration", "text", b"text", "tool_call_id", b"tool_call_id", "tool_call_index", b"tool_call_index", "tool_name", b"tool_name", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__tool_call_index: _TypeAlias = _typing.Literal["tool_call_index"]  # noqa: Y015
+    _WhichOneofArgType__tool_call_index: _TypeAlias = _typing.Literal["_tool_call_index", b"_tool_call_index"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tool_call_index) -> _WhichOneofReturnType__tool_call_index | None: ...
+
+Global___LlmDelta: _TypeAlias = LlmDelta  # noqa: Y015
 
 @_typing.final
 class RunStarted(_message.Message):

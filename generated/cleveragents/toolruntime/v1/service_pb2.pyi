@@ -79,9 +79,14 @@ class StreamToolLoopRequest(_message.Message):
 
     SPEC_FIELD_NUMBER: _builtins.int
     BATCH_EVENTS_FIELD_NUMBER: _builtins.int
+    STREAM_DELTAS_FIELD_NUMBER: _builtins.int
     batch_events: _builtins.bool
     """Lets the server pack consecutive events into one response (see
     StreamToolLoopResponse.events); set it only if the client reads that field.
+    """
+    stream_deltas: _builtins.bool
+    """Also send the LLM's answer as it streams, in llm_delta events (which take
+    no sequence); without it the stream holds exactly the logged events.
     """
     @_builtins.property
     def spec(self) -> _types_pb2.RunSpec:
@@ -92,10 +97,11 @@ class StreamToolLoopRequest(_message.Message):
         *,
         spec: _types_pb2.RunSpec | None = ...,
         batch_events: _builtins.bool = ...,
+        stream_deltas: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_events", b"batch_events", "spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_events", b"batch_events", "spec", b"spec", "stream_deltas", b"stream_deltas"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -145,6 +151,7 @@ class WatchRunRequest(_message.Message):
     RUN_ID_FIELD_NUMBER: _builtins.int
     AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
     BATCH_EVENTS_FIELD_NUMBER: _builtins.int
+    STREAM_DELTAS_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """Identifier of the run to follow."""
     after_sequence: _builtins.int
@@ -155,16 +162,22 @@ class WatchRunRequest(_message.Message):
     """Lets the server pack consecutive events into one response (see
     WatchRunResponse.events); set it only if the client reads that field.
     """
+    stream_deltas: _builtins.bool
+    """Also send the LLM's answer as it streams, in llm_delta events (which take
+    no sequence): joining during an LLM call, first the answer so far as one
+    delta, then the live ones.
+    """
     def __init__(
         self,
         *,
         run_id: _builtins.str = ...,
         after_sequence: _builtins.int = ...,
         batch_events: _builtins.bool = ...,
+        stream_deltas: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "batch_events", b"batch_events", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "batch_events", b"batch_events", "run_id", b"run_id", "stream_deltas", b"stream_deltas"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -246,6 +259,7 @@ class FollowRunStart(_message.Message):
     RUN_ID_FIELD_NUMBER: _builtins.int
     AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
     WINDOW_BYTES_FIELD_NUMBER: _builtins.int
+    STREAM_DELTAS_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """Identifier of the run to follow."""
     after_sequence: _builtins.int
@@ -257,16 +271,22 @@ class FollowRunStart(_message.Message):
     than the server allows, means the server's watch_window_bytes. The
     server's answer is in the first response's window_bytes.
     """
+    stream_deltas: _builtins.bool
+    """Also send the LLM's answer as it streams, in llm_delta events (which take
+    no sequence), counted in the window like any message; acknowledge them by
+    acking the newest sequence received again.
+    """
     def __init__(
         self,
         *,
         run_id: _builtins.str = ...,
         after_sequence: _builtins.int = ...,
         window_bytes: _builtins.int = ...,
+        stream_deltas: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "run_id", b"run_id", "window_bytes", b"window_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "run_id", b"run_id", "stream_deltas", b"stream_deltas", "window_bytes", b"window_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

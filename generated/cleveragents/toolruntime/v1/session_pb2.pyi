@@ -32,6 +32,7 @@ class SessionRequest(_message.Message):
     LLM_RESULT_FIELD_NUMBER: _builtins.int
     CANCEL_FIELD_NUMBER: _builtins.int
     APPROVAL_DECISION_FIELD_NUMBER: _builtins.int
+    LLM_DELTA_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def start(self) -> Global___SessionStart:
         """Starts the run; must be the first message and must be sent only once."""
@@ -52,6 +53,12 @@ class SessionRequest(_message.Message):
     def approval_decision(self) -> Global___ApprovalDecision:
         """The client's decision on an approval_requested event of this run."""
 
+    @_builtins.property
+    def llm_delta(self) -> Global___LlmResultDelta:
+        """A piece of the answer to an earlier LlmInvocation while the client's LLM
+        streams it (client-hosted LLM only), before the llm_result.
+        """
+
     def __init__(
         self,
         *,
@@ -60,12 +67,13 @@ class SessionRequest(_message.Message):
         llm_result: Global___LlmResult | None = ...,
         cancel: Global___SessionCancel | None = ...,
         approval_decision: Global___ApprovalDecision | None = ...,
+        llm_delta: Global___LlmResultDelta | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_decision", b"approval_decision", "cancel", b"cancel", "kind", b"kind", "llm_result", b"llm_result", "start", b"start", "tool_result", b"tool_result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_decision", b"approval_decision", "cancel", b"cancel", "kind", b"kind", "llm_delta", b"llm_delta", "llm_result", b"llm_result", "start", b"start", "tool_result", b"tool_result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_decision", b"approval_decision", "cancel", b"cancel", "kind", b"kind", "llm_result", b"llm_result", "start", b"start", "tool_result", b"tool_result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_decision", b"approval_decision", "cancel", b"cancel", "kind", b"kind", "llm_delta", b"llm_delta", "llm_result", b"llm_result", "start", b"start", "tool_result", b"tool_result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["start", "tool_result", "llm_result", "cancel", "approval_decision"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["start", "tool_result", "llm_result", "cancel", "approval_decision", "llm_delta"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -83,6 +91,7 @@ class SessionStart(_message.Message):
     HANDLES_APPROVALS_FIELD_NUMBER: _builtins.int
     BATCH_EVENTS_FIELD_NUMBER: _builtins.int
     INCREMENTAL_MESSAGES_FIELD_NUMBER: _builtins.int
+    STREAM_DELTAS_FIELD_NUMBER: _builtins.int
     client_llm: _builtins.bool
     """When true, the client acts as the LLM: the server sends LlmInvocation
     messages and waits for LlmResult answers.
@@ -101,6 +110,10 @@ class SessionStart(_message.Message):
     the previous one, and the client keeps the conversation (see
     LlmInvocation.message_offset). Without it every invocation repeats the
     whole conversation, which grows with each iteration.
+    """
+    stream_deltas: _builtins.bool
+    """Also send the LLM's answer as it streams, in llm_delta events (which take
+    no sequence); without it the stream holds exactly the logged events.
     """
     @_builtins.property
     def spec(self) -> _types_pb2.RunSpec:
@@ -121,10 +134,11 @@ class SessionStart(_message.Message):
         handles_approvals: _builtins.bool = ...,
         batch_events: _builtins.bool = ...,
         incremental_messages: _builtins.bool = ...,
+        stream_deltas: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_events", b"batch_events", "client_llm", b"client_llm", "handles_approvals", b"handles_approvals", "incremental_messages", b"incremental_messages", "spec", b"spec", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_events", b"batch_events", "client_llm", b"client_llm", "handles_approvals", b"handles_approvals", "incremental_messages", b"incremental_messages", "spec", b"spec", "stream_deltas", b"stream_deltas", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -212,6 +226,65 @@ class LlmResult(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__error) -> _WhichOneofReturnType__error | None: ...
 
 Global___LlmResult: _TypeAlias = LlmResult  # noqa: Y015
+
+@_typing.final
+class LlmResultDelta(_message.Message):
+    """LlmResultDelta is one piece of a client-hosted LLM's answer to an
+    LlmInvocation while it streams; the server relays it to the run's streams
+    that set stream_deltas. The llm_result that follows must still hold the whole
+    answer. A delta for no pending invocation, or out of order, is refused with
+    INVALID_ARGUMENT.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    TOOL_CALL_INDEX_FIELD_NUMBER: _builtins.int
+    TOOL_CALL_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """The request_id of the LlmInvocation being answered."""
+    index: _builtins.int
+    """0-based position of this delta among the deltas of this answer: 0, 1, 2…"""
+    text: _builtins.str
+    """Text to append to the answer's content; empty for a tool-call delta."""
+    tool_call_index: _builtins.int
+    """Which tool call of the answer (0-based) the delta extends; unset for text."""
+    tool_call_id: _builtins.str
+    """The call's id, on the first delta of each tool call."""
+    tool_name: _builtins.str
+    """The tool's name, on the first delta of each tool call."""
+    arguments: _builtins.str
+    """A fragment of the tool call's arguments JSON text, appended in order."""
+    @_builtins.property
+    def usage(self) -> _types_pb2.Usage:
+        """Token counts so far, when known."""
+
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        index: _builtins.int = ...,
+        text: _builtins.str = ...,
+        tool_call_index: _builtins.int | None = ...,
+        tool_call_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        arguments: _builtins.str = ...,
+        usage: _types_pb2.Usage | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_tool_call_index", b"_tool_call_index", "tool_call_index", b"tool_call_index", "usage", b"usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_tool_call_index", b"_tool_call_index", "arguments", b"arguments", "index", b"index", "request_id", b"request_id", "text", b"text", "tool_call_id", b"tool_call_id", "tool_call_index", b"tool_call_index", "tool_name", b"tool_name", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__tool_call_index: _TypeAlias = _typing.Literal["tool_call_index"]  # noqa: Y015
+    _WhichOneofArgType__tool_call_index: _TypeAlias = _typing.Literal["_tool_call_index", b"_tool_call_index"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tool_call_index) -> _WhichOneofReturnType__tool_call_index | None: ...
+
+Global___LlmResultDelta: _TypeAlias = LlmResultDelta  # noqa: Y015
 
 @_typing.final
 class SessionCancel(_message.Message):

@@ -87,6 +87,7 @@ def start_run(client: SidecarClient, args: argparse.Namespace, out: TextIO) -> i
         tool_names=args.tools,
         run_id=args.run_id,
         max_wall_clock_s=args.max_wall_clock,
+        stream_deltas=True,  # the model's text is drawn as it streams
     )
 
     def interrupted(view: WatchView) -> None:

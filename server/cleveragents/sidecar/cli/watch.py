@@ -1,8 +1,8 @@
 """``cleveragents-sidecar watch RUN_ID``: follow one run live in the terminal.
 
 A line per tool call as its record arrives and per approval asked (with how to answer it) or
-decided, a progress line kept up to date in place (on a
-terminal), then a table of the records and the result.
+decided, the model's text as it streams (its deltas), a progress line kept up to date in
+place (on a terminal), then a table of the records and the result.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from cleveragents.tool import (
     ApprovalDecided,
     ApprovalRequested,
     IterationStarted,
+    LLMDelta,
     LLMResponded,
     RunCancelled,
     RunCompleted,
@@ -38,7 +39,8 @@ __all__ = ["WatchView", "show_stream", "watch"]
 
 def watch(client: SidecarClient, run_id: str, after: int, out: TextIO) -> int:
     """Follow ``run_id`` with ``client``, drawing it on ``out``; returns the exit status."""
-    return show_stream(client.watch(run_id, after_sequence=after), out, f"watch run {run_id!r}")
+    events = client.watch(run_id, after_sequence=after, stream_deltas=True)
+    return show_stream(events, out, f"watch run {run_id!r}")
 
 
 def show_stream(
@@ -107,6 +109,8 @@ class WatchView:
         self.result: ToolCallRunResult | None = None
         self._started = time.monotonic()
         self._progress_shown = False
+        #: The model's streamed text is being written on the current line.
+        self._text_open = False
         self._lock = threading.Lock()
 
     def show(self, streamed: StreamedEvent) -> None:
@@ -164,8 +168,12 @@ class WatchView:
                             else ""
                         )
                     )
-                case LLMResponded() | ToolCallProgress():
+                case ToolCallProgress():
                     pass  # the progress line shows iterations and calls
+                case LLMDelta():
+                    self._text(event.text)
+                case LLMResponded():
+                    self._end_text()  # the progress line shows iterations and calls
                 case _:  # pragma: no cover - mypy checks that every event type is handled
                     assert_never(event)
             self._progress()
@@ -184,6 +192,7 @@ class WatchView:
     def finish(self) -> int:
         """Print the table and the result; the exit status (0: the run completed)."""
         with self._lock:
+            self._end_text()
             self._clear()
             records = list(self.result.tool_call_history) if self.result else self.records
             self.out.write("\n" + records_table(records) + "\n")
@@ -224,12 +233,30 @@ class WatchView:
             self._progress_shown = False
 
     def _line(self, text: str) -> None:
+        self._end_text()
         self._clear()
         self.out.write(text + "\n")
         self.out.flush()
 
+    def _text(self, text: str) -> None:
+        """Write a piece of the model's text where the last one ended."""
+        if not text:
+            return
+        if not self._text_open:
+            self._clear()
+            self.out.write("  model: ")
+            self._text_open = True
+        self.out.write(text.replace("\n", "\n         "))
+        self.out.flush()
+
+    def _end_text(self) -> None:
+        if self._text_open:
+            self.out.write("\n")
+            self.out.flush()
+            self._text_open = False
+
     def _progress(self) -> None:
-        if not self.live or self.result is not None:
+        if not self.live or self.result is not None or self._text_open:
             return
         self.out.write("\r\x1b[2K" + self.progress_text())
         self.out.flush()

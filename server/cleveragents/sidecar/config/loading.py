@@ -27,7 +27,7 @@ from cleveragents.sidecar.errors import ConfigError
 __all__ = ["load_config"]
 
 _PROFILE_KEYS = {
-    "scripted": {"kind", "model", "script_file", "script"},
+    "scripted": {"kind", "model", "script_file", "script", "stream_delay"},
     "client": {"kind", "model"},
     "openai": {"kind", "model", "base_url", "api_key_env", "timeout", "max_retries", "params"},
 }
@@ -177,7 +177,13 @@ def _profile(name: str, table: Any, base: Path) -> ProfileConfig:
             ) from None
     elif "script" in table:
         script = _script(json.dumps(table["script"]), f"profiles.{name}.script")
-    return ProfileConfig(name, kind, str(table.get("model", "")), script)
+    delay = table.get("stream_delay")
+    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)):
+        raise ConfigError(f"profiles.{name}.stream_delay must be a number of seconds")
+    return ProfileConfig(
+        name, kind, str(table.get("model", "")), script,
+        stream_delay_s=None if delay is None else float(delay),
+    )  # fmt: skip
 
 
 def _provider_profile(name: str, kind: str, table: dict[str, Any]) -> ProfileConfig:

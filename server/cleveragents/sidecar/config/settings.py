@@ -43,6 +43,10 @@ class ProfileConfig:
     and ``params``, generation parameters copied into every request. ``stream`` asks for the
     answer as it is generated (server-sent events); ``strict_tools`` marks tool schemas
     ``strict`` (OpenAI kinds); ``cache_prompt`` adds Anthropic prompt-caching breakpoints.
+
+    ``stream_delay_s`` (scripted profiles): a number streams each scripted turn as deltas,
+    that many seconds apart, as a provider would (``None``: each turn comes whole). The
+    embedded ``scripted`` profile streams with no delay.
     """
 
     name: str
@@ -57,6 +61,7 @@ class ProfileConfig:
     stream: bool = True
     strict_tools: bool = False
     cache_prompt: bool = False
+    stream_delay_s: float | None = None
 
     def __post_init__(self) -> None:
         where = f"profiles.{self.name}"
@@ -65,6 +70,9 @@ class ProfileConfig:
         if self.cache_prompt and self.kind != "anthropic":
             raise ConfigError(f"{where}.cache_prompt is for kind 'anthropic' (OpenAI caches "
                               "prompts by itself); unset it here")  # fmt: skip
+        delay = self.stream_delay_s
+        if delay is not None and not (isinstance(delay, int | float) and 0 <= delay <= 10):
+            raise ConfigError(f"{where}.stream_delay must be a number of seconds from 0 to 10")
         if self.kind not in PROFILE_KINDS:
             kinds = ", ".join(PROFILE_KINDS)
             raise ConfigError(f"{where}.kind must be one of {kinds}, got {self.kind!r}")
@@ -363,7 +371,7 @@ class SidecarConfig:
     def all_profiles(self) -> dict[str, ProfileConfig]:
         """Configured profiles plus the embedded ``scripted`` and ``client`` ones."""
         profiles = {
-            "scripted": ProfileConfig("scripted", "scripted"),
+            "scripted": ProfileConfig("scripted", "scripted", stream_delay_s=0.0),
             "client": ProfileConfig("client", "client"),
         }
         profiles.update(self.profiles)

@@ -28,6 +28,7 @@ from cleveragents.tool import (
     ApprovalRequested,
     ErrorKind,
     IterationStarted,
+    LLMDelta,
     LLMResponded,
     RunCancelled,
     RunCompleted,
@@ -148,6 +149,7 @@ class MetricsObserver:
                 | ToolCallProgress()
                 | ApprovalRequested()
                 | ApprovalDecided()
+                | LLMDelta()
             ):
                 pass  # live runs are read from the manager; tool calls count when they end
             case _:  # pragma: no cover - mypy checks that every event type is handled

@@ -32,6 +32,7 @@ from cleveragents.tool import (
     ApprovalDecided,
     ApprovalRequested,
     IterationStarted,
+    LLMDelta,
     LLMResponded,
     RunCancelled,
     RunCompleted,
@@ -194,6 +195,7 @@ class TracingObserver:
                 | ApprovalRequested()
                 | ApprovalDecided()
                 | ToolCallProgress()
+                | LLMDelta()
             ):
                 pass  # the run's span opened in run_started(); approvals are not spans
             case _:  # pragma: no cover - mypy checks that every event type is handled

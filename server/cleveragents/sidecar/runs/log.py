@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import structlog
 
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY
-from cleveragents.sidecar.runs.readers import FrameSink, LogCursor
+from cleveragents.sidecar.runs.deltas import LiveDeltas
+from cleveragents.sidecar.runs.readers import FrameQueue, FrameSink, LogCursor
 from cleveragents.sidecar.runs.store import EventStore
 
 __all__ = ["LogStats", "RunLog"]
@@ -50,6 +51,7 @@ class RunLog:
         "closed",
         "cursors",
         "frames",
+        "live",
         "owner",
         "released",
         "released_bytes",
@@ -86,6 +88,8 @@ class RunLog:
         self._held: collections.deque[tuple[int, FrameSink, bytes]] = collections.deque()
         self._end_at = 0
         self._on_end: Callable[[], None] | None = None
+        #: The current LLM call's deltas, for the readers that stream them (not logged).
+        self.live = LiveDeltas(run_id)
 
     @property
     def finished(self) -> bool:
@@ -121,8 +125,17 @@ class RunLog:
             self.cursors.append(cursor)
         return cursor
 
+    def stream_deltas(self, reader: FrameQueue | LogCursor) -> None:
+        """Give ``reader`` the run's live deltas as well as its frames."""
+        if isinstance(reader, FrameQueue):
+            reader.deltas = self.live.reader(reader.wake, reader.position)
+        else:
+            reader.deltas = self.live.reader(self.wake_cursors, reader.cursor)
+
     def unsubscribe(self, reader: FrameSink | LogCursor) -> None:
-        """Stop handing frames to ``reader``."""
+        """Stop handing frames (and deltas) to ``reader``."""
+        if (deltas := getattr(reader, "deltas", None)) is not None:
+            self.live.drop(deltas)
         if isinstance(reader, LogCursor):
             if reader in self.cursors:
                 self.cursors.remove(reader)
@@ -178,6 +191,7 @@ class RunLog:
     def close(self) -> None:
         """The log is complete: close the sinks and let the cursors read to its end."""
         self.closed = True
+        self.live.close()
         for sink in self.sinks:
             sink.close()
         self.sinks.clear()
@@ -200,6 +214,10 @@ class RunLog:
             log.warning(
                 "watcher dropped", run_id=self.run_id, reason="too far behind", lag=cursor.lag
             )
+
+    def wake_cursors(self) -> None:
+        """Wake every cursor waiting for frames (a cursor that streams deltas has some)."""
+        self._wake_cursors()
 
     def _wake_cursors(self) -> None:
         waiters, self._release_waiters = self._release_waiters, []

@@ -13,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from cleveragents.sidecar.runs.deltas import DeltaReader
 
 __all__ = ["FollowedLog", "FrameQueue", "FrameSink", "LogCursor"]
 
@@ -32,12 +35,16 @@ class FrameQueue:
     A session's outbox is one too: its invocations queue between the events, in order.
     """
 
-    __slots__ = ("_items", "_waiter", "closed")
+    __slots__ = ("_items", "_waiter", "closed", "deltas", "position")
 
     def __init__(self) -> None:
         self._items: collections.deque[bytes] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self.closed = False
+        #: The run's live deltas, for a stream that asked for them (``stream_deltas``).
+        self.deltas: DeltaReader | None = None
+        #: How many of the run's events (not invocations) the reader has taken.
+        self.position = 0
 
     def push(self, item: bytes) -> None:
         """Queue ``item`` (ignored once closed) and wake the reader."""
@@ -51,6 +58,10 @@ class FrameQueue:
     def close(self) -> None:
         """No more items: the reader drains what is queued, then gets an empty batch."""
         self.closed = True
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake the reader (more items, the end, or deltas)."""
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -58,10 +69,13 @@ class FrameQueue:
     async def get_many(self, max_bytes: int) -> list[bytes]:
         """The frames waiting now, oldest first, up to ``max_bytes`` in all (but at least one).
 
-        Empty once closed and drained.
+        Empty once closed and drained. With ``deltas``, the deltas due where the reader
+        stands come first, alone, and a batch of events ends where deltas become due.
         """
-        items = self._items
+        items, deltas = self._items, self.deltas
         while not items:
+            if deltas is not None and (due := deltas.take(self.position, max_bytes)):
+                return due
             if self.closed:
                 return []
             self._waiter = asyncio.get_running_loop().create_future()
@@ -69,12 +83,31 @@ class FrameQueue:
                 await self._waiter
             finally:
                 self._waiter = None
+        if deltas is not None:
+            if due := deltas.take(self.position, max_bytes):
+                return due
+            return self._take_until_due(max_bytes, deltas)
         taken = [items.popleft()]
         size = len(taken[0])
         while items and size + len(items[0]) <= max_bytes:
             item = items.popleft()
             size += len(item)
             taken.append(item)
+        return taken
+
+    def _take_until_due(self, max_bytes: int, deltas: DeltaReader) -> list[bytes]:
+        """Like ``get_many``'s batch, counting events, and ending after an event that deltas
+        follow (a session's invocations are ``frames.Message``s, not events)."""
+        items, size = self._items, 0
+        taken: list[bytes] = []
+        while items and (not taken or size + len(items[0]) <= max_bytes):
+            item = items.popleft()
+            size += len(item)
+            taken.append(item)
+            if type(item) is bytes:
+                self.position += 1
+                if deltas.due_after(self.position):
+                    break
         return taken
 
 
@@ -105,8 +138,8 @@ class LogCursor:
     """
 
     __slots__ = (
-        "_bytes_read", "_log", "busy_since", "cursor", "decides", "dropped", "limit", "live_from",
-        "stalled",
+        "_bytes_read", "_log", "busy_since", "cursor", "decides", "deltas", "dropped", "limit",
+        "live_from", "stalled",
     )  # fmt: skip
 
     def __init__(self, log: FollowedLog, cursor: int, limit: int) -> None:
@@ -123,6 +156,8 @@ class LogCursor:
         self.busy_since: float | None = None
         #: The size of ``frames[:cursor]``, known once the cursor's frames exist.
         self._bytes_read: int | None = None
+        #: The run's live deltas, for a watcher that asked for them (``stream_deltas``).
+        self.deltas: DeltaReader | None = None
 
     @property
     def read_all(self) -> bool:
@@ -137,22 +172,36 @@ class LogCursor:
     async def get_many(self, max_bytes: int) -> list[bytes]:
         """The released frames not yet read, oldest first, up to ``max_bytes`` (at least one).
 
-        Empty once the log has finished and every frame was read, or once dropped.
+        Empty once the log has finished and every frame was read, or once dropped. With
+        ``deltas``, the deltas due after the last frame read come first, alone, and a batch
+        of frames ends at a frame that deltas follow.
         """
-        log = self._log
+        log, deltas = self._log, self.deltas
         self.busy_since = None
         while self.cursor >= log.released and not self.dropped:
+            if deltas is not None and (due := deltas.take(self.cursor, max_bytes)):
+                self.busy_since = time.monotonic()
+                return due
             if log.finished:
                 return []
             await log.wait_for_release()
         if self.dropped:
             return []
         frames, start, end = log.frames, self.cursor, log.released
+        if deltas is not None:
+            if due := deltas.take(start, max_bytes):
+                self.busy_since = time.monotonic()
+                return due
+            if (stop := deltas.due_within(start, end)) is not None:
+                end = stop
         if self._bytes_read is None:  # once: where this watcher joined
             self._bytes_read = sum(map(len, frames[:start]))
         # The batch's size without measuring its frames: a hundred watchers would each
         # measure the same ones.
-        size = log.released_bytes - self._bytes_read
+        if end == log.released:
+            size = log.released_bytes - self._bytes_read
+        else:  # cut where deltas are due
+            size = sum(map(len, frames[start:end]))
         if end - start > 1 and size > max_bytes:  # rare: cut the batch short
             stop, size = start + 1, len(frames[start])
             while stop < end and size + len(frames[stop]) <= max_bytes:

@@ -25,6 +25,7 @@ from cleveragents.sidecar.runs.log import RunLog
 from cleveragents.sidecar.status import status_of
 from cleveragents.tool import (
     ErrorKind,
+    LLMDelta,
     LLMResponded,
     RunCancelled,
     RunCompleted,
@@ -157,8 +158,16 @@ class Run:
         await asyncio.shield(self._done)
 
     def emit(self, event: RunEvent) -> None:
-        """Log a core event (the runtime's ``on_event`` sink); nothing after the terminal one."""
+        """Log a core event (the runtime's ``on_event`` sink); nothing after the terminal one.
+
+        An ``LLMDelta`` is not logged: it goes to the log's live deltas, after the event
+        logged last (its call's ``IterationStarted``), for the streams that asked for deltas.
+        """
         if self.ended:
+            return
+        if type(event) is LLMDelta:
+            if self._too_large is None:
+                self.log.live.add(self.log.next_sequence - 1, event)
             return
         if self._too_large is not None:
             if not isinstance(event, _TERMINAL_EVENTS):

@@ -54,6 +54,8 @@ class AckWindow:
         self.asked_up_to = after_sequence
         #: The client closed its side: no more acks.
         self.closed = False
+        #: A message of deltas went out after the last ack asked for (ask again for them).
+        self.unasked_deltas = False
         self._messages: deque[tuple[int, int]] = deque()  # (last sequence, bytes)
         self._changed = asyncio.Event()
 
@@ -65,6 +67,8 @@ class AckWindow:
         """A message ending at ``last_sequence`` went out (``asked``: asking for an ack)."""
         self._messages.append((last_sequence, size))
         self.unacked += size
+        # Deltas go after their sequence, already sent: only an ack asked anew covers them.
+        self.unasked_deltas = (self.unasked_deltas or last_sequence == self.sent) and not asked
         self.sent = last_sequence
         if asked:
             self.asked_up_to = last_sequence
@@ -76,8 +80,9 @@ class AckWindow:
                 f"ack of sequence {sequence}, but this stream has sent events up to "
                 f"{self.sent} only"
             )
-        if sequence <= self.acked:
+        if sequence < self.acked:
             return
+        # The same sequence again acknowledges the deltas (sequence 0) sent after it.
         self.acked = sequence
         messages = self._messages
         while messages and messages[0][0] <= sequence:
@@ -114,6 +119,8 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
         return
     start, config = first.start, service.config
     run, cursor = await service.follow(start.run_id, start.after_sequence, context)
+    if start.stream_deltas:
+        run.log.stream_deltas(cursor)
     window = min(start.window_bytes or config.watch_window_bytes, config.watch_window_bytes)
     follower = _Follower(service, context, run, cursor, AckWindow(window, start.after_sequence))
     dropped: str | None = None
@@ -206,8 +213,11 @@ class _Follower:
     async def ask(self) -> None:
         """Make sure an ack of everything sent will come (unless all is acked)."""
         flow = self.flow
-        if flow.acked < flow.sent and flow.asked_up_to < flow.sent and not flow.closed:
+        if flow.closed or not flow.unacked:
+            return
+        if (flow.acked < flow.sent and flow.asked_up_to < flow.sent) or flow.unasked_deltas:
             flow.asked_up_to = flow.sent
+            flow.unasked_deltas = False
             await self.context.write(_ASK_FOR_ACK)
 
     async def read_acks(self) -> None:

@@ -214,6 +214,8 @@ class ToolRuntimeService:
             )
         except SidecarError as exc:
             await abort(context, exc)
+        if request.stream_deltas:
+            run.log.stream_deltas(stream)
         limit = self.batch_limit if request.batch_events else 0
         finished = False
         try:
@@ -235,6 +237,8 @@ class ToolRuntimeService:
                 ),
             )
         run, cursor = await self.follow(request.run_id, request.after_sequence, context)
+        if request.stream_deltas:
+            run.log.stream_deltas(cursor)
         limit = self.watch_batch_bytes if request.batch_events else 0
         try:
             while items := await cursor.get_many(limit):

@@ -23,6 +23,7 @@ from cleveragents.toolruntime.v1 import session_pb2
 from cleveragents.wire import (
     LlmAnswer,
     llm_answer_from_pb,
+    response_delta_from_pb,
     session_messages,
     tool_answer_from_pb,
 )
@@ -59,6 +60,8 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
         await abort(context, exc)
     hosts = bool(opening.tools) or opening.client_llm
     host.attach(run.log)
+    if first.start.stream_deltas:
+        run.log.stream_deltas(host.outbox)
     limit = service.batch_limit if opening.batch_events else 0
     reader = _Reader(service, context, host, run, hosts, DEADLINE_SLACK_S)
     finished = False
@@ -139,6 +142,9 @@ class _Reader:
         kind = message.WhichOneof("kind")
         if kind == "tool_result":
             host.resolve_tool(tool_answer_from_pb(message.tool_result))
+        elif kind == "llm_delta":
+            delta = message.llm_delta
+            host.stream_llm(delta.request_id, delta.index, response_delta_from_pb(delta))
         elif kind == "llm_result":
             host.resolve_llm(self._llm_answer(message.llm_result))
         elif kind == "cancel":

@@ -155,9 +155,7 @@ class ToolRunner:
                 call.name, inputs, {}, 0.0, False, denial, iteration, call.id, ErrorKind.DENIED,
                 started_at,
             )  # fmt: skip
-        return await self._execute(
-            entry, call, inputs, iteration, started_at, on_progress, run_id
-        )
+        return await self._execute(entry, call, inputs, iteration, started_at, on_progress, run_id)
 
     async def invoke(self, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Call a tool's handler with ``inputs`` exactly as given and normalise its output.

@@ -39,7 +39,7 @@ from cleveragents.tool.loop.resume import Resumption
 from cleveragents.tool.loop.resumed import resume_loop
 from cleveragents.tool.loop.run_state import RunState
 from cleveragents.tool.loop.yield_timer import YieldTimer
-from cleveragents.tool.messages import LLMRequest, LLMResponse, Message, Role, ToolCall
+from cleveragents.tool.messages import LLMResponse, Message, Role, ToolCall
 from cleveragents.tool.policy import ApprovalRequest, Approver, AutomationProfile, Decision
 from cleveragents.tool.records import StopReason, ToolCallRunResult
 from cleveragents.tool.router import ToolCallRouter, route_call
@@ -310,7 +310,7 @@ class ToolCallingRuntime:
         stop = StopReason.MAX_ITERATIONS
         for iteration in range(first, self.max_iterations + 1):
             emit(IterationStarted(iteration))
-            response = await self._call_llm(state, tools, iteration)
+            response = await self._call_llm(state, tools, iteration, emit)
             state.iterations = iteration
             state.add_response(response)
             emit(LLMResponded(iteration, response.content, response.tool_calls, response.usage))
@@ -348,19 +348,18 @@ class ToolCallingRuntime:
             )
         )
         emit(IterationStarted(iteration))
-        response = await self._call_llm(state, (), iteration)
+        response = await self._call_llm(state, (), iteration, emit)
         state.iterations = iteration
         state.add_response(response)
         emit(LLMResponded(iteration, response.content, (), response.usage))
         return state.result(stop, content=response.content)
 
     async def _call_llm(
-        self, state: RunState, tools: Sequence[Mapping[str, Any]], iteration: int
+        self, state: RunState, tools: Sequence[Mapping[str, Any]], iteration: int, emit: EventSink
     ) -> LLMResponse:
-        request = LLMRequest(state.messages, tools, iteration)
-        return await call_llm(
-            self.llm_caller, request, self._llm_is_async, state, self.max_calls_per_response
-        )
+        """One LLM call; its streamed deltas reach ``emit`` as ``LLMDelta`` events."""
+        caller, max_calls = self.llm_caller, self.max_calls_per_response
+        return await call_llm(caller, self._llm_is_async, state, tools, iteration, emit, max_calls)
 
     async def _run_batch(
         self,

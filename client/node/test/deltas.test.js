@@ -1,0 +1,82 @@
+// Opt-in LLM deltas: `llm_delta` events (sequence 0) on streamToolLoop, watchRun and session.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+
+import { SidecarClient } from '../src/index.js';
+import { callTurn, collect, runId, script, useSidecar } from './sidecar.js';
+
+let sidecar;
+let client;
+
+before(async () => {
+  sidecar = await useSidecar();
+  client = new SidecarClient(sidecar.address);
+});
+
+after(async () => {
+  client?.close();
+  await sidecar?.stop();
+});
+
+const LONG = Array.from({ length: 30 }, (_, i) => `w${i}`).join(' ');
+
+/** Each call's deltas: sequence 0, numbered without gaps, spelling the answer exactly. */
+function assertSpelled(events) {
+  let text = '';
+  let next = 0;
+  const args = new Map();
+  const deltas = [];
+  for (const event of events) {
+    if (event.payload === 'llm_delta') {
+      const delta = event.llm_delta;
+      assert.equal(event.sequence, 0);
+      assert.equal(delta.index, next);
+      next = delta.index + delta.count;
+      deltas.push(delta);
+      if (delta.tool_call_index === null) text += delta.text;
+      else args.set(delta.tool_call_index, (args.get(delta.tool_call_index) ?? '') + delta.arguments);
+    } else if (event.payload === 'llm_responded') {
+      const responded = event.llm_responded;
+      assert.equal(text, responded.content);
+      responded.tool_calls.forEach((c, i) => assert.deepEqual(JSON.parse(args.get(i)), c.arguments));
+      text = '';
+      next = 0;
+      args.clear();
+    }
+  }
+  return deltas;
+}
+
+test('streamToolLoop yields llm_delta events only with streamDeltas', async () => {
+  const llm = script(callTurn('echo it', ['c1', 'echo', { text: 'hi' }]), { content: LONG });
+  const plain = await collect(client.streamToolLoop({ prompt: 'go', llm }));
+  const live = await collect(client.streamToolLoop({ prompt: 'go', llm }, { streamDeltas: true }));
+
+  assert.ok(!plain.some((e) => e.payload === 'llm_delta'));
+  const deltas = assertSpelled(live);
+  assert.ok(deltas.some((d) => d.tool_name === 'echo' && d.tool_call_index === 0));
+  assert.deepEqual(
+    live.filter((e) => e.payload !== 'llm_delta').map((e) => e.payload),
+    plain.map((e) => e.payload),
+  );
+});
+
+test('watchRun with streamDeltas follows a run and its answers as they stream', async () => {
+  const id = runId('deltas');
+  const llm = script(callTurn('napping', ['n1', 'sleep', { seconds: 0.3 }]), { content: LONG });
+  const starter = client.streamToolLoop({ prompt: 'go', llm, run_id: id, detach: true });
+  for await (const event of starter) if (event.payload === 'run_started') break;
+  const watched = await collect(client.watchRun(id, { streamDeltas: true }));
+
+  const deltas = assertSpelled(watched);
+  assert.ok(deltas.length > 0);
+  assert.equal(watched.at(-1).payload, 'run_completed');
+  assert.ok(deltas.map((d) => d.text).join('').endsWith(LONG)); // the last answer, at least
+});
+
+test('a session with streamDeltas gets its answers as deltas', async () => {
+  const events = await collect(
+    client.session({ prompt: 'go', llm: script({ content: LONG }) }, { streamDeltas: true }),
+  );
+  assert.equal(assertSpelled(events).map((d) => d.text).join(''), LONG);
+});
