@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-#: What redis-server prints once it serves (Redis 7).
-_READY = "Ready to accept connections"
+#: What redis-server prints once it serves (Redis 7: "Ready to accept connections tcp", or
+#: "The server is now ready to accept connections at PATH" for a unix socket alone).
+_READY = "ready to accept connections"
 _START_TIMEOUT_S = 30.0
 
 
@@ -79,7 +80,7 @@ class RedisServer:
         try:
             for line in process.stdout:
                 seen.append(line)
-                if _READY in line:
+                if _READY in line.lower():
                     break
             else:
                 pytest.fail("redis-server exited before serving:\n" + "".join(seen[-20:]))
