@@ -31,10 +31,17 @@ class RedisServer:
 
     ``unix_socket``: listen on a socket in ``directory`` only. ``appendfsync`` (``always``,
     ``everysec``, ``no``) turns the append-only file on, so that the data survives a kill;
-    empty: nothing is persisted.
+    empty: nothing is persisted. ``password``: clients must ``AUTH`` with it.
     """
 
-    def __init__(self, directory: Path, *, unix_socket: bool = False, appendfsync: str = "") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        unix_socket: bool = False,
+        appendfsync: str = "",
+        password: str = "",
+    ) -> None:
         self.binary = shutil.which("redis-server")
         if self.binary is None:
             pytest.fail(
@@ -44,6 +51,7 @@ class RedisServer:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self.appendfsync = appendfsync
+        self.password = password
         self.socket_path = directory / "redis.sock" if unix_socket else None
         self.port = 0 if unix_socket else free_port()
         self.process: subprocess.Popen[str] | None = None
@@ -65,13 +73,15 @@ class RedisServer:
         ]  # fmt: skip
         if self.socket_path is not None:
             command += ["--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
+        if self.password:
+            command += ["--requirepass", self.password]
         if self.appendfsync:
             command += ["--appendonly", "yes", "--appendfsync", self.appendfsync]
         else:
             command += ["--appendonly", "no"]
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+        )  # fmt: skip
         self.process = process
         assert process.stdout is not None
         seen: list[str] = []

@@ -160,6 +160,9 @@ class SidecarConfig:
     default_profile: str = "scripted"
     profiles: Mapping[str, ProfileConfig] = field(default_factory=dict)
     event_store: str = ""
+    #: The environment variable holding the Redis password, for an ``event_store`` URL
+    #: that carries none (a password in the URL wins); never logged.
+    event_store_password_env: str = ""
     default_automation_profile: str = "supervised"
     approval_timeout_s: float = 300.0
     approve_on_timeout: bool = False

@@ -1,0 +1,288 @@
+"""Run logs on a Redis server, so that they outlive the sidecar and its machine.
+
+Each run is a Redis Stream whose entry ids carry the sequence (``<seq>-0``: Redis refuses an
+id that is not above the last, so a log can take no duplicate and no out-of-order frame); a
+hash beside it holds the run's owner; a sorted set indexes the runs by their start, for
+start-up and retention. Every key of one run shares the hash tag ``{run_id}``, so a Redis
+Cluster keeps a run on one shard.
+
+Frames are written in groups by one task (whatever arrives while one pipeline is in flight
+goes into the next) and released once Redis has answered for them: an event reaches a client
+only after Redis holds it. How much of that survives a Redis crash is Redis's persistence
+setting: with ``appendonly yes`` and ``appendfsync always`` every acknowledged frame is on
+disk; with ``everysec`` (Redis's default) a killed ``redis-server`` loses nothing (the write
+reached the OS before the answer) but a power loss may lose the last second; without AOF a
+restart loses what came after the last snapshot.
+
+A pipeline that fails (Redis gone, out of memory, read-only) follows the store-failure rules
+of ``SqliteEventStore``: the store turns *failing*, tells its listeners, releases what it
+holds, and sends the same frames again every ``retry_interval_s``; a frame Redis already
+holds (the answer to an earlier try was lost) is refused as not above the stream's last id,
+which counts as written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterable
+from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.asyncio
+import structlog
+from redis.exceptions import RedisError, ResponseError
+
+from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY
+from cleveragents.sidecar.runs.store import LogOwner, StoredRun, StoreListener
+
+__all__ = ["RedisEventStore", "redacted"]
+
+log = structlog.get_logger("cleveragents.sidecar.store")
+
+#: How often a failing store sends its unwritten frames again.
+RETRY_INTERVAL_S = 1.0
+#: Every key this store writes starts with this.
+PREFIX = "cleveragents"
+#: The sorted set of stored runs (score: when the run's first frame was written).
+INDEX_KEY = f"{PREFIX}:runs"
+#: The runs set aside because their logs could not be read back.
+QUARANTINE_KEY = f"{PREFIX}:quarantined"
+#: How many runs start-up reads back in one round trip.
+_LOAD_CHUNK = 200
+#: Redis's answer to an XADD whose id is not above the stream's last: that frame is there.
+_ALREADY_STORED = "equal or smaller than the target stream top item"
+#: Seconds to connect, and to wait for one answer (a pipeline of frames is one answer).
+_CONNECT_TIMEOUT_S = 5.0
+_SOCKET_TIMEOUT_S = 10.0
+
+#: What the writer stores: a frame (owner, sequence, frame), or a run to forget/quarantine.
+_Item = tuple[LogOwner, int, bytes] | tuple[str, str]
+
+
+def log_key(run_id: str) -> str:
+    """The stream holding a run's frames."""
+    return f"{PREFIX}:run:{{{run_id}}}:log"
+
+
+def meta_key(run_id: str) -> str:
+    """The hash holding a run's owner (and, later, its lease)."""
+    return f"{PREFIX}:run:{{{run_id}}}:meta"
+
+
+def quarantine_key(run_id: str) -> str:
+    """Where a run's stream goes when it cannot be read back (same slot: a rename)."""
+    return f"{PREFIX}:run:{{{run_id}}}:quarantine"
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for logs and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:***@" if parts.username else "***@"
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=user + host))
+
+
+class RedisEventStore:
+    """Run logs on Redis (``redis://HOST:PORT/DB``, ``rediss://…``, ``unix:///path?db=N``).
+
+    ``password`` (from the environment variable ``event_store_password_env`` names) is used
+    when the URL carries none; neither is ever logged.
+    """
+
+    def __init__(
+        self, url: str, *, password: str = "", retry_interval_s: float = RETRY_INTERVAL_S
+    ) -> None:
+        self.url = url
+        self.shown = redacted(url)
+        self.retry_interval_s = retry_interval_s
+        #: The error of the pipeline that failed, while the store cannot write.
+        self.failure: str | None = None
+        options: dict[str, Any] = {
+            "socket_connect_timeout": _CONNECT_TIMEOUT_S,
+            "socket_timeout": _SOCKET_TIMEOUT_S,
+        }
+        if password and urlsplit(url).password is None:
+            options["password"] = password
+        self._options = options
+        self._listeners: list[StoreListener] = []
+        self._pending: list[_Item] = []
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._writer: asyncio.Task[None] | None = None
+        self._client: redis.asyncio.Redis | None = None
+
+    def open(self) -> list[StoredRun]:
+        """The stored runs; ``ConfigError`` (one line) when Redis cannot be reached."""
+        try:
+            client = redis.Redis.from_url(self.url, **self._options)
+        except ValueError as exc:
+            raise ConfigError(f"event_store {self.shown} is not a Redis URL ({exc})") from None
+        try:
+            with client:
+                runs = _load(client)
+        except RedisError as exc:
+            raise ConfigError(
+                f"event_store {self.shown} cannot be used as a run store "
+                f"({type(exc).__name__}: {exc}): start Redis there, or fix the URL"
+            ) from None
+        self._client = redis.asyncio.Redis.from_url(self.url, **self._options)
+        self._writer = asyncio.create_task(self._write_loop(), name="event-store")
+        log.info("event store opened", url=self.shown, runs=len(runs))
+        return runs
+
+    def append(self, owner: LogOwner, sequence: int, frame: bytes) -> None:
+        self._pending.append((owner, sequence, frame))
+        self._wake.set()
+        if self.failure is not None:  # kept to write once the store works; released now
+            owner.release(sequence)
+
+    def watch(self, listener: StoreListener) -> None:
+        self._listeners.append(listener)
+
+    def forget(self, run_id: str) -> None:
+        self._pending.append((run_id, "forget"))
+        self._wake.set()
+
+    def quarantine(self, run_id: str) -> None:
+        self._pending.append((run_id, "quarantine"))
+        self._wake.set()
+
+    async def close(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._writer is not None:
+            await self._writer
+        if self._client is not None:
+            await self._client.aclose()
+
+    async def _write_loop(self) -> None:
+        unwritten: list[_Item] = []  # the batch a failed pipeline left: it goes first, again
+        while True:
+            if unwritten and not self._stopping:
+                # A failing store tries again once a retry interval, however often frames come.
+                deadline = time.monotonic() + self.retry_interval_s
+                while not self._stopping and (left := deadline - time.monotonic()) > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), left)
+                    self._wake.clear()
+            elif not self._pending and not self._stopping:
+                await self._wake.wait()
+            self._wake.clear()
+            batch, self._pending = unwritten + self._pending, []
+            if batch:
+                try:
+                    await self._commit(batch)
+                except Exception as exc:  # any failed pipeline is a store failure, told
+                    if not unwritten:
+                        self._failed(f"{type(exc).__name__}: {exc}")
+                    _release_all(_marks(batch))  # readers must not wait
+                    unwritten = batch
+                    if self._stopping:
+                        log.error("event store closed unwritten", frames=len(batch))
+                        return
+                    continue
+                if unwritten:
+                    unwritten = []
+                    self._recovered()
+                _release_all(_marks(batch))
+            if self._stopping and not self._pending:
+                return
+
+    def _failed(self, error: str) -> None:
+        """A pipeline failed: release what waits, then tell the listeners."""
+        self.failure = error
+        log.error(
+            "event store failed: runs end, new runs are refused until it writes again",
+            url=self.shown,
+            error=error,
+            retry_interval_s=self.retry_interval_s,
+        )
+        _release_all(_marks(self._pending))
+        for listener in self._listeners:
+            listener(error)
+
+    def _recovered(self) -> None:
+        self.failure = None
+        log.warning("event store writes again: runs are accepted", url=self.shown)
+        for listener in self._listeners:
+            listener(None)
+
+    async def _commit(self, batch: list[_Item]) -> None:
+        """Send ``batch`` in one pipeline (in order, not atomic: each frame is its own XADD)."""
+        assert self._client is not None
+        now = time.time()
+        async with self._client.pipeline(transaction=False) as pipe:
+            for item in batch:
+                if len(item) == 2:
+                    run_id, action = item
+                    if action == "forget":
+                        pipe.delete(log_key(run_id), meta_key(run_id))
+                    else:
+                        pipe.rename(log_key(run_id), quarantine_key(run_id))
+                        pipe.sadd(QUARANTINE_KEY, run_id)
+                    pipe.zrem(INDEX_KEY, run_id)
+                    continue
+                owner, sequence, frame = item
+                pipe.xadd(log_key(owner.run_id), {"f": frame}, id=f"{sequence}-0")
+                if sequence == 1:
+                    pipe.hset(meta_key(owner.run_id), mapping={"owner": owner.owner})
+                    pipe.zadd(INDEX_KEY, {owner.run_id: now})
+            answers = await pipe.execute(raise_on_error=False)
+        for answer in answers:
+            if isinstance(answer, ResponseError) and _ALREADY_STORED not in str(answer):
+                if "no such key" in str(answer):  # quarantining a run with no stream left
+                    continue
+                raise answer
+            if isinstance(answer, Exception) and not isinstance(answer, ResponseError):
+                raise answer
+
+
+def _marks(batch: Iterable[_Item]) -> list[tuple[LogOwner, int]]:
+    """Each owner in ``batch`` with the last sequence of its that ``batch`` holds."""
+    released: dict[int, tuple[LogOwner, int]] = {}
+    for item in batch:
+        if len(item) == 3:
+            owner, sequence, _ = item
+            released[id(owner)] = (owner, sequence)
+    return list(released.values())
+
+
+def _release_all(marks: Iterable[tuple[LogOwner, int]]) -> None:
+    for owner, sequence in marks:
+        owner.release(sequence)
+
+
+def _load(client: redis.Redis) -> list[StoredRun]:
+    """Every indexed run, oldest first, with its gap-free frames."""
+    run_ids = [item.decode() for item in cast("list[bytes]", client.zrange(INDEX_KEY, 0, -1))]
+    runs: list[StoredRun] = []
+    for start in range(0, len(run_ids), _LOAD_CHUNK):
+        chunk = run_ids[start : start + _LOAD_CHUNK]
+        with client.pipeline(transaction=False) as pipe:
+            for run_id in chunk:
+                pipe.xrange(log_key(run_id))
+                pipe.hget(meta_key(run_id), "owner")
+            answers = pipe.execute()
+        for index, run_id in enumerate(chunk):
+            entries, owner = answers[2 * index], answers[2 * index + 1]
+            frames = frames_of(entries)
+            if frames:
+                name = owner.decode() if owner else DEFAULT_IDENTITY.name
+                runs.append(StoredRun(run_id, frames, name))
+    return runs
+
+
+def frames_of(entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[bytes]:
+    """The gap-free frames of a stream's entries (``<seq>-0`` ids), from sequence 1 on."""
+    frames: list[bytes] = []
+    for entry_id, fields in entries:
+        if int(entry_id.split(b"-", 1)[0]) != len(frames) + 1:
+            break  # a gap can only follow a torn pipeline: stop there
+        frames.append(fields[b"f"])
+    return frames
