@@ -93,7 +93,12 @@ def spawn(event_store: str) -> Iterator[Spawn]:
     processes: list[SidecarProcess] = []
 
     def start() -> SidecarProcess:
-        env = dict(os.environ, CLEVERAGENTS_SIDECAR_EVENT_STORE=event_store)
+        # The same id each time: a restarted sidecar takes its own live runs back at once.
+        env = dict(
+            os.environ,
+            CLEVERAGENTS_SIDECAR_EVENT_STORE=event_store,
+            CLEVERAGENTS_SIDECAR_SIDECAR_ID="durability-sidecar",
+        )
         command = [
             sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
             "--listen", "127.0.0.1:0", "--log-level", "warning",

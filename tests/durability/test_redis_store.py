@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError
 from cleveragents.sidecar import ConfigError, Sidecar, SidecarConfig
-from cleveragents.sidecar.runs.redis_store import (
+from cleveragents.sidecar.runs.redis_keys import (
     INDEX_KEY,
     QUARANTINE_KEY,
     log_key,

@@ -61,6 +61,8 @@ _HELP = {
     "default_profile": "the LLM profile of runs that name none",
     "event_store": "a SQLite file or redis:// URL for the run logs (empty: memory)",
     "event_store_password_env": "the environment variable holding the Redis password",
+    "sidecar_id": "this sidecar's id on a shared Redis store (empty: random per start)",
+    "event_store_lease_s": "seconds a sidecar's lease on a shared store lasts unrenewed",
     "default_automation_profile": "the automation profile of runs that name none",
     "approval_timeout_s": "seconds a call waits for approval while someone follows its run",
     "approve_on_timeout": "approve (not deny) a call whose approval timed out",

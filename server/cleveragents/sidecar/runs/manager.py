@@ -26,7 +26,8 @@ from cleveragents.sidecar.runs.quotas import RunQuotas
 from cleveragents.sidecar.runs.readers import FrameSink
 from cleveragents.sidecar.runs.recovery import partial_result, restore
 from cleveragents.sidecar.runs.run import Run, RunObserver
-from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore
+from cleveragents.sidecar.runs.shared import SharedRuns
+from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
 from cleveragents.sidecar.runs.watchers import Watchers
 from cleveragents.tool import (
     LLMCallError,
@@ -90,18 +91,24 @@ class RunManager:
         self.watchers = Watchers(self.stats, watcher_queue_size)
         self._finished: collections.OrderedDict[str, Run] = collections.OrderedDict()
         self.quotas = RunQuotas()
+        #: Other sidecars' runs, with a store they share (see ``stores.share``).
+        self.shared: SharedRuns | None = None
         self.store.watch(self._store_changed)
 
     # -- the store -----------------------------------------------------------------------------
 
     def open(self) -> int:
-        """Open the store and take back the runs it holds (see ``recovery``); returns how many.
+        """Open the store and take back the runs it holds (see ``take_back``); returns how many."""
+        return self.take_back(self.store.open())
+
+    def take_back(self, stored_runs: Sequence[StoredRun]) -> int:
+        """Keep the stored runs (see ``recovery``: live ones end); returns how many.
 
         A run whose log cannot be decoded is quarantined (set aside in the store, with a
         warning) and the others start.
         """
         restored = []
-        for stored in self.store.open():
+        for stored in stored_runs:
             try:
                 restored.append(restore(stored, self.store, self.stats, self.frame_limit))
             except Exception as exc:  # one bad row must not keep the others from starting
@@ -137,7 +144,9 @@ class RunManager:
             )
 
     async def close(self) -> None:
-        """Let the store write what it holds, then close it."""
+        """Stop following other sidecars' runs; let the store write what it holds, close it."""
+        if self.shared is not None:
+            await self.shared.close()
         await self.store.close()
 
     # -- finding runs --------------------------------------------------------------------------

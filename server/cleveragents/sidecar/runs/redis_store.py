@@ -28,7 +28,7 @@ import contextlib
 import time
 from collections.abc import Iterable
 from typing import Any, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -37,20 +37,29 @@ from redis.exceptions import RedisError, ResponseError
 
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY
+from cleveragents.sidecar.runs.redis_fleet import RedisFleet, ended, frames_of
+from cleveragents.sidecar.runs.redis_keys import (
+    INDEX_KEY,
+    QUARANTINE_KEY,
+    SIDECARS_KEY,
+    adopter_key,
+    control_key,
+    log_key,
+    meta_key,
+    quarantine_key,
+    redacted,
+    runs_of_key,
+)
 from cleveragents.sidecar.runs.store import LogOwner, StoredRun, StoreListener
 
-__all__ = ["RedisEventStore", "redacted"]
+__all__ = ["RedisEventStore"]
 
 log = structlog.get_logger("cleveragents.sidecar.store")
 
 #: How often a failing store sends its unwritten frames again.
 RETRY_INTERVAL_S = 1.0
-#: Every key this store writes starts with this.
-PREFIX = "cleveragents"
-#: The sorted set of stored runs (score: when the run's first frame was written).
-INDEX_KEY = f"{PREFIX}:runs"
-#: The runs set aside because their logs could not be read back.
-QUARANTINE_KEY = f"{PREFIX}:quarantined"
+#: A sidecar's lease lasts this long unrenewed (see redis_fleet.py).
+LEASE_S = 10.0
 #: How many runs start-up reads back in one round trip.
 _LOAD_CHUNK = 200
 #: Redis's answer to an XADD whose id is not above the stream's last: that frame is there.
@@ -63,31 +72,6 @@ _SOCKET_TIMEOUT_S = 10.0
 _Item = tuple[LogOwner, int, bytes] | tuple[str, str]
 
 
-def log_key(run_id: str) -> str:
-    """The stream holding a run's frames."""
-    return f"{PREFIX}:run:{{{run_id}}}:log"
-
-
-def meta_key(run_id: str) -> str:
-    """The hash holding a run's owner (and, later, its lease)."""
-    return f"{PREFIX}:run:{{{run_id}}}:meta"
-
-
-def quarantine_key(run_id: str) -> str:
-    """Where a run's stream goes when it cannot be read back (same slot: a rename)."""
-    return f"{PREFIX}:run:{{{run_id}}}:quarantine"
-
-
-def redacted(url: str) -> str:
-    """``url`` without its password, for logs and errors."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = f"{parts.username}:***@" if parts.username else "***@"
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=user + host))
-
-
 class RedisEventStore:
     """Run logs on Redis (``redis://HOST:PORT/DB``, ``rediss://…``, ``unix:///path?db=N``).
 
@@ -96,7 +80,13 @@ class RedisEventStore:
     """
 
     def __init__(
-        self, url: str, *, password: str = "", retry_interval_s: float = RETRY_INTERVAL_S
+        self,
+        url: str,
+        *,
+        password: str = "",
+        retry_interval_s: float = RETRY_INTERVAL_S,
+        lease_s: float = LEASE_S,
+        sidecar_id: str = "",
     ) -> None:
         self.url = url
         self.shown = redacted(url)
@@ -115,25 +105,51 @@ class RedisEventStore:
         self._wake = asyncio.Event()
         self._stopping = False
         self._writer: asyncio.Task[None] | None = None
-        self._client: redis.asyncio.Redis | None = None
+        self._client = redis.asyncio.Redis.from_url(url, **options)
+        #: This sidecar's lease, the fleet's control streams and shared reads.
+        self.fleet = RedisFleet(self._client, lease_s, sidecar_id)
 
     def open(self) -> list[StoredRun]:
         """The stored runs; ``ConfigError`` (one line) when Redis cannot be reached."""
         try:
-            client = redis.Redis.from_url(self.url, **self._options)
-        except ValueError as exc:
-            raise ConfigError(f"event_store {self.shown} is not a Redis URL ({exc})") from None
-        try:
-            with client:
-                runs = _load(client)
+            with redis.Redis.from_url(self.url, **self._options) as client:
+                runs = self._take_back(client)
         except RedisError as exc:
             raise ConfigError(
                 f"event_store {self.shown} cannot be used as a run store "
                 f"({type(exc).__name__}: {exc}): start Redis there, or fix the URL"
             ) from None
-        self._client = redis.asyncio.Redis.from_url(self.url, **self._options)
         self._writer = asyncio.create_task(self._write_loop(), name="event-store")
-        log.info("event store opened", url=self.shown, runs=len(runs))
+        self.fleet.start()
+        log.info(
+            "event store opened", url=self.shown, runs=len(runs), sidecar=self.fleet.sidecar_id
+        )
+        return runs
+
+    def _take_back(self, client: redis.Redis) -> list[StoredRun]:
+        """The runs this sidecar keeps: every finished one, and the live ones that are its
+        own (same ``sidecar_id``) or whose sidecar's lease expired (adopted: the manager ends
+        them as a restart does); another live sidecar's runs stay its own."""
+        me = self.fleet.sidecar_id
+        alive = self.fleet.register(client)
+        adopted: dict[str, bool] = {}  # a dead sidecar's id: whether this one adopts its runs
+        runs, claimed = [], []
+        for stored, sidecar in _load(client):
+            if not ended(stored.frames) and sidecar != me and sidecar:
+                if sidecar in alive:
+                    continue  # another sidecar runs it now
+                if sidecar not in adopted:
+                    key, px = adopter_key(sidecar), 3 * self.fleet.lease_ms
+                    adopted[sidecar] = bool(client.set(key, me, px=px, nx=True))
+                if not adopted[sidecar]:
+                    continue
+            if not ended(stored.frames):
+                claimed.append(stored.run_id)
+            runs.append(stored)
+        self.fleet.claim_sync(client, claimed)
+        for sidecar in (sidecar for sidecar, won in adopted.items() if won):
+            client.srem(SIDECARS_KEY, sidecar)
+            client.delete(runs_of_key(sidecar), control_key(sidecar))
         return runs
 
     def append(self, owner: LogOwner, sequence: int, frame: bytes) -> None:
@@ -158,8 +174,8 @@ class RedisEventStore:
         self._wake.set()
         if self._writer is not None:
             await self._writer
-        if self._client is not None:
-            await self._client.aclose()
+            await self.fleet.close(clean=self.failure is None)
+        await self._client.aclose()
 
     async def _write_loop(self) -> None:
         unwritten: list[_Item] = []  # the batch a failed pipeline left: it goes first, again
@@ -215,7 +231,6 @@ class RedisEventStore:
 
     async def _commit(self, batch: list[_Item]) -> None:
         """Send ``batch`` in one pipeline (in order, not atomic: each frame is its own XADD)."""
-        assert self._client is not None
         now = time.time()
         async with self._client.pipeline(transaction=False) as pipe:
             for item in batch:
@@ -223,6 +238,7 @@ class RedisEventStore:
                     run_id, action = item
                     if action == "forget":
                         pipe.delete(log_key(run_id), meta_key(run_id))
+                        pipe.srem(runs_of_key(self.fleet.sidecar_id), run_id)
                     else:
                         pipe.rename(log_key(run_id), quarantine_key(run_id))
                         pipe.sadd(QUARANTINE_KEY, run_id)
@@ -231,7 +247,9 @@ class RedisEventStore:
                 owner, sequence, frame = item
                 pipe.xadd(log_key(owner.run_id), {"f": frame}, id=f"{sequence}-0")
                 if sequence == 1:
-                    pipe.hset(meta_key(owner.run_id), mapping={"owner": owner.owner})
+                    me = self.fleet.sidecar_id
+                    pipe.hset(meta_key(owner.run_id), mapping={"owner": owner.owner, "sidecar": me})
+                    pipe.sadd(runs_of_key(me), owner.run_id)
                     pipe.zadd(INDEX_KEY, {owner.run_id: now})
             answers = await pipe.execute(raise_on_error=False)
         for answer in answers:
@@ -258,31 +276,21 @@ def _release_all(marks: Iterable[tuple[LogOwner, int]]) -> None:
         owner.release(sequence)
 
 
-def _load(client: redis.Redis) -> list[StoredRun]:
-    """Every indexed run, oldest first, with its gap-free frames."""
+def _load(client: redis.Redis) -> list[tuple[StoredRun, str]]:
+    """Every indexed run, oldest first, with its gap-free frames and the sidecar running it."""
     run_ids = [item.decode() for item in cast("list[bytes]", client.zrange(INDEX_KEY, 0, -1))]
-    runs: list[StoredRun] = []
+    runs: list[tuple[StoredRun, str]] = []
     for start in range(0, len(run_ids), _LOAD_CHUNK):
         chunk = run_ids[start : start + _LOAD_CHUNK]
         with client.pipeline(transaction=False) as pipe:
             for run_id in chunk:
                 pipe.xrange(log_key(run_id))
-                pipe.hget(meta_key(run_id), "owner")
+                pipe.hmget(meta_key(run_id), ["owner", "sidecar"])
             answers = pipe.execute()
         for index, run_id in enumerate(chunk):
-            entries, owner = answers[2 * index], answers[2 * index + 1]
-            frames = frames_of(entries)
+            frames = frames_of(answers[2 * index])
+            owner, sidecar = answers[2 * index + 1]
             if frames:
                 name = owner.decode() if owner else DEFAULT_IDENTITY.name
-                runs.append(StoredRun(run_id, frames, name))
+                runs.append((StoredRun(run_id, frames, name), sidecar.decode() if sidecar else ""))
     return runs
-
-
-def frames_of(entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[bytes]:
-    """The gap-free frames of a stream's entries (``<seq>-0`` ids), from sequence 1 on."""
-    frames: list[bytes] = []
-    for entry_id, fields in entries:
-        if int(entry_id.split(b"-", 1)[0]) != len(frames) + 1:
-            break  # a gap can only follow a torn pipeline: stop there
-        frames.append(fields[b"f"])
-    return frames

@@ -24,6 +24,7 @@ from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.identity import Access
 from cleveragents.sidecar.runs import FrameQueue, FrameSink, LogCursor, Run, RunManager
+from cleveragents.sidecar.runs.shared import Control
 from cleveragents.sidecar.transport import follow, session
 from cleveragents.sidecar.transport.bounds import check_started_fits
 from cleveragents.sidecar.transport.caller import current_caller
@@ -147,9 +148,12 @@ class ToolRuntimeService:
     async def CancelRun(
         self, request: service_pb2.CancelRunRequest, context: Context
     ) -> service_pb2.CancelRunResponse:
-        run = await self._require(request.run_id, context, Access.CONTROL)
+        run, sidecar = await self._locate(request.run_id, context, Access.CONTROL)
+        reason = request.reason or "cancelled by CancelRun"
+        if not run.finished and self.manager.shared is not None and sidecar:
+            await self.manager.shared.control(sidecar, Control("cancel", run.run_id, reason))
         if not run.finished:
-            self.manager.cancel(run, request.reason or "cancelled by CancelRun")
+            self.manager.cancel(run, reason)
             with contextlib.suppress(TimeoutError):  # a tool that ignores cancellation
                 await asyncio.wait_for(run.wait(), _CANCEL_WAIT_S)
         return service_pb2.CancelRunResponse(state=run_state_to_pb(run.state))
@@ -165,11 +169,17 @@ class ToolRuntimeService:
     async def DecideApproval(
         self, request: service_pb2.DecideApprovalRequest, context: Context
     ) -> service_pb2.DecideApprovalResponse:
-        run = await self._require(request.run_id, context, Access.DECIDE)
+        run, sidecar = await self._locate(request.run_id, context, Access.DECIDE)
         try:
-            if run.approvals is None:
+            if self.manager.shared is not None and sidecar:  # the owner checks the call id
+                decision = Control(
+                    "decide", run.run_id, request.reason, request.call_id, request.approved
+                )
+                await self.manager.shared.control(sidecar, decision)
+            elif run.approvals is None:
                 raise SidecarError.out_of_order(f"run {run.run_id!r} has no approvals")
-            run.approvals.decide(request.call_id, request.approved, request.reason, "rpc")
+            else:
+                run.approvals.decide(request.call_id, request.approved, request.reason, "rpc")
         except SidecarError as exc:
             await abort(context, exc)
         return service_pb2.DecideApprovalResponse()
@@ -180,11 +190,14 @@ class ToolRuntimeService:
         if request.limit < 0:
             await abort(context, SidecarError.invalid("limit must not be negative"))
         caller = current_caller()
-        runs = [
-            run
-            for run in self.manager.live_runs() + self.manager.retained_runs()
-            if caller.may(Access.READ, run.owner)
-        ]
+        runs = self.manager.live_runs() + self.manager.retained_runs()
+        if self.manager.shared is not None:  # and the runs of the sidecars sharing the store
+            local = {run.run_id for run in runs}
+            try:
+                runs += await self.manager.shared.recent(request.limit or 100, local)
+            except SidecarError as exc:
+                await abort(context, exc)
+        runs = [run for run in runs if caller.may(Access.READ, run.owner)]
         summaries = sorted((_summary(run) for run in runs), key=lambda s: -s.started_at)
         return service_pb2.ListRunsResponse(
             runs=[summary_to_pb(s) for s in summaries[: request.limit or 100]]
@@ -343,10 +356,24 @@ class ToolRuntimeService:
         return self.manager.require(run_id, lambda run: caller.may(access, run.owner))
 
     async def _require(self, run_id: str, context: Context, access: Access = Access.READ) -> Run:
+        return (await self._locate(run_id, context, access))[0]
+
+    async def _locate(
+        self, run_id: str, context: Context, access: Access = Access.READ
+    ) -> tuple[Run, str]:
+        """The run, and the id of the other sidecar sharing the store that runs it (empty: a
+        run of this sidecar's); ``NOT_FOUND`` as ``require``."""
         try:
-            return self.require(run_id, access)
+            return self.require(run_id, access), ""
+        except SidecarError as exc:
+            missing = exc
+        try:
+            found = await self.manager.shared.get(run_id) if self.manager.shared else None
         except SidecarError as exc:
             await abort(context, exc)
+        if found is None or not current_caller().may(access, found[0].owner):
+            await abort(context, missing)
+        return found
 
 
 def _summary(run: Run) -> RunSummary:
