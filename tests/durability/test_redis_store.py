@@ -18,11 +18,13 @@ from cleveragents.sidecar import ConfigError, Sidecar, SidecarConfig
 from cleveragents.sidecar.runs.redis_keys import (
     INDEX_KEY,
     QUARANTINE_KEY,
+    lease_key,
     log_key,
     meta_key,
     quarantine_key,
     redacted,
 )
+from cleveragents.sidecar.runs.redis_store import RedisEventStore
 from cleveragents.tool import RunFailed, ToolCallStarted
 from tests.conftest import captured_logs
 from tests.redis_server import RedisServer, free_port
@@ -224,3 +226,30 @@ async def test_a_redis_killed_mid_run_ends_live_runs_and_the_sidecar_recovers_on
     assert isinstance(napped[-1].event, RunFailed)
     assert "run store failed" in napped[-1].event.message
     assert states == {"lost": "failed", "after": "completed"}
+
+
+async def test_a_lease_renewal_that_fails_is_logged_and_counted(
+    start_on: Callable[..., Any], redis_factory: Callable[..., RedisServer]
+) -> None:
+    server = redis_factory(appendfsync="always").start()
+    sidecar = await start_on(server.url, sidecar_id="renewing")
+    store = sidecar.manager.store
+    assert isinstance(store, RedisEventStore)
+    fleet = store.fleet
+    assert await fleet.renew() is True
+    server.kill()
+    with captured_logs() as logs:
+        assert await fleet.renew() is False
+    assert fleet.renewal_failures == 1
+    [line] = [line for line in logs if line["event"] == "store lease renewal failed"]
+    assert line["sidecar"] == "renewing"
+    assert line["error"].startswith("ConnectionError")
+    server.start()
+    with redis.Redis.from_url(server.url) as direct:
+        direct.delete(lease_key("renewing"))  # as if it had expired
+    with captured_logs() as logs:
+        assert await fleet.renew() is True
+    assert fleet.renewal_failures == 2
+    assert any(line["event"].startswith("store lease had expired") for line in logs)
+    with redis.Redis.from_url(server.url) as direct:
+        assert direct.pttl(lease_key("renewing")) > 0

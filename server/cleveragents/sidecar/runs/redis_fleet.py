@@ -175,27 +175,34 @@ class RedisFleet:
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.lease_s / 3)  # the renewal period, not a synchronisation
-            try:
-                renewed = await self.client.set(
-                    lease_key(self.sidecar_id), "1", px=self.lease_ms, xx=True
-                )
-                if not renewed:  # it expired first: other sidecars may have adopted our runs
-                    self.renewal_failures += 1
-                    log.error(
-                        "store lease had expired before its renewal; taken again",
-                        sidecar=self.sidecar_id,
-                        lease_s=self.lease_s,
-                    )
-                    await self.client.set(lease_key(self.sidecar_id), "1", px=self.lease_ms)
-                await self._adopt_expired()
-            except RedisError as exc:
+            if await self.renew():
+                with contextlib.suppress(RedisError):
+                    await self._adopt_expired()
+
+    async def renew(self) -> bool:
+        """Renew this sidecar's lease; ``False`` (logged, counted) if Redis did not take it."""
+        try:
+            renewed = await self.client.set(
+                lease_key(self.sidecar_id), "1", px=self.lease_ms, xx=True
+            )
+            if not renewed:  # it expired first: other sidecars may have adopted our runs
                 self.renewal_failures += 1
-                log.warning(
-                    "store lease renewal failed",
+                log.error(
+                    "store lease had expired before its renewal; taken again",
                     sidecar=self.sidecar_id,
-                    error=f"{type(exc).__name__}: {exc}",
-                    failures=self.renewal_failures,
+                    lease_s=self.lease_s,
                 )
+                await self.client.set(lease_key(self.sidecar_id), "1", px=self.lease_ms)
+            return True
+        except RedisError as exc:
+            self.renewal_failures += 1
+            log.warning(
+                "store lease renewal failed",
+                sidecar=self.sidecar_id,
+                error=f"{type(exc).__name__}: {exc}",
+                failures=self.renewal_failures,
+            )
+            return False
 
     async def _adopt_expired(self) -> None:
         """Adopt the live runs of each sidecar whose lease expired (one adopter each)."""
