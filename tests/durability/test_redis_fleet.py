@@ -10,9 +10,10 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import grpc
 import pytest
 
-from cleveragents.client import AsyncSidecarClient, StreamedEvent
+from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
 from cleveragents.sidecar import Sidecar, SidecarConfig
 from cleveragents.tool import (
     ApprovalDecided,
@@ -171,3 +172,25 @@ async def test_the_live_runs_of_a_killed_sidecar_are_adopted_and_end_exactly_onc
 def _kill(sidecar: ServedSidecar) -> None:
     sidecar.process.send_signal(signal.SIGKILL)
     sidecar.process.wait(10)
+
+
+async def test_the_id_of_a_run_another_sidecar_runs_is_refused_and_a_finished_one_replaced(
+    in_process: Callable[..., Awaitable[Any]],
+) -> None:
+    first, second = await in_process("first"), await in_process("second")
+    await _start_napping(first.address, "busy")
+    async with AsyncSidecarClient(first.address) as client:
+        await client.run_tool_loop("go", script=[{"content": "old"}], run_id="done")
+    async with AsyncSidecarClient(second.address) as client:
+        with pytest.raises(SidecarRpcError) as taken:
+            await client.run_tool_loop("go", script=[{"content": "x"}], run_id="busy")
+        again = await client.run_tool_loop("go", script=[{"content": "new"}], run_id="done")
+        log = [e async for e in client.watch("done")]
+    async with AsyncSidecarClient(first.address) as client:
+        busy = await client.get_run("busy")
+    assert taken.value.code is grpc.StatusCode.ALREADY_EXISTS
+    assert "still running (on another sidecar" in taken.value.details
+    assert busy.state == "running"
+    assert again.content == "new"
+    assert [e.sequence for e in log] == [1, 2, 3, 4]  # the new run alone
+    assert log[-1].event.result.content == "new"  # type: ignore[union-attr]

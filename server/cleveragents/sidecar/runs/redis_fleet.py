@@ -217,7 +217,9 @@ class RedisFleet:
                 continue
             runs = cast("set[bytes]", await self.client.smembers(runs_of_key(other)))
             run_ids = sorted(m.decode() for m in runs)
-            live = [f.stored for f in await self.read_runs(run_ids) if not ended(f.stored.frames)]
+            found = await self.read_runs(run_ids)
+            # Only what the dead sidecar still ran: an id it once ran may be another's now.
+            live = [f.stored for f in found if f.sidecar == other and not ended(f.stored.frames)]
             async with self.client.pipeline(transaction=False) as pipe:
                 for stored in live:
                     pipe.hset(meta_key(stored.run_id), "sidecar", self.sidecar_id)

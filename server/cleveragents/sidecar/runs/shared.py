@@ -22,7 +22,7 @@ import structlog
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.run import Run, Terminal
-from cleveragents.sidecar.runs.store import MemoryEventStore, StoredRun
+from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
 from cleveragents.sidecar.status import status_from_code
 from cleveragents.tool import LLMResponded, RunCancelled, RunCompleted, RunFailed, ToolCallCompleted
 from cleveragents.wire import RunState, check_frame, decode_frame, request_of_started
@@ -156,6 +156,24 @@ class SharedRuns:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run, found[0].sidecar
+
+    async def claim(self, run_id: str, owner: str, store: EventStore) -> None:
+        """Let a new run of ``owner`` take ``run_id``, unknown here: a finished run of its own
+        on the store is forgotten (replaced); ``ALREADY_EXISTS`` if another identity owns it,
+        or it still runs."""
+        if (found := await self.get(run_id)) is None:
+            return
+        if found[0].owner != owner:
+            raise SidecarError(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"run_id {run_id!r} is taken by another client's run; choose another run_id",
+            )
+        if not found[0].finished:
+            raise SidecarError(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"run {run_id!r} is still running (on another sidecar sharing the store)",
+            )
+        store.forget(run_id)
 
     async def recent(self, limit: int, skip: set[str]) -> list[Run]:
         """Snapshots of the ``limit`` runs started last that are not in ``skip``."""

@@ -98,6 +98,7 @@ class ToolRuntimeService:
         self, request: service_pb2.RunToolLoopRequest, context: Context
     ) -> service_pb2.RunToolLoopResponse:
         try:
+            await self.claim_id(request.spec.run_id)
             run = self.start_run(
                 request_of(request.spec), context, spec_bytes=request.spec.ByteSize()
             )
@@ -210,6 +211,7 @@ class ToolRuntimeService:
     ) -> None:
         stream = FrameQueue()
         try:
+            await self.claim_id(request.spec.run_id)
             run = self.start_run(
                 request_of(request.spec),
                 context,
@@ -254,6 +256,12 @@ class ToolRuntimeService:
         await session.serve(self, context)
 
     # -- shared with the Session handler -----------------------------------------------------
+
+    async def claim_id(self, run_id: str) -> None:
+        """With a shared store, refuse another sidecar's run id as a local one (see
+        ``SharedRuns.claim``); a finished run of the caller's own is replaced."""
+        if self.manager.shared and run_id and self.manager.get(run_id) is None:
+            await self.manager.shared.claim(run_id, current_caller().name, self.manager.store)
 
     def start_run(
         self,

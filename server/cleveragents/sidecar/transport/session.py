@@ -41,6 +41,7 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
         opening, host = await read_opening(
             first.start, service.config, service.frame_limit, service.openings
         )
+        await service.claim_id(opening.request.run_id)
         run = service.start_run(
             opening.request,
             context,
