@@ -194,3 +194,17 @@ async def test_the_id_of_a_run_another_sidecar_runs_is_refused_and_a_finished_on
     assert again.content == "new"
     assert [e.sequence for e in log] == [1, 2, 3, 4]  # the new run alone
     assert log[-1].event.result.content == "new"  # type: ignore[union-attr]
+
+
+async def test_a_sidecar_that_starts_leaves_the_live_runs_of_a_live_one_alone(
+    serve_sidecar: ServeSidecar, redis_server: RedisServer
+) -> None:
+    alpha = serve_sidecar(event_store=redis_server.url, sidecar_id="alpha")
+    seen = await _start_napping(alpha.address, "napping")
+    beta = serve_sidecar(event_store=redis_server.url, sidecar_id="beta")
+    async with AsyncSidecarClient(beta.address) as client:
+        from_beta = await client.get_run("napping")
+    async with AsyncSidecarClient(alpha.address) as client:
+        from_alpha = await client.get_run("napping")
+    assert (from_alpha.state, from_beta.state) == ("running", "running")
+    assert from_alpha.last_sequence == from_beta.last_sequence == len(seen)

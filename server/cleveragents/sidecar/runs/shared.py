@@ -160,8 +160,13 @@ class SharedRuns:
     async def claim(self, run_id: str, owner: str, store: EventStore) -> None:
         """Let a new run of ``owner`` take ``run_id``, unknown here: a finished run of its own
         on the store is forgotten (replaced); ``ALREADY_EXISTS`` if another identity owns it,
-        or it still runs."""
-        if (found := await self.get(run_id)) is None:
+        or it still runs. While the store cannot be read, the run starts, and the store's
+        failure rules apply to it."""
+        try:
+            found = await self.get(run_id)
+        except SidecarError:
+            return
+        if found is None:
             return
         if found[0].owner != owner:
             raise SidecarError(

@@ -52,10 +52,11 @@ def store_for(config: SidecarConfig, env: Mapping[str, str] | None = None) -> Ev
 def share(store: EventStore | None, manager: RunManager) -> None:
     """With a store several sidecars share (Redis), let ``manager`` serve the others' runs,
     adopt the runs of those whose leases expire, and obey their control requests."""
+    if type(store).__name__ != "RedisEventStore":  # redis-py is imported only for Redis
+        return
     from cleveragents.sidecar.runs.redis_store import RedisEventStore
 
-    if not isinstance(store, RedisEventStore):
-        return
+    assert isinstance(store, RedisEventStore)
     fleet = store.fleet
     manager.shared = SharedRuns(fleet, manager.stats, manager.frame_limit)
     fleet.on_adopt = manager.take_back
