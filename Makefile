@@ -18,7 +18,7 @@ $(info $(VENV) was made by a Python older than 3.11, or its Python is gone: rebu
 $(shell rm -rf $(VENV))
 endif
 
-.PHONY: install test lint generate demo bench fuzz node-test go-tools go-test mcp-test-servers clean image image-rootfs
+.PHONY: install test lint generate demo bench fuzz node-test go-tools go-test mcp-test-servers redis-server clean image image-rootfs
 
 install: $(STAMP)
 
@@ -52,8 +52,15 @@ lint: install $(LINT_STAMP)
 	PYTHONPATH=server:client:generated $(LINT_VENV)/bin/lint-imports --no-cache
 	cd protos && ../$(BIN)/buf lint
 
-test: lint node-test go-test mcp-test-servers
+test: lint node-test go-test mcp-test-servers redis-server
 	$(BIN)/python -m pytest
+
+# The Redis run store's tests (and make bench) start Debian's redis-server (7.0+): installed
+# here when missing and apt-get can (as root), else named.
+REDIS_SERVER ?= redis-server
+REDIS_INSTALL ?= apt-get install -y --no-install-recommends redis-server
+redis-server:
+	@command -v $(REDIS_SERVER) >/dev/null || { test "$$(id -u)" = 0 && command -v apt-get >/dev/null && $(REDIS_INSTALL) >/dev/null; } || { echo "make test and make bench need redis-server 7+ for the Redis run store's tests: install it (Debian: apt-get install redis-server)" >&2; exit 1; }
 
 # The Node.js client's tests start a real sidecar from .venv, hence the install.
 node-test: install
@@ -102,7 +109,7 @@ $(MCP_NPM_DIR)/node_modules/.package-lock.json: $(MCP_NPM_DIR)/package-lock.json
 demo: install
 	$(BIN)/python examples/demo.py
 
-bench: install
+bench: install redis-server
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/deltas.py  # live model output (issue 18)
 

@@ -37,11 +37,12 @@ from cleveragents.tool import (
 )
 
 if TYPE_CHECKING:  # mypy runs from the repository root; `python bench/run.py` from bench/
-    from bench import mcp_calls, scenarios_load
+    from bench import mcp_calls, scenarios_load, stores
     from bench.scenarios_load import Figure
 else:
     import mcp_calls
     import scenarios_load
+    import stores
     from scenarios_load import Figure
 
 HERE = Path(__file__).resolve().parent
@@ -326,6 +327,7 @@ async def main() -> None:
             process.wait(timeout=15)
     # Its own sidecar (a short finished-run TTL, so that memory can be seen to come back).
     figures = await scenarios_load.timed("concurrency", scenarios_load.concurrency) + figures
+    figures += await scenarios_load.timed("stores", stores.compare)  # memory, SQLite, Redis
     rows[2].met = rows[2].median_us <= 50
     for row in rows[3:]:
         if row.target:

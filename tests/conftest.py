@@ -16,6 +16,8 @@ from typing import IO, Any
 import pytest
 import structlog
 
+from tests.redis_server import RedisServer
+
 _LISTENING = "cleveragents-sidecar listening on "
 #: Set for every sidecar process the tests start (they inherit the environment).
 SANDBOX_ROOTS_ENV = "CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"
@@ -108,3 +110,35 @@ def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
             yield logs
     finally:
         structlog.configure(**previous)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A ``redis-server`` on a free loopback port, persisting nothing; stopped after the test."""
+    server = RedisServer(tmp_path / "redis").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_unix_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A ``redis-server`` on a unix socket only; stopped after the test."""
+    server = RedisServer(tmp_path / "redis-unix", unix_socket=True).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """``redis_factory(appendfsync=..., unix_socket=...)``: servers, not yet started, stopped
+    after the test (for kill-and-restart tests)."""
+    made: list[RedisServer] = []
+
+    def make(**options: Any) -> RedisServer:
+        server = RedisServer(tmp_path / f"redis-{len(made)}", **options)
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.stop()

@@ -40,3 +40,11 @@ def test_node_tests_without_npm_name_what_is_missing() -> None:
     assert result.returncode != 0
     assert "needs Node.js 18+ and npm" in result.stderr
     assert "apt-get install nodejs npm" in result.stderr
+
+
+def test_the_redis_tests_without_redis_server_name_what_is_missing() -> None:
+    result = make("redis-server", "REDIS_SERVER=redis-server-not-here", "REDIS_INSTALL=false")
+
+    assert result.returncode != 0
+    assert "need redis-server 7+" in result.stderr
+    assert "apt-get install redis-server" in result.stderr

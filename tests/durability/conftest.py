@@ -1,4 +1,9 @@
-"""Sidecars that keep their run logs in a SQLite file, in process and as killable processes."""
+"""Sidecars that keep their run logs in a durable store, in process and as killable processes.
+
+``start_in_process`` and ``spawn`` run each test on every durable store (the store contract:
+a SQLite file, and a Redis server started for the test); ``start_on_sqlite`` is for the tests
+that look inside the SQLite file itself.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from cleveragents.sidecar import Sidecar, SidecarConfig
+from tests.redis_server import RedisServer
 
 StartInProcess = Callable[..., Awaitable[Sidecar]]
 
@@ -22,19 +28,45 @@ def db(tmp_path: Path) -> Path:
     return tmp_path / "runs.sqlite"
 
 
-@pytest.fixture
-async def start_in_process(db: Path) -> AsyncIterator[StartInProcess]:
-    """Start sidecars on ``db``; each is stopped at the end unless the test stopped it."""
+@pytest.fixture(params=["sqlite", "redis"])
+def event_store(request: pytest.FixtureRequest, db: Path, tmp_path: Path) -> Iterator[str]:
+    """The ``event_store`` setting of one durable store: a SQLite file, or a Redis server
+    (with an append-only file, so that it survives being killed like the file does)."""
+    if request.param == "sqlite":
+        yield str(db)
+        return
+    server = RedisServer(tmp_path / "redis", appendfsync="everysec").start()
+    yield server.url
+    server.stop()
+
+
+def _starter(event_store: str) -> tuple[StartInProcess, list[Sidecar]]:
     running: list[Sidecar] = []
 
     async def start(**settings: object) -> Sidecar:
         settings.setdefault("sandbox_roots", (os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],))
-        config = SidecarConfig(listen="127.0.0.1:0", event_store=str(db), **settings)  # type: ignore[arg-type]
+        config = SidecarConfig(listen="127.0.0.1:0", event_store=event_store, **settings)  # type: ignore[arg-type]
         sidecar = Sidecar(config)
         await sidecar.start()
         running.append(sidecar)
         return sidecar
 
+    return start, running
+
+
+@pytest.fixture
+async def start_in_process(event_store: str) -> AsyncIterator[StartInProcess]:
+    """Start sidecars on ``event_store``; each is stopped at the end unless the test stopped it."""
+    start, running = _starter(event_store)
+    yield start
+    for sidecar in running:
+        await sidecar.stop(1.0)
+
+
+@pytest.fixture
+async def start_on_sqlite(db: Path) -> AsyncIterator[StartInProcess]:
+    """Start sidecars on the SQLite file ``db``; each is stopped at the end."""
+    start, running = _starter(str(db))
     yield start
     for sidecar in running:
         await sidecar.stop(1.0)
@@ -42,7 +74,7 @@ async def start_in_process(db: Path) -> AsyncIterator[StartInProcess]:
 
 @dataclass
 class SidecarProcess:
-    """A `cleveragents-sidecar serve` process on a SQLite store."""
+    """A `cleveragents-sidecar serve` process on a durable store."""
 
     process: subprocess.Popen[str]
     address: str
@@ -57,13 +89,18 @@ Spawn = Callable[..., SidecarProcess]
 
 
 @pytest.fixture
-def spawn(db: Path) -> Iterator[Spawn]:
-    """Start ``serve`` processes on ``db``; keyword arguments are settings, given as their
-    environment variables (``resume_runs="false"``)."""
+def spawn(event_store: str) -> Iterator[Spawn]:
+    """Start ``serve`` processes on ``event_store``; keyword arguments are settings, given as
+    their environment variables (``resume_runs="false"``)."""
     processes: list[SidecarProcess] = []
 
     def start(**settings: str) -> SidecarProcess:
-        env = dict(os.environ, CLEVERAGENTS_SIDECAR_EVENT_STORE=str(db))
+        # The same id each time: a restarted sidecar takes its own live runs back at once.
+        env = dict(
+            os.environ,
+            CLEVERAGENTS_SIDECAR_EVENT_STORE=event_store,
+            CLEVERAGENTS_SIDECAR_SIDECAR_ID="durability-sidecar",
+        )
         env.update({f"CLEVERAGENTS_SIDECAR_{k.upper()}": v for k, v in settings.items()})
         command = [
             sys.executable, "-m", "cleveragents.sidecar.cli", "serve",

@@ -55,15 +55,15 @@ async def test_ownership_survives_a_restart(
 
 
 async def test_a_store_from_before_owners_opens_with_its_runs_owned_by_default(
-    start_in_process: StartInProcess, identities: dict[str, object], db: Path
+    start_on_sqlite: StartInProcess, identities: dict[str, object], db: Path
 ) -> None:
-    first = await start_in_process()
+    first = await start_on_sqlite()
     async with AsyncSidecarClient(first.address) as anyone:
         await anyone.run_tool_loop("old", script=[{"content": "old run"}], run_id="old")
     await first.stop(1.0)
     with sqlite3.connect(db) as connection:  # as a sidecar without owners left it
         connection.execute("DROP TABLE owners")
-    second = await start_in_process(**identities)
+    second = await start_on_sqlite(**identities)
     async with AsyncSidecarClient(second.address, token=TOKENS["alice"]) as alice:
         with pytest.raises(SidecarRpcError) as hidden:
             await alice.get_run("old")

@@ -1,4 +1,5 @@
-"""With a SQLite event store, a restarted sidecar still answers for every run it had."""
+"""With a durable event store (SQLite, Redis), a restarted sidecar still answers for every run
+it had; the last tests look inside the SQLite file."""
 
 from __future__ import annotations
 
@@ -109,16 +110,16 @@ async def test_retention_applies_to_restored_runs(start_in_process: StartInProce
     assert raised.value.code is grpc.StatusCode.NOT_FOUND
 
 
-async def test_the_store_uses_wal_mode(start_in_process: StartInProcess, db: Path) -> None:
-    await start_in_process()
+async def test_the_store_uses_wal_mode(start_on_sqlite: StartInProcess, db: Path) -> None:
+    await start_on_sqlite()
     with sqlite3.connect(db) as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
 async def test_a_stream_sees_only_stored_events_and_all_of_them(
-    start_in_process: StartInProcess, db: Path
+    start_on_sqlite: StartInProcess, db: Path
 ) -> None:
-    sidecar = await start_in_process()
+    sidecar = await start_on_sqlite()
     async with AsyncSidecarClient(sidecar.address) as client:
         seen = [e async for e in client.stream_tool_loop("go", script=ECHO_THEN_ANSWER)]
     run_id = seen[0].run_id
@@ -232,9 +233,9 @@ async def test_serve_on_an_unusable_store_exits_2_with_one_line(db: Path) -> Non
 
 
 async def test_an_undecodable_row_quarantines_its_run_and_the_others_start(
-    start_in_process: StartInProcess, db: Path
+    start_on_sqlite: StartInProcess, db: Path
 ) -> None:
-    first = await start_in_process()
+    first = await start_on_sqlite()
     async with AsyncSidecarClient(first.address) as client:
         await client.run_tool_loop("go", script=ECHO_THEN_ANSWER, run_id="good")
         await client.run_tool_loop("go", script=ECHO_THEN_ANSWER, run_id="bad")
@@ -245,7 +246,7 @@ async def test_an_undecodable_row_quarantines_its_run_and_the_others_start(
             (b"\x0a\x05\xff\xff\xff\xff\xff",),
         )
 
-    second = await start_in_process()
+    second = await start_on_sqlite()
     async with AsyncSidecarClient(second.address) as client:
         assert (await client.get_run("good")).state == "completed"
         with pytest.raises(SidecarRpcError) as missing:

@@ -56,8 +56,8 @@ def test_serve_help_shows_each_default_and_environment_variable(
     text = " ".join(capsys.readouterr().out.split())
 
     assert (
-        "--event-store VALUE a SQLite file for the run logs (empty: memory) (default: unset;"
-        in text
+        "--event-store VALUE a SQLite file or redis:// URL for the run logs (empty: memory) "
+        "(default: unset;" in text
     )
     assert "--max-concurrent-runs N runs in flight at most (default: 1000; env " in text
     assert "CLEVERAGENTS_SIDECAR_AUTH_TOKEN_ENV" in text

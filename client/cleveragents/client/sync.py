@@ -178,9 +178,11 @@ class SidecarClient:
         ``next``; one left part way ends when the iterator is closed or collected, or the
         client is closed.
         """
-        return self._follow(run_id, after_sequence)
+        return self._follow(run_id, after_sequence, stream_deltas)
 
-    def _follow(self, run_id: str, after_sequence: int) -> Generator[StreamedEvent, None, None]:
+    def _follow(
+        self, run_id: str, after_sequence: int, stream_deltas: bool
+    ) -> Generator[StreamedEvent, None, None]:
         outgoing: queue.SimpleQueue[service_pb2.FollowRunRequest | None] = queue.SimpleQueue()
         outgoing.put(follow_start(run_id, after_sequence, stream_deltas))
 

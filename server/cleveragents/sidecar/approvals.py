@@ -24,7 +24,7 @@ import structlog
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.tool import ApprovalDecision, ApprovalRequest
 
-__all__ = ["ApprovalBroker"]
+__all__ = ["ApprovalBroker", "own_run_refusal"]
 
 _log = structlog.get_logger("cleveragents.sidecar.approvals")
 
@@ -71,13 +71,9 @@ class ApprovalBroker:
     def refusal(self, identity: str) -> str | None:
         """Why ``identity`` may not decide this run's approvals, whatever its roles; ``None``
         when it may (if its roles let it)."""
-        if self.self_approval or identity != self.owner:
+        if identity != self.owner:
             return None
-        return (
-            f"identity {identity!r} started run {self.run_id!r} and may not decide its own "
-            f"approvals ({self._policy}.self_approval = false): an identity with the "
-            "approver or admin role must decide them"
-        )
+        return own_run_refusal(self.self_approval, self._policy, identity, self.run_id)
 
     @property
     def waiting(self) -> list[str]:
@@ -165,3 +161,15 @@ class ApprovalBroker:
         self._logger.info(
             "approval decided", call_id=call_id, approved=approved, by=by, identity=identity
         )
+
+
+def own_run_refusal(self_approval: bool, policy: str, identity: str, run_id: str) -> str | None:
+    """Why ``identity``, which started ``run_id``, may not decide its approvals under
+    ``policy`` (named for the message); ``None`` when ``self_approval`` lets it."""
+    if self_approval:
+        return None
+    return (
+        f"identity {identity!r} started run {run_id!r} and may not decide its own "
+        f"approvals ({policy}.self_approval = false): an identity with the "
+        "approver or admin role must decide them"
+    )

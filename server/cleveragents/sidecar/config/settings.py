@@ -182,6 +182,16 @@ class SidecarConfig:
     #: when the sidecar stopped resume from their logs at start (false: they end with
     #: ``run_failed``, as before resuming existed).
     resume_runs: bool = True
+    #: The environment variable holding the Redis password, for an ``event_store`` URL
+    #: that carries none (a password in the URL wins); never logged.
+    event_store_password_env: str = ""
+    #: With a shared (Redis) store: this sidecar's id among those sharing it (empty: a random
+    #: one per start). A sidecar restarted with the same id takes its live runs back at once;
+    #: ids must be unique among the sidecars running at one time.
+    sidecar_id: str = ""
+    #: With a shared store: how long a sidecar's lease lasts unrenewed (renewed three times a
+    #: lease); once it expires, another sidecar adopts its live runs.
+    event_store_lease_s: float = 10.0
     default_automation_profile: str = "supervised"
     approval_timeout_s: float = 300.0
     approve_on_timeout: bool = False
@@ -258,6 +268,7 @@ class SidecarConfig:
             "finished_run_ttl_s",
             "watcher_stall_s",
             "auth_reject_log_interval_s",
+            "event_store_lease_s",
         ):
             if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
                 raise ConfigError(f"{name} must be a positive number of seconds")

@@ -28,7 +28,8 @@ from cleveragents.sidecar.runs.readers import FrameSink
 from cleveragents.sidecar.runs.recovery import crashed, partial_result, restore
 from cleveragents.sidecar.runs.resume import ResumeInfo, Resumer, resumption_of
 from cleveragents.sidecar.runs.run import Run, RunObserver
-from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore
+from cleveragents.sidecar.runs.shared import SharedRuns
+from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
 from cleveragents.sidecar.runs.watchers import Watchers
 from cleveragents.tool import Resumption, RunFailed
 
@@ -84,19 +85,30 @@ class RunManager:
         self.watchers = Watchers(self.stats, watcher_queue_size)
         self._finished: collections.OrderedDict[str, Run] = collections.OrderedDict()
         self.quotas = RunQuotas()
+        #: Other sidecars' runs, with a store they share (see ``stores.share``).
+        self.shared: SharedRuns | None = None
+        self._resumer: Resumer | None = None
         self.store.watch(self._store_changed)
 
     # -- the store -----------------------------------------------------------------------------
 
     def open(self, resumer: Resumer | None = None) -> int:
-        """Open the store and take back the runs it holds (see ``recovery``); returns how many.
+        """Open the store and take back the runs it holds (see ``take_back``); returns how many.
+
+        ``resumer`` is kept for the runs adopted later from a shared store's dead sidecars.
+        """
+        self._resumer = resumer
+        return self.take_back(self.store.open())
+
+    def take_back(self, stored_runs: Sequence[StoredRun]) -> int:
+        """Keep the stored runs (see ``recovery``); returns how many.
 
         With a ``resumer``, each run that was live resumes (``resume``); without one, or when
         it cannot, it ends with ``run_failed``. A run whose log cannot be decoded is
         quarantined (set aside in the store, with a warning) and the others start.
         """
-        restored = []
-        for stored in self.store.open():
+        restored, resumer = [], self._resumer
+        for stored in stored_runs:
             try:
                 run = restore(
                     stored, self.store, self.stats, self.frame_limit, keep_live=resumer is not None
@@ -159,7 +171,9 @@ class RunManager:
             )
 
     async def close(self) -> None:
-        """Let the store write what it holds, then close it."""
+        """Stop following other sidecars' runs; let the store write what it holds, close it."""
+        if self.shared is not None:
+            await self.shared.close()
         await self.store.close()
 
     # -- finding runs --------------------------------------------------------------------------

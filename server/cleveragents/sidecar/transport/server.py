@@ -15,7 +15,8 @@ from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import running_loop_name
 from cleveragents.sidecar.llm_profiles import close_provider_clients
-from cleveragents.sidecar.runs import RunManager, RunObserver, SqliteEventStore
+from cleveragents.sidecar.runs import RunManager, RunObserver
+from cleveragents.sidecar.runs.stores import share, store_for
 from cleveragents.sidecar.secrets import known_secrets
 from cleveragents.sidecar.tool_sources import default_registry
 from cleveragents.sidecar.transport.access import (
@@ -101,10 +102,11 @@ class Sidecar:
             finished_run_ttl_s=config.finished_run_ttl_s,
             max_finished_run_bytes=config.max_finished_run_bytes,
             watcher_queue_size=config.watcher_queue_size,
-            store=SqliteEventStore(config.event_store) if config.event_store else None,
+            store=(store := store_for(config)),
             observers=observers,
             frame_limit=event_limit(config.max_message_bytes),
         )
+        share(store, self.manager)
         #: Calls refused for their credentials (counted, and logged at most once an interval).
         self.rejections = Rejections(config.auth_reject_log_interval_s)
         if self.metrics is not None:

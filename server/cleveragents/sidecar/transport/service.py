@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from cleveragents.sidecar.approvals import own_run_refusal
 from cleveragents.sidecar.assembly import AssembledRun, RunAssembler
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
@@ -25,6 +26,7 @@ from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.identity import Access
 from cleveragents.sidecar.runs import FrameQueue, FrameSink, LogCursor, Run, RunManager
 from cleveragents.sidecar.runs.resume import ResumeInfo, responses_logged
+from cleveragents.sidecar.runs.shared import Control
 from cleveragents.sidecar.transport import follow, session
 from cleveragents.sidecar.transport.bounds import check_started_fits
 from cleveragents.sidecar.transport.caller import current_caller
@@ -102,6 +104,7 @@ class ToolRuntimeService:
     ) -> service_pb2.RunToolLoopResponse:
         await self.want_tools(request.spec.tool_names)
         try:
+            await self.claim_id(request.spec.run_id)
             run = self.start_run(
                 request_of(request.spec), context, spec_bytes=request.spec.ByteSize()
             )
@@ -152,9 +155,12 @@ class ToolRuntimeService:
     async def CancelRun(
         self, request: service_pb2.CancelRunRequest, context: Context
     ) -> service_pb2.CancelRunResponse:
-        run = await self._require(request.run_id, context, Access.CONTROL)
+        run, sidecar = await self._locate(request.run_id, context, Access.CONTROL)
+        reason = request.reason or "cancelled by CancelRun"
+        if not run.finished and self.manager.shared is not None and sidecar:
+            await self.manager.shared.control(sidecar, Control("cancel", run.run_id, reason))
         if not run.finished:
-            self.manager.cancel(run, request.reason or "cancelled by CancelRun")
+            self.manager.cancel(run, reason)
             with contextlib.suppress(TimeoutError):  # a tool that ignores cancellation
                 await asyncio.wait_for(run.wait(), _CANCEL_WAIT_S)
         return service_pb2.CancelRunResponse(state=run_state_to_pb(run.state))
@@ -171,13 +177,27 @@ class ToolRuntimeService:
     async def DecideApproval(
         self, request: service_pb2.DecideApprovalRequest, context: Context
     ) -> service_pb2.DecideApprovalResponse:
-        run = await self._require(request.run_id, context, Access.DECIDE)
+        run, sidecar = await self._locate(request.run_id, context, Access.DECIDE)
         try:
-            if run.approvals is None:
+            if self.manager.shared is not None and sidecar:  # the owner checks the call id
+                caller = current_caller()  # the owner's check, before it leaves this sidecar
+                policy = self.config.policy_named(caller.policy)
+                refused = own_run_refusal(
+                    policy.self_approval, policy.where, caller.name, run.run_id
+                )
+                if caller.name == run.owner and refused:
+                    raise SidecarError.denied(refused)
+                decision = Control(
+                    "decide", run.run_id, request.reason, request.call_id, request.approved,
+                    caller.name,
+                )  # fmt: skip
+                await self.manager.shared.control(sidecar, decision)
+            elif run.approvals is None:
                 raise SidecarError.out_of_order(f"run {run.run_id!r} has no approvals")
-            run.approvals.decide(
-                request.call_id, request.approved, request.reason, "rpc", current_caller().name
-            )
+            else:
+                run.approvals.decide(
+                    request.call_id, request.approved, request.reason, "rpc", current_caller().name
+                )
         except SidecarError as exc:
             await abort(context, exc)
         return service_pb2.DecideApprovalResponse()
@@ -188,11 +208,14 @@ class ToolRuntimeService:
         if request.limit < 0:
             await abort(context, SidecarError.invalid("limit must not be negative"))
         caller = current_caller()
-        runs = [
-            run
-            for run in self.manager.live_runs() + self.manager.retained_runs()
-            if caller.may(Access.READ, run.owner)
-        ]
+        runs = self.manager.live_runs() + self.manager.retained_runs()
+        if self.manager.shared is not None:  # and the runs of the sidecars sharing the store
+            local = {run.run_id for run in runs}
+            try:
+                runs += await self.manager.shared.recent(request.limit or 100, local)
+            except SidecarError as exc:
+                await abort(context, exc)
+        runs = [run for run in runs if caller.may(Access.READ, run.owner)]
         summaries = sorted((_summary(run) for run in runs), key=lambda s: -s.started_at)
         return service_pb2.ListRunsResponse(
             runs=[summary_to_pb(s) for s in summaries[: request.limit or 100]]
@@ -206,6 +229,7 @@ class ToolRuntimeService:
         stream = FrameQueue()
         await self.want_tools(request.spec.tool_names)
         try:
+            await self.claim_id(request.spec.run_id)
             run = self.start_run(
                 request_of(request.spec),
                 context,
@@ -259,6 +283,12 @@ class ToolRuntimeService:
         """Start the lazy MCP servers a run offered ``tool_names`` (empty: all) may use."""
         if self.tools_wanted is not None:
             await self.tools_wanted(tool_names)
+
+    async def claim_id(self, run_id: str) -> None:
+        """With a shared store, refuse another sidecar's run id as a local one (see
+        ``SharedRuns.claim``); a finished run of the caller's own is replaced."""
+        if self.manager.shared and run_id and self.manager.get(run_id) is None:
+            await self.manager.shared.claim(run_id, current_caller().name, self.manager.store)
 
     def start_run(
         self,
@@ -384,10 +414,24 @@ class ToolRuntimeService:
         return self.manager.require(run_id, lambda run: caller.may(access, run.owner))
 
     async def _require(self, run_id: str, context: Context, access: Access = Access.READ) -> Run:
+        return (await self._locate(run_id, context, access))[0]
+
+    async def _locate(
+        self, run_id: str, context: Context, access: Access = Access.READ
+    ) -> tuple[Run, str]:
+        """The run, and the id of the other sidecar sharing the store that runs it (empty: a
+        run of this sidecar's); ``NOT_FOUND`` as ``require``."""
         try:
-            return self.require(run_id, access)
+            return self.require(run_id, access), ""
+        except SidecarError as exc:
+            missing = exc
+        try:
+            found = await self.manager.shared.get(run_id) if self.manager.shared else None
         except SidecarError as exc:
             await abort(context, exc)
+        if found is None or not current_caller().may(access, found[0].owner):
+            await abort(context, missing)
+        return found
 
 
 def _summary(run: Run) -> RunSummary:

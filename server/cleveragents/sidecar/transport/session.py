@@ -46,6 +46,7 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
         if opening.handles_approvals:
             _check_self_approval(service)
         await service.want_tools(opening.request.tool_names)
+        await service.claim_id(opening.request.run_id)
         run = service.start_run(
             opening.request,
             context,

@@ -1,0 +1,278 @@
+"""A sidecar's place in a fleet that shares one Redis: its lease, the others' runs, control.
+
+Each sidecar has an id (``sidecar_id``, or a random one per start) and a *lease*: a key with a
+time to live (``event_store_lease_s``) that it renews three times a lease. A run's hash names
+the sidecar that runs it, so a run's lease is its sidecar's: held while that key lives. A
+renewal that fails is logged and counted (``renewal_failures``); the store keeps trying.
+
+When a sidecar's lease expires (it died, or lost Redis for a whole lease), one other sidecar
+takes its adopter key (``SET NX``) and *adopts* its live runs: they become that sidecar's, and
+``on_adopt`` gets their logs, and the run manager takes them back as a restart does: they
+resume from their logs where they can, else end with ``run_failed`` (exactly once: only the
+adopter writes it).
+
+Other sidecars read this one's runs from the streams (``SharedLog``), and send it cancels
+and approval decisions on its *control stream*, which ``on_control`` gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable
+from typing import Any, cast
+
+import redis
+import redis.asyncio
+import structlog
+from redis.exceptions import RedisError
+
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY
+from cleveragents.sidecar.runs.redis_keys import (
+    INDEX_KEY,
+    SIDECARS_KEY,
+    adopter_key,
+    control_key,
+    lease_key,
+    log_key,
+    meta_key,
+    runs_of_key,
+)
+from cleveragents.sidecar.runs.shared import Control, SharedRun
+from cleveragents.sidecar.runs.store import StoredRun
+from cleveragents.tool import RunCancelled, RunCompleted, RunFailed
+from cleveragents.wire import decode_frame
+
+__all__ = ["RedisFleet", "ended", "frames_of"]
+
+log = structlog.get_logger("cleveragents.sidecar.store")
+
+#: How long one blocking read of the control stream waits (milliseconds).
+_CONTROL_BLOCK_MS = 1000
+#: What XRANGE answers, and XREAD (per stream).
+_Entries = list[tuple[bytes, dict[bytes, bytes]]]
+_Streams = list[tuple[bytes, _Entries]]
+#: The control stream keeps about this many entries.
+_CONTROL_MAXLEN = 10_000
+
+
+class RedisFleet:
+    """This sidecar's lease, adoption of expired ones, control streams, and shared reads."""
+
+    def __init__(self, client: redis.asyncio.Redis, lease_s: float, sidecar_id: str = "") -> None:
+        self.client = client
+        self.lease_s = lease_s
+        self.sidecar_id = sidecar_id or uuid.uuid4().hex[:16]
+        #: Told the logs of the live runs this sidecar adopted (the run manager ends them).
+        self.on_adopt: Callable[[list[StoredRun]], object] | None = None
+        #: Told each control request other sidecars sent for this sidecar's runs.
+        self.on_control: Callable[[Control], None] | None = None
+        #: Lease renewals that failed (Redis unreachable, or the lease had expired).
+        self.renewal_failures = 0
+        self.adopted_runs = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def lease_ms(self) -> int:
+        return max(1, int(self.lease_s * 1000))
+
+    # -- at start-up (the store's synchronous open) ------------------------------------------
+
+    def register(self, client: redis.Redis) -> set[str]:
+        """Take this sidecar's lease; return the ids of the other sidecars whose leases live."""
+        client.set(lease_key(self.sidecar_id), "1", px=self.lease_ms)
+        client.sadd(SIDECARS_KEY, self.sidecar_id)
+        others = [m.decode() for m in cast("set[bytes]", client.smembers(SIDECARS_KEY))]
+        others = [other for other in others if other != self.sidecar_id]
+        with client.pipeline(transaction=False) as pipe:
+            for other in others:
+                pipe.exists(lease_key(other))
+            alive = pipe.execute()
+        return {other for other, live in zip(others, alive, strict=True) if live}
+
+    def claim_sync(self, client: redis.Redis, run_ids: list[str]) -> None:
+        """Make the runs ``run_ids`` (taken back at start-up) this sidecar's."""
+        with client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hset(meta_key(run_id), "sidecar", self.sidecar_id)
+                pipe.sadd(runs_of_key(self.sidecar_id), run_id)
+            pipe.execute()
+
+    def start(self) -> None:
+        """Start renewing the lease and reading the control stream (``close`` stops both)."""
+        self._tasks = [
+            asyncio.create_task(self._heartbeat(), name="store-lease"),
+            asyncio.create_task(self._control_loop(), name="store-control"),
+        ]
+
+    async def close(self, *, clean: bool) -> None:
+        """Stop; ``clean`` (every run ended and stored): leave the fleet, lease and all."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if clean:
+            with contextlib.suppress(RedisError):
+                async with self.client.pipeline(transaction=False) as pipe:
+                    pipe.srem(SIDECARS_KEY, self.sidecar_id)
+                    pipe.delete(
+                        lease_key(self.sidecar_id),
+                        runs_of_key(self.sidecar_id),
+                        control_key(self.sidecar_id),
+                    )
+                    await pipe.execute()
+
+    # -- SharedLog -----------------------------------------------------------------------------
+
+    async def read_runs(self, run_ids: list[str]) -> list[SharedRun]:
+        if not run_ids:
+            return []
+        async with self.client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.xrange(log_key(run_id))
+                pipe.hmget(meta_key(run_id), ["owner", "sidecar", "resume"])
+            answers = await pipe.execute()
+        found = []
+        for index, run_id in enumerate(run_ids):
+            frames = frames_of(answers[2 * index])
+            if frames:
+                owner, sidecar, resume = answers[2 * index + 1]
+                name = owner.decode() if owner else DEFAULT_IDENTITY.name
+                stored = StoredRun(run_id, frames, name, resume.decode() if resume else "")
+                found.append(SharedRun(stored, sidecar.decode() if sidecar else ""))
+        return found
+
+    async def recent_run_ids(self, limit: int) -> list[str]:
+        members = await self.client.zrevrange(INDEX_KEY, 0, max(0, limit - 1))
+        return [member.decode() for member in cast("list[bytes]", members)]
+
+    async def read_after(self, run_id: str, after: int, block_ms: int) -> list[bytes]:
+        streams = {log_key(run_id): f"{after}-0"}
+        answer = cast("_Streams", await self.client.xread(streams, block=block_ms))  # type: ignore[arg-type]
+        frames: list[bytes] = []
+        for _, entries in answer or ():
+            for entry_id, fields in entries:
+                if int(entry_id.split(b"-", 1)[0]) != after + len(frames) + 1:
+                    return frames  # a gap: read again from the last in order
+                frames.append(fields[b"f"])
+        return frames
+
+    async def send_control(self, sidecar: str, control: Control) -> None:
+        fields: dict[Any, Any] = {
+            "op": control.op,
+            "run": control.run_id,
+            "reason": control.reason,
+            "call": control.call_id,
+            "approved": "1" if control.approved else "",
+            "identity": control.identity,
+            "from": self.sidecar_id,
+        }
+        await self.client.xadd(
+            control_key(sidecar), fields, maxlen=_CONTROL_MAXLEN, approximate=True
+        )
+
+    # -- the background tasks --------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)  # the renewal period, not a synchronisation
+            if await self.renew():
+                with contextlib.suppress(RedisError):
+                    await self._adopt_expired()
+
+    async def renew(self) -> bool:
+        """Renew this sidecar's lease; ``False`` (logged, counted) if Redis did not take it."""
+        try:
+            renewed = await self.client.set(
+                lease_key(self.sidecar_id), "1", px=self.lease_ms, xx=True
+            )
+            if not renewed:  # it expired first: other sidecars may have adopted our runs
+                self.renewal_failures += 1
+                log.error(
+                    "store lease had expired before its renewal; taken again",
+                    sidecar=self.sidecar_id,
+                    lease_s=self.lease_s,
+                )
+                await self.client.set(lease_key(self.sidecar_id), "1", px=self.lease_ms)
+            return True
+        except RedisError as exc:
+            self.renewal_failures += 1
+            log.warning(
+                "store lease renewal failed",
+                sidecar=self.sidecar_id,
+                error=f"{type(exc).__name__}: {exc}",
+                failures=self.renewal_failures,
+            )
+            return False
+
+    async def _adopt_expired(self) -> None:
+        """Adopt the live runs of each sidecar whose lease expired (one adopter each)."""
+        members = cast("set[bytes]", await self.client.smembers(SIDECARS_KEY))
+        for other in sorted(m.decode() for m in members):
+            if other == self.sidecar_id or await self.client.exists(lease_key(other)):
+                continue
+            taken = await self.client.set(
+                adopter_key(other), self.sidecar_id, px=3 * self.lease_ms, nx=True
+            )
+            if not taken:
+                continue
+            runs = cast("set[bytes]", await self.client.smembers(runs_of_key(other)))
+            run_ids = sorted(m.decode() for m in runs)
+            found = await self.read_runs(run_ids)
+            # Only what the dead sidecar still ran: an id it once ran may be another's now.
+            live = [f.stored for f in found if f.sidecar == other and not ended(f.stored.frames)]
+            async with self.client.pipeline(transaction=False) as pipe:
+                for stored in live:
+                    pipe.hset(meta_key(stored.run_id), "sidecar", self.sidecar_id)
+                    pipe.sadd(runs_of_key(self.sidecar_id), stored.run_id)
+                pipe.delete(runs_of_key(other), control_key(other))
+                pipe.srem(SIDECARS_KEY, other)
+                await pipe.execute()
+            self.adopted_runs += len(live)
+            log.warning(
+                "adopted the live runs of a sidecar whose store lease expired",
+                sidecar=other,
+                runs=len(live),
+            )
+            if live and self.on_adopt is not None:
+                self.on_adopt(live)
+
+    async def _control_loop(self) -> None:
+        key, last = control_key(self.sidecar_id), "0-0"
+        while True:
+            try:
+                read = self.client.xread({key: last}, block=_CONTROL_BLOCK_MS, count=100)
+                answer = cast("_Streams", await read)
+            except RedisError:
+                await asyncio.sleep(1.0)  # Redis is away: the store's own failure is told
+                continue
+            for _, entries in answer or ():
+                for entry_id, fields in entries:
+                    last = entry_id.decode()
+                    if self.on_control is not None:
+                        self.on_control(_control(fields))
+
+
+def _control(fields: dict[bytes, bytes]) -> Control:
+    def text(name: bytes) -> str:
+        return fields.get(name, b"").decode()
+
+    return Control(
+        text(b"op"), text(b"run"), text(b"reason"), text(b"call"), bool(fields.get(b"approved")),
+        text(b"identity"),
+    )  # fmt: skip
+
+
+def ended(frames: list[bytes]) -> bool:
+    """Whether a log ends with its terminal event."""
+    return isinstance(decode_frame(frames[-1]).event, RunCompleted | RunFailed | RunCancelled)
+
+
+def frames_of(entries: _Entries) -> list[bytes]:
+    """The gap-free frames of a stream's entries (``<seq>-0`` ids), from sequence 1 on."""
+    frames: list[bytes] = []
+    for entry_id, fields in entries:
+        if int(entry_id.split(b"-", 1)[0]) != len(frames) + 1:
+            break  # a gap can only follow a torn pipeline: stop there
+        frames.append(fields[b"f"])
+    return frames

@@ -1,0 +1,298 @@
+"""Run logs on a Redis server, so that they outlive the sidecar and its machine.
+
+Each run is a Redis Stream whose entry ids carry the sequence (``<seq>-0``: Redis refuses an
+id that is not above the last, so a log can take no duplicate and no out-of-order frame); a
+hash beside it holds the run's owner; a sorted set indexes the runs by their start, for
+start-up and retention. Every key of one run shares the hash tag ``{run_id}``, so a Redis
+Cluster keeps a run on one shard.
+
+Frames are written in groups by one task (whatever arrives while one pipeline is in flight
+goes into the next) and released once Redis has answered for them: an event reaches a client
+only after Redis holds it. How much of that survives a Redis crash is Redis's persistence
+setting: with ``appendonly yes`` and ``appendfsync always`` every acknowledged frame is on
+disk; with ``everysec`` (Redis's default) a killed ``redis-server`` loses nothing (the write
+reached the OS before the answer) but a power loss may lose the last second; without AOF a
+restart loses what came after the last snapshot.
+
+A pipeline that fails (Redis gone, out of memory, read-only) follows the store-failure rules
+of ``SqliteEventStore``: the store turns *failing*, tells its listeners, releases what it
+holds, and sends the same frames again every ``retry_interval_s``; a frame Redis already
+holds (the answer to an earlier try was lost) is refused as not above the stream's last id,
+which counts as written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterable
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import redis
+import redis.asyncio
+import structlog
+from redis.exceptions import RedisError, ResponseError
+
+from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY
+from cleveragents.sidecar.runs.redis_fleet import RedisFleet, ended, frames_of
+from cleveragents.sidecar.runs.redis_keys import (
+    INDEX_KEY,
+    QUARANTINE_KEY,
+    SIDECARS_KEY,
+    adopter_key,
+    control_key,
+    log_key,
+    meta_key,
+    quarantine_key,
+    redacted,
+    runs_of_key,
+)
+from cleveragents.sidecar.runs.store import LogOwner, StoredRun, StoreListener
+
+__all__ = ["RedisEventStore"]
+
+log = structlog.get_logger("cleveragents.sidecar.store")
+
+#: How often a failing store sends its unwritten frames again.
+RETRY_INTERVAL_S = 1.0
+#: A sidecar's lease lasts this long unrenewed (see redis_fleet.py).
+LEASE_S = 10.0
+#: How many runs start-up reads back in one round trip.
+_LOAD_CHUNK = 200
+#: Redis's answer to an XADD whose id is not above the stream's last: that frame is there.
+_ALREADY_STORED = "equal or smaller than the target stream top item"
+#: Seconds to connect, and to wait for one answer (a pipeline of frames is one answer).
+_CONNECT_TIMEOUT_S = 5.0
+_SOCKET_TIMEOUT_S = 10.0
+
+#: What the writer stores: a frame (owner, sequence, frame), or a run to forget/quarantine.
+_Item = tuple[LogOwner, int, bytes] | tuple[str, str]
+
+
+class RedisEventStore:
+    """Run logs on Redis (``redis://HOST:PORT/DB``, ``rediss://…``, ``unix:///path?db=N``).
+
+    ``password`` (from the environment variable ``event_store_password_env`` names) is used
+    when the URL carries none; neither is ever logged.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        password: str = "",
+        retry_interval_s: float = RETRY_INTERVAL_S,
+        lease_s: float = LEASE_S,
+        sidecar_id: str = "",
+    ) -> None:
+        self.url = url
+        self.shown = redacted(url)
+        self.retry_interval_s = retry_interval_s
+        #: The error of the pipeline that failed, while the store cannot write.
+        self.failure: str | None = None
+        options: dict[str, Any] = {
+            "socket_connect_timeout": _CONNECT_TIMEOUT_S,
+            "socket_timeout": _SOCKET_TIMEOUT_S,
+        }
+        if password and urlsplit(url).password is None:
+            options["password"] = password
+        self._options = options
+        self._listeners: list[StoreListener] = []
+        self._pending: list[_Item] = []
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._writer: asyncio.Task[None] | None = None
+        self._client = redis.asyncio.Redis.from_url(url, **options)
+        #: This sidecar's lease, the fleet's control streams and shared reads.
+        self.fleet = RedisFleet(self._client, lease_s, sidecar_id)
+
+    def open(self) -> list[StoredRun]:
+        """The stored runs; ``ConfigError`` (one line) when Redis cannot be reached."""
+        try:
+            with redis.Redis.from_url(self.url, **self._options) as client:
+                runs = self._take_back(client)
+        except RedisError as exc:
+            raise ConfigError(
+                f"event_store {self.shown} cannot be used as a run store "
+                f"({type(exc).__name__}: {exc}): start Redis there, or fix the URL"
+            ) from None
+        self._writer = asyncio.create_task(self._write_loop(), name="event-store")
+        self.fleet.start()
+        log.info(
+            "event store opened", url=self.shown, runs=len(runs), sidecar=self.fleet.sidecar_id
+        )
+        return runs
+
+    def _take_back(self, client: redis.Redis) -> list[StoredRun]:
+        """The runs this sidecar keeps: every finished one, and the live ones that are its
+        own (same ``sidecar_id``) or whose sidecar's lease expired (adopted: the manager ends
+        them as a restart does); another live sidecar's runs stay its own."""
+        me = self.fleet.sidecar_id
+        alive = self.fleet.register(client)
+        adopted: dict[str, bool] = {}  # a dead sidecar's id: whether this one adopts its runs
+        runs, claimed = [], []
+        for stored, sidecar in _load(client):
+            if not ended(stored.frames) and sidecar != me and sidecar:
+                if sidecar in alive:
+                    continue  # another sidecar runs it now
+                if sidecar not in adopted:
+                    key, px = adopter_key(sidecar), 3 * self.fleet.lease_ms
+                    adopted[sidecar] = bool(client.set(key, me, px=px, nx=True))
+                if not adopted[sidecar]:
+                    continue
+            if not ended(stored.frames):
+                claimed.append(stored.run_id)
+            runs.append(stored)
+        self.fleet.claim_sync(client, claimed)
+        for sidecar in (sidecar for sidecar, won in adopted.items() if won):
+            client.srem(SIDECARS_KEY, sidecar)
+            client.delete(runs_of_key(sidecar), control_key(sidecar))
+        return runs
+
+    def append(self, owner: LogOwner, sequence: int, frame: bytes) -> None:
+        self._pending.append((owner, sequence, frame))
+        self._wake.set()
+        if self.failure is not None:  # kept to write once the store works; released now
+            owner.release(sequence)
+
+    def watch(self, listener: StoreListener) -> None:
+        self._listeners.append(listener)
+
+    def forget(self, run_id: str) -> None:
+        self._pending.append((run_id, "forget"))
+        self._wake.set()
+
+    def quarantine(self, run_id: str) -> None:
+        self._pending.append((run_id, "quarantine"))
+        self._wake.set()
+
+    async def close(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._writer is not None:
+            await self._writer
+            await self.fleet.close(clean=self.failure is None)
+        await self._client.aclose()
+
+    async def _write_loop(self) -> None:
+        unwritten: list[_Item] = []  # the batch a failed pipeline left: it goes first, again
+        while True:
+            if unwritten and not self._stopping:
+                # A failing store tries again once a retry interval, however often frames come.
+                deadline = time.monotonic() + self.retry_interval_s
+                while not self._stopping and (left := deadline - time.monotonic()) > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), left)
+                    self._wake.clear()
+            elif not self._pending and not self._stopping:
+                await self._wake.wait()
+            self._wake.clear()
+            batch, self._pending = unwritten + self._pending, []
+            if batch:
+                try:
+                    await self._commit(batch)
+                except Exception as exc:  # any failed pipeline is a store failure, told
+                    if not unwritten:
+                        self._failed(f"{type(exc).__name__}: {exc}")
+                    _release_all(_marks(batch))  # readers must not wait
+                    unwritten = batch
+                    if self._stopping:
+                        log.error("event store closed unwritten", frames=len(batch))
+                        return
+                    continue
+                if unwritten:
+                    unwritten = []
+                    self._recovered()
+                _release_all(_marks(batch))
+            if self._stopping and not self._pending:
+                return
+
+    def _failed(self, error: str) -> None:
+        """A pipeline failed: release what waits, then tell the listeners."""
+        self.failure = error
+        log.error(
+            "event store failed: runs end, new runs are refused until it writes again",
+            url=self.shown,
+            error=error,
+            retry_interval_s=self.retry_interval_s,
+        )
+        _release_all(_marks(self._pending))
+        for listener in self._listeners:
+            listener(error)
+
+    def _recovered(self) -> None:
+        self.failure = None
+        log.warning("event store writes again: runs are accepted", url=self.shown)
+        for listener in self._listeners:
+            listener(None)
+
+    async def _commit(self, batch: list[_Item]) -> None:
+        """Send ``batch`` in one pipeline (in order, not atomic: each frame is its own XADD)."""
+        now = time.time()
+        async with self._client.pipeline(transaction=False) as pipe:
+            for item in batch:
+                if len(item) == 2:
+                    run_id, action = item
+                    if action == "forget":
+                        pipe.delete(log_key(run_id), meta_key(run_id))
+                        pipe.srem(runs_of_key(self.fleet.sidecar_id), run_id)
+                    else:
+                        pipe.rename(log_key(run_id), quarantine_key(run_id))
+                        pipe.sadd(QUARANTINE_KEY, run_id)
+                    pipe.zrem(INDEX_KEY, run_id)
+                    continue
+                owner, sequence, frame = item
+                pipe.xadd(log_key(owner.run_id), {"f": frame}, id=f"{sequence}-0")
+                if sequence == 1:
+                    me = self.fleet.sidecar_id
+                    meta = {"owner": owner.owner, "sidecar": me, "resume": owner.resume_info}
+                    pipe.hset(meta_key(owner.run_id), mapping=meta)
+                    pipe.sadd(runs_of_key(me), owner.run_id)
+                    pipe.zadd(INDEX_KEY, {owner.run_id: now})
+            answers = await pipe.execute(raise_on_error=False)
+        for answer in answers:
+            if isinstance(answer, ResponseError) and _ALREADY_STORED not in str(answer):
+                if "no such key" in str(answer):  # quarantining a run with no stream left
+                    continue
+                raise answer
+            if isinstance(answer, Exception) and not isinstance(answer, ResponseError):
+                raise answer
+
+
+def _marks(batch: Iterable[_Item]) -> list[tuple[LogOwner, int]]:
+    """Each owner in ``batch`` with the last sequence of its that ``batch`` holds."""
+    released: dict[int, tuple[LogOwner, int]] = {}
+    for item in batch:
+        if len(item) == 3:
+            owner, sequence, _ = item
+            released[id(owner)] = (owner, sequence)
+    return list(released.values())
+
+
+def _release_all(marks: Iterable[tuple[LogOwner, int]]) -> None:
+    for owner, sequence in marks:
+        owner.release(sequence)
+
+
+def _load(client: redis.Redis) -> list[tuple[StoredRun, str]]:
+    """Every indexed run, oldest first, with its gap-free frames and the sidecar running it."""
+    run_ids = [item.decode() for item in cast("list[bytes]", client.zrange(INDEX_KEY, 0, -1))]
+    runs: list[tuple[StoredRun, str]] = []
+    for start in range(0, len(run_ids), _LOAD_CHUNK):
+        chunk = run_ids[start : start + _LOAD_CHUNK]
+        with client.pipeline(transaction=False) as pipe:
+            for run_id in chunk:
+                pipe.xrange(log_key(run_id))
+                pipe.hmget(meta_key(run_id), ["owner", "sidecar", "resume"])
+            answers = pipe.execute()
+        for index, run_id in enumerate(chunk):
+            frames = frames_of(answers[2 * index])
+            owner, sidecar, resume = answers[2 * index + 1]
+            if frames:
+                name = owner.decode() if owner else DEFAULT_IDENTITY.name
+                stored = StoredRun(run_id, frames, name, resume.decode() if resume else "")
+                runs.append((stored, sidecar.decode() if sidecar else ""))
+    return runs

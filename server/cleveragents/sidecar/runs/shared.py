@@ -1,0 +1,235 @@
+"""Runs that another sidecar on the same store runs: read back from the store and followed live.
+
+With a shared store (Redis), ``GetRun``, ``ListRuns``, ``WatchRun`` and ``FollowRun`` serve a
+run this sidecar does not have. Such a run is a *mirror*: a ``Run`` rebuilt from the stored
+log (its owner identity with it), which a follower task keeps up to date with blocking stream
+reads while someone watches it, so that its watchers' cursors work as on a local run.
+``CancelRun`` and ``DecideApproval`` on a mirror are sent to the sidecar that runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import grpc
+import structlog
+
+from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.runs.log import LogStats, RunLog
+from cleveragents.sidecar.runs.run import Run, Terminal
+from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
+from cleveragents.sidecar.status import status_from_code
+from cleveragents.tool import LLMResponded, RunCancelled, RunCompleted, RunFailed, ToolCallCompleted
+from cleveragents.wire import RunState, check_frame, decode_frame, request_of_started
+
+__all__ = ["Control", "SharedLog", "SharedRun", "SharedRuns", "mirror"]
+
+log = structlog.get_logger("cleveragents.sidecar.shared")
+
+T = TypeVar("T")
+#: How long one blocking read of a followed run waits before it looks whether anyone still
+#: watches (milliseconds).
+BLOCK_MS = 1000
+#: A mirror nobody watches is still followed this long after it was asked for (a CancelRun
+#: waits on it).
+KEEP_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class SharedRun:
+    """A run as the shared store holds it, and the sidecar that runs (or ran) it."""
+
+    stored: StoredRun
+    sidecar: str
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """A request for the sidecar that runs ``run_id``: ``cancel``, or ``decide`` a call (as
+    ``identity``, whose decision the owner records and checks against the run's policy)."""
+
+    op: str
+    run_id: str
+    reason: str = ""
+    call_id: str = ""
+    approved: bool = False
+    identity: str = ""
+
+
+class SharedLog(Protocol):
+    """What a store that several sidecars share lets one read of the others' runs."""
+
+    @property
+    def sidecar_id(self) -> str:
+        """This sidecar's id in the store (leases and control streams are by it)."""
+        ...
+
+    async def read_runs(self, run_ids: list[str]) -> list[SharedRun]:
+        """The stored runs of ``run_ids`` there are (unknown ones left out)."""
+        ...
+
+    async def recent_run_ids(self, limit: int) -> list[str]:
+        """The ``limit`` runs started last, newest first."""
+        ...
+
+    async def read_after(self, run_id: str, after: int, block_ms: int) -> list[bytes]:
+        """The frames after sequence ``after``, waiting up to ``block_ms`` for one."""
+        ...
+
+    async def send_control(self, sidecar: str, control: Control) -> None:
+        """Queue ``control`` for ``sidecar`` (its control stream)."""
+        ...
+
+
+def mirror(stored: StoredRun, stats: LogStats, frame_limit: int = 0) -> Run:
+    """The run ``stored`` holds, finished if its log ends, else running (to be fed)."""
+    for sequence, item in enumerate(stored.frames, 1):
+        check_frame(item, stored.run_id, sequence)
+    first = decode_frame(stored.frames[0])
+    run_log = RunLog(stored.run_id, MemoryEventStore(), stats, stored.owner)
+    run = Run(
+        request_of_started(stored.frames[0]),
+        run_log,
+        started_at=first.time,
+        frame_limit=frame_limit,
+    )
+    run.begun = True
+    feed(run, stored.frames)
+    return run
+
+
+def feed(run: Run, frames: list[bytes]) -> None:
+    """Append a mirror's newly stored ``frames``; the terminal one finishes it."""
+    for item in frames:
+        if run.ended:
+            return
+        logged = decode_frame(item)
+        event = logged.event
+        if isinstance(event, ToolCallCompleted):
+            run.tool_calls += 1
+        elif isinstance(event, LLMResponded):
+            run.iterations = event.iteration
+        if isinstance(event, RunCompleted):
+            run.end(item, Terminal(RunState.COMPLETED, event.result, None, logged.time))
+        elif isinstance(event, RunFailed):
+            failure = (status_from_code(logged.failure_code), event.message)
+            run.end(item, Terminal(RunState.FAILED, event.result, failure, logged.time))
+        elif isinstance(event, RunCancelled):
+            run.end(item, Terminal(RunState.CANCELLED, event.result, None, logged.time))
+        else:
+            run.log.append(item)
+
+
+class SharedRuns:
+    """The mirrors of other sidecars' runs, each followed by one task while it is wanted."""
+
+    def __init__(self, shared: SharedLog, stats: LogStats, frame_limit: int = 0) -> None:
+        self.shared = shared
+        self.stats = stats
+        self.frame_limit = frame_limit
+        #: Followed mirrors by run id, with the sidecar running each, and until when to keep
+        #: following one nobody watches.
+        self._followed: dict[str, tuple[Run, str]] = {}
+        self._keep_until: dict[str, float] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def get(self, run_id: str) -> tuple[Run, str] | None:
+        """The mirror of ``run_id`` and the sidecar running it, or ``None`` if not stored."""
+        self._keep_until[run_id] = time.monotonic() + KEEP_S
+        if (followed := self._followed.get(run_id)) is not None:
+            return followed
+        found = await _read(self.shared.read_runs([run_id]))
+        if not found:
+            self._keep_until.pop(run_id, None)
+            return None
+        run = mirror(found[0].stored, self.stats, self.frame_limit)
+        if run.finished:
+            self._keep_until.pop(run_id, None)
+            return run, found[0].sidecar
+        if (followed := self._followed.get(run_id)) is not None:  # another call got there
+            return followed
+        self._followed[run_id] = (run, found[0].sidecar)
+        task = asyncio.create_task(self._follow(run), name=f"mirror-{run_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return run, found[0].sidecar
+
+    async def claim(self, run_id: str, owner: str, store: EventStore) -> None:
+        """Let a new run of ``owner`` take ``run_id``, unknown here: a finished run of its own
+        on the store is forgotten (replaced); ``ALREADY_EXISTS`` if another identity owns it,
+        or it still runs. While the store cannot be read, the run starts, and the store's
+        failure rules apply to it."""
+        try:
+            found = await self.get(run_id)
+        except SidecarError:
+            return
+        if found is None:
+            return
+        if found[0].owner != owner:
+            raise SidecarError(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"run_id {run_id!r} is taken by another client's run; choose another run_id",
+            )
+        if not found[0].finished:
+            raise SidecarError(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"run {run_id!r} is still running (on another sidecar sharing the store)",
+            )
+        store.forget(run_id)
+
+    async def recent(self, limit: int, skip: set[str]) -> list[Run]:
+        """Snapshots of the ``limit`` runs started last that are not in ``skip``."""
+        recent = await _read(self.shared.recent_run_ids(limit + len(skip)))
+        run_ids = [run_id for run_id in recent if run_id not in skip]
+        runs = []
+        for found in await _read(self.shared.read_runs(run_ids[:limit])):
+            followed = self._followed.get(found.stored.run_id)
+            try:
+                runs.append(followed[0] if followed else mirror(found.stored, self.stats))
+            except Exception:  # an unreadable log is left out of the list, not fatal to it
+                log.warning("shared run unreadable", run_id=found.stored.run_id)
+        return runs
+
+    async def control(self, sidecar: str, control: Control) -> None:
+        """Send ``control`` to the sidecar running the run."""
+        await _read(self.shared.send_control(sidecar, control))
+
+    async def close(self) -> None:
+        """Stop following (every follower task is awaited)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _follow(self, run: Run) -> None:
+        run_id = run.run_id
+        try:
+            while not run.finished:
+                wanted = run.log.cursors or time.monotonic() < self._keep_until.get(run_id, 0)
+                if not wanted:
+                    break
+                frames = await self.shared.read_after(run_id, len(run.log.frames), BLOCK_MS)
+                feed(run, frames)
+        except Exception as exc:  # the store went away: the watchers end where they are
+            log.warning("shared run no longer followed", run_id=run_id, error=repr(exc))
+            run.log.close()
+        finally:
+            with contextlib.suppress(KeyError):
+                del self._followed[run_id]
+            self._keep_until.pop(run_id, None)
+
+
+async def _read(call: Awaitable[T]) -> T:
+    """``call``'s answer; ``UNAVAILABLE`` naming the store's error if it fails."""
+    try:
+        return await call
+    except Exception as exc:
+        raise SidecarError(
+            grpc.StatusCode.UNAVAILABLE,
+            f"the shared run store cannot be reached ({type(exc).__name__}: {exc}); retry later",
+        ) from None

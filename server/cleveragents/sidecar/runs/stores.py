@@ -1,0 +1,78 @@
+"""Which ``EventStore`` a sidecar's ``event_store`` setting names: none (memory), a Redis URL,
+or a SQLite file; and, for a store several sidecars share, what ties the manager to the fleet."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import structlog
+
+from cleveragents.sidecar.config import SidecarConfig
+from cleveragents.sidecar.errors import ConfigError, SidecarError
+from cleveragents.sidecar.runs.manager import RunManager
+from cleveragents.sidecar.runs.shared import Control, SharedRuns
+from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
+from cleveragents.sidecar.runs.store import EventStore
+
+__all__ = ["is_redis_url", "share", "store_for"]
+
+log = structlog.get_logger("cleveragents.sidecar.shared")
+
+#: The ``event_store`` values that name a Redis server (anything else is a SQLite file).
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def is_redis_url(event_store: str) -> bool:
+    """Whether ``event_store`` names a Redis server rather than a SQLite file."""
+    return event_store.startswith(_REDIS_SCHEMES)
+
+
+def store_for(config: SidecarConfig, env: Mapping[str, str] | None = None) -> EventStore | None:
+    """The store ``config`` asks for (``None``: memory); redis-py is imported only for Redis."""
+    if not config.event_store:
+        return None
+    if not is_redis_url(config.event_store):
+        return SqliteEventStore(config.event_store)
+    from cleveragents.sidecar.runs.redis_store import RedisEventStore
+
+    password = ""
+    if name := config.event_store_password_env:
+        password = (os.environ if env is None else env).get(name, "")
+        if not password:
+            raise ConfigError(f"event_store_password_env names {name!r}, which is unset or empty")
+    return RedisEventStore(
+        config.event_store,
+        password=password,
+        lease_s=config.event_store_lease_s,
+        sidecar_id=config.sidecar_id,
+    )
+
+
+def share(store: EventStore | None, manager: RunManager) -> None:
+    """With a store several sidecars share (Redis), let ``manager`` serve the others' runs,
+    adopt the runs of those whose leases expire, and obey their control requests."""
+    if type(store).__name__ != "RedisEventStore":  # redis-py is imported only for Redis
+        return
+    from cleveragents.sidecar.runs.redis_store import RedisEventStore
+
+    assert isinstance(store, RedisEventStore)
+    fleet = store.fleet
+    manager.shared = SharedRuns(fleet, manager.stats, manager.frame_limit)
+    fleet.on_adopt = manager.take_back
+
+    def control(request: Control) -> None:
+        run = manager.get(request.run_id)
+        if run is None or run.finished:
+            log.info("control for a run not live here", op=request.op, run_id=request.run_id)
+        elif request.op == "cancel":
+            manager.cancel(run, request.reason or "cancelled by CancelRun")
+        elif request.op == "decide" and run.approvals is not None:
+            try:
+                run.approvals.decide(
+                    request.call_id, request.approved, request.reason, "rpc", request.identity
+                )
+            except SidecarError as exc:
+                log.warning("approval decision refused", run_id=run.run_id, error=exc.message)
+
+    fleet.on_control = control

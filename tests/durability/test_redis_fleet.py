@@ -1,0 +1,210 @@
+"""Several sidecars on one Redis: each serves the others' runs (GetRun, ListRuns, WatchRun,
+FollowRun, live), CancelRun and DecideApproval reach the sidecar that runs the run, and the live
+runs of a sidecar killed with SIGKILL are adopted by another once its lease expires."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import pytest
+
+from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
+from cleveragents.sidecar import Sidecar, SidecarConfig
+from cleveragents.tool import (
+    ApprovalDecided,
+    ApprovalRequested,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    ToolCallStarted,
+    ToolRegistry,
+)
+from tests.conftest import ServedSidecar, ServeSidecar
+from tests.redis_server import RedisServer
+
+NAP: list[dict[str, Any]] = [
+    {"content": "first", "tool_calls": [{"id": "e", "name": "echo", "arguments": {"text": "a"}}]},
+    {"tool_calls": [{"id": "nap", "name": "sleep", "arguments": {"seconds": 60}}]},
+]
+TERMINAL = (RunCompleted, RunFailed, RunCancelled)
+
+
+async def _start_napping(address: str, run_id: str) -> list[StreamedEvent]:
+    """Start a detached run that naps in a tool; return its events up to the nap."""
+    seen = []
+    async with AsyncSidecarClient(address) as client:
+        async for streamed in client.stream_tool_loop("go", script=NAP, run_id=run_id, detach=True):
+            seen.append(streamed)
+            if isinstance(streamed.event, ToolCallStarted) and streamed.event.tool_name == "sleep":
+                break
+    return seen
+
+
+def _two(serve_sidecar: ServeSidecar, redis_server: RedisServer, **settings: object) -> Any:
+    return [
+        serve_sidecar(event_store=redis_server.url, sidecar_id=name, **settings)
+        for name in ("alpha", "beta")
+    ]
+
+
+async def test_another_sidecar_serves_get_list_and_a_live_watch_of_a_run_and_cancels_it(
+    serve_sidecar: ServeSidecar, redis_server: RedisServer
+) -> None:
+    alpha, beta = _two(serve_sidecar, redis_server)
+    seen = await _start_napping(alpha.address, "on-alpha")
+    async with AsyncSidecarClient(beta.address) as client:
+        info = await client.get_run("on-alpha")
+        listed = [summary.run_id for summary in await client.list_runs()]
+        watched: list[StreamedEvent] = []
+
+        async def watch() -> None:
+            async for streamed in client.watch("on-alpha"):
+                watched.append(streamed)
+
+        watcher = asyncio.create_task(watch())
+        state = await client.cancel_run("on-alpha", reason="from beta")
+        await asyncio.wait_for(watcher, 30)
+        after = await client.get_run("on-alpha")
+    assert info.state == "running"
+    assert info.last_sequence == len(seen)
+    assert listed == ["on-alpha"]
+    assert state == "cancelled"
+    assert [e.sequence for e in watched] == list(range(1, len(watched) + 1))
+    assert [e.event for e in watched[: len(seen)]] == [e.event for e in seen]
+    assert isinstance(watched[-1].event, RunCancelled)
+    assert watched[-1].event.reason == "from beta"
+    assert after.state == "cancelled"
+    async with AsyncSidecarClient(alpha.address) as client:  # the owner ended it, once
+        own = [e async for e in client.watch("on-alpha")]
+    assert [e.event for e in own] == [e.event for e in watched]
+    assert sum(isinstance(e.event, TERMINAL) for e in own) == 1
+
+
+@pytest.fixture
+async def in_process(redis_server: RedisServer) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
+    running: list[Sidecar] = []
+
+    async def start(name: str, registry: ToolRegistry | None = None) -> Sidecar:
+        config = SidecarConfig(
+            listen="127.0.0.1:0",
+            event_store=redis_server.url,
+            sidecar_id=name,
+            sandbox_roots=(os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],),
+        )
+        sidecar = Sidecar(config, registry)
+        await sidecar.start()
+        running.append(sidecar)
+        return sidecar
+
+    yield start
+    for sidecar in running:
+        await sidecar.stop(1.0)
+
+
+async def test_an_approval_decided_on_another_sidecar_reaches_the_run(
+    in_process: Callable[..., Awaitable[Any]],
+) -> None:
+    tools, ran = ToolRegistry(), list[str]()
+
+    @tools.tool(side_effects=True)
+    async def deploy(target: str) -> str:
+        """Deploy somewhere."""
+        ran.append(target)
+        return target
+
+    owner = await in_process("owner", tools)
+    other = await in_process("other")
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"target": "prod"}}]},
+        {"content": "done"},
+    ]
+    events = []
+    async with (
+        AsyncSidecarClient(owner.address) as here,
+        AsyncSidecarClient(other.address) as there,
+    ):
+        async for streamed in here.stream_tool_loop("ship", script=script, run_id="ship"):
+            events.append(streamed.event)
+            if isinstance(streamed.event, ApprovalRequested):
+                await there.decide_approval("ship", "c1", approved=True, reason="from other")
+    decided = [e for e in events if isinstance(e, ApprovalDecided)]
+    assert [(d.approved, d.reason) for d in decided] == [(True, "from other")]
+    assert ran == ["prod"]
+    assert isinstance(events[-1], RunCompleted)
+
+
+@pytest.mark.timeout(120)
+async def test_the_live_runs_of_a_killed_sidecar_are_adopted_and_end_exactly_once(
+    serve_sidecar: ServeSidecar, redis_server: RedisServer
+) -> None:
+    alpha, beta = _two(serve_sidecar, redis_server, event_store_lease_s=1.0)
+    run_ids = [f"run-{i}" for i in range(10)]
+    seen = dict(zip(run_ids, await asyncio.gather(
+        *(_start_napping(alpha.address, run_id) for run_id in run_ids)
+    ), strict=True))  # fmt: skip
+    async with AsyncSidecarClient(beta.address) as client:
+        watched: list[StreamedEvent] = []
+
+        async def watch() -> None:
+            async for streamed in client.watch("run-0"):
+                watched.append(streamed)
+
+        watcher = asyncio.create_task(watch())
+        _kill(alpha)
+        await asyncio.wait_for(watcher, 60)  # beta adopts run-0 and ends it
+        logs = {run_id: [e async for e in client.watch(run_id)] for run_id in run_ids}
+        states = {run_id: (await client.get_run(run_id)).state for run_id in run_ids}
+    assert set(states.values()) == {"failed"}
+    for run_id, log in logs.items():
+        assert [e.sequence for e in log] == list(range(1, len(log) + 1)), run_id
+        assert [e.event for e in log[: len(seen[run_id])]] == [e.event for e in seen[run_id]]
+        assert sum(isinstance(e.event, TERMINAL) for e in log) == 1, run_id
+        assert isinstance(log[-1].event, RunFailed)
+        assert "stopped while this run was live" in log[-1].event.message
+    assert [e.event for e in watched] == [e.event for e in logs["run-0"]]
+
+
+def _kill(sidecar: ServedSidecar) -> None:
+    sidecar.process.send_signal(signal.SIGKILL)
+    sidecar.process.wait(10)
+
+
+async def test_the_id_of_a_run_another_sidecar_runs_is_refused_and_a_finished_one_replaced(
+    in_process: Callable[..., Awaitable[Any]],
+) -> None:
+    first, second = await in_process("first"), await in_process("second")
+    await _start_napping(first.address, "busy")
+    async with AsyncSidecarClient(first.address) as client:
+        await client.run_tool_loop("go", script=[{"content": "old"}], run_id="done")
+    async with AsyncSidecarClient(second.address) as client:
+        with pytest.raises(SidecarRpcError) as taken:
+            await client.run_tool_loop("go", script=[{"content": "x"}], run_id="busy")
+        again = await client.run_tool_loop("go", script=[{"content": "new"}], run_id="done")
+        log = [e async for e in client.watch("done")]
+    async with AsyncSidecarClient(first.address) as client:
+        busy = await client.get_run("busy")
+    assert taken.value.code is grpc.StatusCode.ALREADY_EXISTS
+    assert "still running (on another sidecar" in taken.value.details
+    assert busy.state == "running"
+    assert again.content == "new"
+    assert [e.sequence for e in log] == [1, 2, 3, 4]  # the new run alone
+    assert log[-1].event.result.content == "new"  # type: ignore[union-attr]
+
+
+async def test_a_sidecar_that_starts_leaves_the_live_runs_of_a_live_one_alone(
+    serve_sidecar: ServeSidecar, redis_server: RedisServer
+) -> None:
+    alpha = serve_sidecar(event_store=redis_server.url, sidecar_id="alpha")
+    seen = await _start_napping(alpha.address, "napping")
+    beta = serve_sidecar(event_store=redis_server.url, sidecar_id="beta")
+    async with AsyncSidecarClient(beta.address) as client:
+        from_beta = await client.get_run("napping")
+    async with AsyncSidecarClient(alpha.address) as client:
+        from_alpha = await client.get_run("napping")
+    assert (from_alpha.state, from_beta.state) == ("running", "running")
+    assert from_alpha.last_sequence == from_beta.last_sequence == len(seen)
