@@ -248,7 +248,9 @@ class RedisEventStore:
                 pipe.xadd(log_key(owner.run_id), {"f": frame}, id=f"{sequence}-0")
                 if sequence == 1:
                     me = self.fleet.sidecar_id
-                    meta = {"owner": owner.owner, "sidecar": me, "resume": owner.resume_info}
+                    meta: dict[Any, Any] = {
+                        "owner": owner.owner, "sidecar": me, "resume": owner.resume_info
+                    }  # fmt: skip
                     pipe.hset(meta_key(owner.run_id), mapping=meta)
                     pipe.sadd(runs_of_key(me), owner.run_id)
                     pipe.zadd(INDEX_KEY, {owner.run_id: now})
