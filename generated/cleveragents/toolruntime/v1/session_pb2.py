@@ -27,7 +27,7 @@ from cleveragents.toolruntime.v1 import types_pb2 as cleveragents_dot_toolruntim
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)cleveragents/toolruntime/v1/session.proto\x12\x1b\x63leveragents.toolruntime.v1\x1a(cleveragents/toolruntime/v1/events.proto\x1a\'cleveragents/toolruntime/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdc\x02\n\x0eSessionRequest\x12:\n\x05start\x18\x01 \x01(\x0b\x32).cleveragents.toolruntime.v1.SessionStartH\x00\x12>\n\x0btool_result\x18\x02 \x01(\x0b\x32\'.cleveragents.toolruntime.v1.ToolResultH\x00\x12<\n\nllm_result\x18\x03 \x01(\x0b\x32&.cleveragents.toolruntime.v1.LlmResultH\x00\x12<\n\x06\x63\x61ncel\x18\x04 \x01(\x0b\x32*.cleveragents.toolruntime.v1.SessionCancelH\x00\x12J\n\x11\x61pproval_decision\x18\x05 \x01(\x0b\x32-.cleveragents.toolruntime.v1.ApprovalDecisionH\x00\x42\x06\n\x04kind\"\xdb\x01\n\x0cSessionStart\x12\x32\n\x04spec\x18\x01 \x01(\x0b\x32$.cleveragents.toolruntime.v1.RunSpec\x12\x34\n\x05tools\x18\x02 \x03(\x0b\x32%.cleveragents.toolruntime.v1.ToolSpec\x12\x12\n\nclient_llm\x18\x03 \x01(\x08\x12\x19\n\x11handles_approvals\x18\x04 \x01(\x08\x12\x14\n\x0c\x62\x61tch_events\x18\x05 \x01(\x08\x12\x1c\n\x14incremental_messages\x18\x06 \x01(\x08\"K\n\nToolResult\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x10\n\x06output\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x65rror\x18\x03 \x01(\tH\x00\x42\t\n\x07outcome\"\xbc\x01\n\tLlmResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x39\n\ntool_calls\x18\x03 \x03(\x0b\x32%.cleveragents.toolruntime.v1.ToolCall\x12\x31\n\x05usage\x18\x04 \x01(\x0b\x32\".cleveragents.toolruntime.v1.Usage\x12\x12\n\x05\x65rror\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_error\"\x1f\n\rSessionCancel\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x96\x02\n\x0fSessionResponse\x12\x36\n\x05\x65vent\x18\x01 \x01(\x0b\x32%.cleveragents.toolruntime.v1.RunEventH\x00\x12\x46\n\x0ftool_invocation\x18\x02 \x01(\x0b\x32+.cleveragents.toolruntime.v1.ToolInvocationH\x00\x12\x44\n\x0ellm_invocation\x18\x03 \x01(\x0b\x32*.cleveragents.toolruntime.v1.LlmInvocationH\x00\x12\x35\n\x06\x65vents\x18\x04 \x03(\x0b\x32%.cleveragents.toolruntime.v1.RunEventB\x06\n\x04kind\"\x9e\x01\n\x0eToolInvocation\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x01(\t\x12\x11\n\titeration\x18\x04 \x01(\x05\x12,\n\x08\x64\x65\x61\x64line\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\"\xea\x01\n\rLlmInvocation\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x36\n\x08messages\x18\x02 \x03(\x0b\x32$.cleveragents.toolruntime.v1.Message\x12\x34\n\x05tools\x18\x03 \x03(\x0b\x32%.cleveragents.toolruntime.v1.ToolSpec\x12\x11\n\titeration\x18\x04 \x01(\x05\x12\x16\n\x0emessage_offset\x18\x05 \x01(\x05\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"E\n\x10\x41pprovalDecision\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x10\n\x08\x61pproved\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\tBA\n\x1f\x63om.cleveragents.toolruntime.v1P\x01\xaa\x02\x1b\x43leverAgents.ToolRuntime.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)cleveragents/toolruntime/v1/session.proto\x12\x1b\x63leveragents.toolruntime.v1\x1a(cleveragents/toolruntime/v1/events.proto\x1a\'cleveragents/toolruntime/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdc\x02\n\x0eSessionRequest\x12:\n\x05start\x18\x01 \x01(\x0b\x32).cleveragents.toolruntime.v1.SessionStartH\x00\x12>\n\x0btool_result\x18\x02 \x01(\x0b\x32\'.cleveragents.toolruntime.v1.ToolResultH\x00\x12<\n\nllm_result\x18\x03 \x01(\x0b\x32&.cleveragents.toolruntime.v1.LlmResultH\x00\x12<\n\x06\x63\x61ncel\x18\x04 \x01(\x0b\x32*.cleveragents.toolruntime.v1.SessionCancelH\x00\x12J\n\x11\x61pproval_decision\x18\x05 \x01(\x0b\x32-.cleveragents.toolruntime.v1.ApprovalDecisionH\x00\x42\x06\n\x04kind\"\x8c\x02\n\x0cSessionStart\x12\x32\n\x04spec\x18\x01 \x01(\x0b\x32$.cleveragents.toolruntime.v1.RunSpec\x12\x34\n\x05tools\x18\x02 \x03(\x0b\x32%.cleveragents.toolruntime.v1.ToolSpec\x12\x12\n\nclient_llm\x18\x03 \x01(\x08\x12\x19\n\x11handles_approvals\x18\x04 \x01(\x08\x12\x14\n\x0c\x62\x61tch_events\x18\x05 \x01(\x08\x12\x1c\n\x14incremental_messages\x18\x06 \x01(\x08\x12\x17\n\x0freattach_run_id\x18\x08 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\t \x01(\x04\"K\n\nToolResult\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x10\n\x06output\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x65rror\x18\x03 \x01(\tH\x00\x42\t\n\x07outcome\"\xbc\x01\n\tLlmResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x39\n\ntool_calls\x18\x03 \x03(\x0b\x32%.cleveragents.toolruntime.v1.ToolCall\x12\x31\n\x05usage\x18\x04 \x01(\x0b\x32\".cleveragents.toolruntime.v1.Usage\x12\x12\n\x05\x65rror\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_error\"\x1f\n\rSessionCancel\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x96\x02\n\x0fSessionResponse\x12\x36\n\x05\x65vent\x18\x01 \x01(\x0b\x32%.cleveragents.toolruntime.v1.RunEventH\x00\x12\x46\n\x0ftool_invocation\x18\x02 \x01(\x0b\x32+.cleveragents.toolruntime.v1.ToolInvocationH\x00\x12\x44\n\x0ellm_invocation\x18\x03 \x01(\x0b\x32*.cleveragents.toolruntime.v1.LlmInvocationH\x00\x12\x35\n\x06\x65vents\x18\x04 \x03(\x0b\x32%.cleveragents.toolruntime.v1.RunEventB\x06\n\x04kind\"\x9e\x01\n\x0eToolInvocation\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x01(\t\x12\x11\n\titeration\x18\x04 \x01(\x05\x12,\n\x08\x64\x65\x61\x64line\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\"\xea\x01\n\rLlmInvocation\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x36\n\x08messages\x18\x02 \x03(\x0b\x32$.cleveragents.toolruntime.v1.Message\x12\x34\n\x05tools\x18\x03 \x03(\x0b\x32%.cleveragents.toolruntime.v1.ToolSpec\x12\x11\n\titeration\x18\x04 \x01(\x05\x12\x16\n\x0emessage_offset\x18\x05 \x01(\x05\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"E\n\x10\x41pprovalDecision\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x10\n\x08\x61pproved\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\tBA\n\x1f\x63om.cleveragents.toolruntime.v1P\x01\xaa\x02\x1b\x43leverAgents.ToolRuntime.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,19 +38,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SESSIONREQUEST']._serialized_start=191
   _globals['_SESSIONREQUEST']._serialized_end=539
   _globals['_SESSIONSTART']._serialized_start=542
-  _globals['_SESSIONSTART']._serialized_end=761
-  _globals['_TOOLRESULT']._serialized_start=763
-  _globals['_TOOLRESULT']._serialized_end=838
-  _globals['_LLMRESULT']._serialized_start=841
-  _globals['_LLMRESULT']._serialized_end=1029
-  _globals['_SESSIONCANCEL']._serialized_start=1031
-  _globals['_SESSIONCANCEL']._serialized_end=1062
-  _globals['_SESSIONRESPONSE']._serialized_start=1065
-  _globals['_SESSIONRESPONSE']._serialized_end=1343
-  _globals['_TOOLINVOCATION']._serialized_start=1346
-  _globals['_TOOLINVOCATION']._serialized_end=1504
-  _globals['_LLMINVOCATION']._serialized_start=1507
-  _globals['_LLMINVOCATION']._serialized_end=1741
-  _globals['_APPROVALDECISION']._serialized_start=1743
-  _globals['_APPROVALDECISION']._serialized_end=1812
+  _globals['_SESSIONSTART']._serialized_end=810
+  _globals['_TOOLRESULT']._serialized_start=812
+  _globals['_TOOLRESULT']._serialized_end=887
+  _globals['_LLMRESULT']._serialized_start=890
+  _globals['_LLMRESULT']._serialized_end=1078
+  _globals['_SESSIONCANCEL']._serialized_start=1080
+  _globals['_SESSIONCANCEL']._serialized_end=1111
+  _globals['_SESSIONRESPONSE']._serialized_start=1114
+  _globals['_SESSIONRESPONSE']._serialized_end=1392
+  _globals['_TOOLINVOCATION']._serialized_start=1395
+  _globals['_TOOLINVOCATION']._serialized_end=1553
+  _globals['_LLMINVOCATION']._serialized_start=1556
+  _globals['_LLMINVOCATION']._serialized_end=1790
+  _globals['_APPROVALDECISION']._serialized_start=1792
+  _globals['_APPROVALDECISION']._serialized_end=1861
 # @@protoc_insertion_point(module_scope)

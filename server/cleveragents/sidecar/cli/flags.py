@@ -61,6 +61,7 @@ _HELP = {
     "default_profile": "the LLM profile of runs that name none",
     "event_store": "a SQLite file for the run logs (empty: memory)",
     "resume_runs": "with event_store: resume the detached runs live at a stop, from their logs",
+    "session_reattach_s": "seconds a Session run waits for its client to re-attach (0: none)",
     "default_automation_profile": "the automation profile of runs that name none",
     "approval_timeout_s": "seconds a call waits for approval while someone follows its run",
     "approve_on_timeout": "approve (not deny) a call whose approval timed out",

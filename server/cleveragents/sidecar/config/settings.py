@@ -164,6 +164,11 @@ class SidecarConfig:
     #: when the sidecar stopped resume from their logs at start (false: they end with
     #: ``run_failed``, as before resuming existed).
     resume_runs: bool = True
+    #: How long a Session run whose client went away (its stream ended, or the sidecar
+    #: restarted on a durable store with ``resume_runs``) waits for the client to re-attach
+    #: (``SessionStart.reattach_run_id``) before it fails; 0: no wait (it is cancelled, or
+    #: fails at a restart, at once).
+    session_reattach_s: float = 30.0
     default_automation_profile: str = "supervised"
     approval_timeout_s: float = 300.0
     approve_on_timeout: bool = False
@@ -248,6 +253,8 @@ class SidecarConfig:
                 "max_client_tool_timeout_s must be at least default_tool_timeout_s, which "
                 "client tools without their own timeout get"
             )
+        if not (self.session_reattach_s >= 0 and math.isfinite(self.session_reattach_s)):
+            raise ConfigError("session_reattach_s must be 0 (no wait) or a number of seconds")
         if self.watcher_queue_size < 1 or self.max_finished_runs < 0:
             raise ConfigError("watcher_queue_size must be >= 1 and max_finished_runs >= 0")
         if self.watch_window_bytes < 4096:

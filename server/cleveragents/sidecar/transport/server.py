@@ -104,6 +104,7 @@ class Sidecar:
             store=SqliteEventStore(config.event_store) if config.event_store else None,
             observers=observers,
             frame_limit=event_limit(config.max_message_bytes),
+            session_reattach_s=config.session_reattach_s,
         )
         #: Calls refused for their credentials (counted, and logged at most once an interval).
         self.rejections = Rejections(config.auth_reject_log_interval_s)

@@ -41,6 +41,7 @@ from cleveragents.wire import (
     RunRequest,
     RunState,
     RunSummary,
+    SessionOpening,
     batch,
     batch_limit,
     event_limit,
@@ -295,16 +296,26 @@ class ToolRuntimeService:
             resume_info=resume.to_json(),
         )
 
-    def reassemble(self, run: Run, info: ResumeInfo, resumption: Resumption) -> AssembledRun:
-        """The server-hosted ``run`` assembled again from its ``run_started`` spec, to go on
-        from its log after a restart (``RunManager.open``); ``SidecarError`` if it no longer
-        can (its policy, profile or tools are gone). A scripted LLM goes on after the answers
-        the log already holds."""
+    def reassemble(
+        self,
+        run: Run,
+        info: ResumeInfo,
+        resumption: Resumption,
+        opening: tuple[SessionOpening, ClientHost] | None = None,
+    ) -> AssembledRun:
+        """``run`` assembled again from its ``run_started`` spec, to go on from its log after
+        a restart (``RunManager.open``; a Session run with the ``opening`` its client
+        re-attached with); ``SidecarError`` if it no longer can (its policy, profile or tools
+        are gone). A scripted LLM goes on after the answers the log already holds."""
         if info.policy and info.policy not in self.config.policies:
             raise SidecarError.not_found(f"its governance policy {info.policy!r} is gone")
+        session, host = opening if opening is not None else (None, None)
         assembled = self.assembler.assemble(
             run.request,
             call_deadline_s=info.timeout_s,
+            host=host,
+            client_tools=session.tools if session is not None else (),
+            client_llm=session is not None and session.client_llm,
             policy=self.config.policy_named(info.policy),
             principal=run.owner,
         )
