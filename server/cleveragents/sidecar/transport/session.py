@@ -115,7 +115,7 @@ async def _went_away(context: Context) -> bool:
     a cancel), not a half-close: gRPC shows both as EOF, and only the first ends the call."""
     ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def done(_: Any) -> None:
+    def done(ctx: Context) -> None:
         if not ended.done():
             ended.set_result(None)
 
