@@ -119,7 +119,7 @@ async def _went_away(context: Context) -> bool:
         if not ended.done():
             ended.set_result(None)
 
-    context.add_done_callback(done)
+    context.add_done_callback(done)  # type: ignore[arg-type]  # a Protocol in grpc-stubs
     try:
         await asyncio.wait_for(ended, _HALF_CLOSE_GRACE_S)
     except TimeoutError:
