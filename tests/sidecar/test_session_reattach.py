@@ -12,13 +12,14 @@ import asyncio
 import grpc
 import pytest
 
-from cleveragents.client import AsyncSidecarClient
+from cleveragents.client import AsyncSidecarClient, StreamedEvent
 from cleveragents.sidecar import ClientConfig, Sidecar
-from cleveragents.tool import RunCancelled, RunCompleted, ToolCallCompleted
+from cleveragents.tool import RunCancelled, RunCompleted, ToolCallCompleted, ToolCallStarted
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2_grpc, session_pb2, types_pb2
 
 from .conftest import (
     WAIT_S,
+    LaggingProxy,
     SidecarFactory,
     assert_well_formed,
     call,
@@ -198,3 +199,53 @@ async def test_reattaching_to_a_run_that_ended_meanwhile_sends_the_rest_of_its_l
     assert code is grpc.StatusCode.OK
     assert rest[0].sequence == before[-1].sequence + 1
     assert rest[-1].run_cancelled.reason == "from outside"
+
+
+# -- the Python client re-attaching on its own ---------------------------------------------------
+
+
+async def test_the_async_client_reattaches_after_its_connection_drops_mid_call(
+    make_sidecar: SidecarFactory,
+) -> None:
+    sidecar = await make_sidecar(session_reattach_s=60)
+    proxy = LaggingProxy(sidecar.address)
+    await proxy.start()
+    running, release = asyncio.Event(), asyncio.Event()
+    calls: list[str] = []
+
+    async def remote() -> dict[str, str]:
+        """Wait for the test's release.
+
+        Returns:
+            A fixed answer.
+        """
+        calls.append("remote")
+        running.set()
+        await release.wait()
+        return {"answer": "late"}
+
+    seen: list[StreamedEvent] = []
+    try:
+        async with (
+            AsyncSidecarClient(proxy.address) as client,
+            AsyncSidecarClient(sidecar.address) as direct,
+        ):
+            session = client.session("go", tools=[remote], script=SCRIPT, run_id="c", reattach=True)
+            async with asyncio.timeout(WAIT_S * 4):
+                async for streamed in session:
+                    seen.append(streamed)
+                    if isinstance(streamed.event, ToolCallStarted):
+                        await running.wait()
+                        proxy.cut()  # the connection drops with the call in flight
+                        await parked(sidecar, "c")
+                        release.set()
+            log = await watch_to_end(direct, "c")
+    finally:
+        await proxy.close()
+
+    assert calls == ["remote"]  # run once, answered on the re-attached stream
+    assert [e.sequence for e in seen] == [e.sequence for e in log]
+    assert_well_formed(log)
+    assert isinstance(log[-1].event, RunCompleted)
+    (record,) = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
+    assert record.output == {"answer": "late"}
