@@ -12,7 +12,7 @@ import asyncio
 import grpc
 import pytest
 
-from cleveragents.client import AsyncSidecarClient, StreamedEvent
+from cleveragents.client import AsyncSidecarClient, SidecarClient, StreamedEvent
 from cleveragents.sidecar import ClientConfig, Sidecar
 from cleveragents.tool import RunCancelled, RunCompleted, ToolCallCompleted, ToolCallStarted
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2_grpc, session_pb2, types_pb2
@@ -249,3 +249,64 @@ async def test_the_async_client_reattaches_after_its_connection_drops_mid_call(
     assert isinstance(log[-1].event, RunCompleted)
     (record,) = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
     assert record.output == {"answer": "late"}
+
+
+async def test_the_sync_client_reattaches_and_answers_the_owed_call_without_running_it_twice(
+    make_sidecar: SidecarFactory,
+) -> None:
+    sidecar = await make_sidecar(session_reattach_s=60)
+    proxy = LaggingProxy(sidecar.address)
+    await proxy.start()
+    loop = asyncio.get_running_loop()
+    calls: list[str] = []
+
+    def remote() -> dict[str, str]:
+        """Drop the connection while this call runs, and answer once the run waits.
+
+        Returns:
+            A fixed answer.
+        """
+        calls.append("remote")
+        loop.call_soon_threadsafe(proxy.cut)
+        asyncio.run_coroutine_threadsafe(parked(sidecar, "y"), loop).result(WAIT_S)
+        return {"answer": "after the drop"}  # sent on the dead stream: lost
+
+    try:
+        with SidecarClient(proxy.address) as client:
+            session = client.session("go", tools=[remote], script=SCRIPT, run_id="y", reattach=True)
+            async with asyncio.timeout(WAIT_S * 4):
+                seen = await asyncio.to_thread(lambda: list(session))
+    finally:
+        await proxy.close()
+
+    assert calls == ["remote"]  # the answer is sent again, the tool not run again
+    assert_well_formed(seen)
+    assert isinstance(seen[-1].event, RunCompleted)
+    (record,) = [e.event.record for e in seen if isinstance(e.event, ToolCallCompleted)]
+    assert record.output == {"answer": "after the drop"}
+
+
+async def test_leaving_a_sync_session_early_cancels_the_run_at_once_despite_the_window(
+    reattaching: Sidecar,
+) -> None:
+    def remote() -> dict[str, str]:
+        """Never called: the client leaves first.
+
+        Returns:
+            Nothing useful.
+        """
+        return {}
+
+    def leave_at_the_first_event() -> None:
+        with SidecarClient(reattaching.address) as client:
+            for _ in client.session("go", tools=[remote], script=SCRIPT, run_id="l"):
+                break
+
+    async with asyncio.timeout(WAIT_S * 4):
+        await asyncio.to_thread(leave_at_the_first_event)
+    async with AsyncSidecarClient(reattaching.address) as client:
+        log = await watch_to_end(client, "l")
+
+    end = log[-1].event
+    assert isinstance(end, RunCancelled)
+    assert end.reason == "the client went away"

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import queue
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Unpack
 
 import grpc
@@ -27,8 +28,8 @@ from cleveragents.client._requests import (
     run_spec,
     with_history,
 )
-from cleveragents.client._session import SessionApprover, SessionLogic
-from cleveragents.client.errors import RunFailedError, rpc_errors
+from cleveragents.client._session import LEAVING, Job, SessionApprover, SessionLogic
+from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
@@ -44,6 +45,10 @@ from cleveragents.wire import (
 __all__ = ["SidecarClient"]
 
 Metadata = Sequence[tuple[str, str]]
+#: A session's call and the queue of the messages its request thread sends.
+_SessionCall = tuple[Any, "queue.SimpleQueue[session_pb2.SessionRequest | None]"]
+#: How long leaving a session early waits for the sidecar to read the cancel it was sent.
+_LEAVING_S = 1.0
 
 
 class SidecarClient:
@@ -247,42 +252,81 @@ class SidecarClient:
         llm: LLMCaller | None = None,
         approver: SessionApprover | None = None,
         timeout: float | None = None,
+        reattach: bool = False,
+        reattach_timeout: float = 60.0,
         **options: Unpack[RunOptions],
     ) -> Generator[StreamedEvent, None, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
 
         Yields every event; tools and the LLM are called in this thread as the sidecar asks.
-        Leaving the iteration early cancels the run.
+        Leaving the iteration early cancels the run. With ``reattach``, a stream that breaks
+        is opened again for up to ``reattach_timeout`` seconds and re-attaches to the run
+        after the last event yielded (as ``AsyncSidecarClient.session`` does).
         """
         logic = SessionLogic(prompt, tools=tools, llm=llm, approver=approver, options=dict(options))
-        outgoing: queue.SimpleQueue[session_pb2.SessionRequest | None] = queue.SimpleQueue()
-        outgoing.put(logic.start)
 
-        def requests() -> Iterator[session_pb2.SessionRequest]:
-            while (message := outgoing.get()) is not None:
-                yield message
+        def open_call(first: session_pb2.SessionRequest) -> _SessionCall:
+            outgoing: queue.SimpleQueue[session_pb2.SessionRequest | None] = queue.SimpleQueue()
+            outgoing.put(first)
 
-        call = self._stub.Session(requests(), metadata=self._metadata, timeout=timeout)
-        return self._session(call, outgoing, logic)
+            def requests() -> Iterator[session_pb2.SessionRequest]:
+                while (message := outgoing.get()) is not None:
+                    yield message
+
+            return self._stub.Session(
+                requests(), metadata=self._metadata, timeout=timeout
+            ), outgoing
+
+        return self._session(open_call, logic, reattach_timeout if reattach else None)
 
     def _session(
         self,
-        call: Any,
-        outgoing: queue.SimpleQueue[session_pb2.SessionRequest | None],
+        open_call: Callable[[session_pb2.SessionRequest], _SessionCall],
         logic: SessionLogic,
+        reattach_s: float | None,
     ) -> Generator[StreamedEvent, None, None]:
         loop = asyncio.new_event_loop()
+        call, outgoing = open_call(logic.start)
+        finished, attempt = False, 0
+        give_up_at = time.monotonic() + (reattach_s or 0.0)
+
+        def answer(job: Job) -> session_pb2.SessionRequest:
+            done = logic.answered(job)
+            if done is None:
+                done = loop.run_until_complete(logic.answer(job))
+                logic.remember(job, done)
+            return done
+
         try:
-            with rpc_errors():
-                for response in call:
-                    for streamed, approval in logic.events(response):  # before the invocation
-                        if approval is not None:
-                            outgoing.put(loop.run_until_complete(logic.answer(approval)))
-                        yield streamed
-                    job = logic.invocation(response)
-                    if job is not None:
-                        outgoing.put(loop.run_until_complete(logic.answer(job)))
+            while not finished:
+                try:
+                    with rpc_errors():
+                        for response in call:
+                            attempt = 0
+                            for streamed, approval in logic.events(response):  # before the job
+                                if approval is not None:
+                                    outgoing.put(answer(approval))
+                                yield streamed
+                            job = logic.invocation(response)
+                            if job is not None:
+                                outgoing.put(answer(job))
+                    finished = True
+                except SidecarRpcError as exc:
+                    wait = None
+                    if reattach_s is not None:
+                        wait = logic.retry_after(exc.code, str(exc), attempt)
+                    if wait is None or time.monotonic() + wait > give_up_at:
+                        raise
+                    time.sleep(wait)  # a backoff between attempts, not a sync point
+                    outgoing.put(None)
+                    attempt += 1
+                    call, outgoing = open_call(logic.reattach_start())
         finally:
+            if not finished:  # left early: the run is cancelled, not left waiting for us
+                outgoing.put(LEAVING)
+                outgoing.put(None)
+                with contextlib.suppress(Exception):
+                    call.exception(timeout=_LEAVING_S)  # the sidecar ends the call once it read it
             outgoing.put(None)
             call.cancel()
             loop.close()
