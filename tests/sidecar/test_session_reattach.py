@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, SidecarClient, StreamedEvent
-from cleveragents.sidecar import ClientConfig, Sidecar
+from cleveragents.sidecar import ClientConfig, ConfigError, Sidecar, SidecarConfig
 from cleveragents.tool import RunCancelled, RunCompleted, ToolCallCompleted, ToolCallStarted
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2_grpc, session_pb2, types_pb2
 
@@ -310,3 +310,9 @@ async def test_leaving_a_sync_session_early_cancels_the_run_at_once_despite_the_
     end = log[-1].event
     assert isinstance(end, RunCancelled)
     assert end.reason == "the client went away"
+
+
+@pytest.mark.parametrize("value", [-1.0, float("inf"), float("nan")])
+def test_session_reattach_s_must_be_zero_or_a_finite_number_of_seconds(value: float) -> None:
+    with pytest.raises(ConfigError, match="session_reattach_s must be 0"):
+        SidecarConfig(session_reattach_s=value)
