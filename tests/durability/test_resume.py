@@ -215,7 +215,7 @@ async def test_a_run_resumes_again_after_a_second_kill(spawn: Spawn, tmp_path: P
     assert sum(isinstance(e.event, ToolCallStarted) for e in log) == 2  # e1, w1
 
 
-async def test_a_session_run_fails_at_the_restart_saying_it_does_not_resume(
+async def test_a_session_run_nobody_reattaches_to_fails_once_when_the_window_passes(
     spawn: Spawn, tmp_path: Path
 ) -> None:
     first: SidecarProcess = spawn()
@@ -243,10 +243,11 @@ async def test_a_session_run_fails_at_the_restart_saying_it_does_not_resume(
         first.kill()
         await asyncio.gather(session, return_exceptions=True)
 
-    second: SidecarProcess = spawn()
+    second: SidecarProcess = spawn(session_reattach_s="0.5")
     async with AsyncSidecarClient(second.address) as client, asyncio.timeout(LONG_S):
         log = [e async for e in client.watch("s")]
     assert [e.sequence for e in log] == list(range(1, len(log) + 1))
+    assert sum(isinstance(e.event, RunFailed) for e in log) == 1
     end = log[-1].event
     assert isinstance(end, RunFailed)
-    assert "a Session run does not resume" in end.message
+    assert "no client re-attached within session_reattach_s (0.5 s) of the restart" in end.message

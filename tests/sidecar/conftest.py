@@ -477,6 +477,13 @@ class LaggingProxy:
         now = asyncio.get_running_loop().time()
         self._windows.append((now, now + during, seconds))
 
+    def cut(self) -> None:
+        """Drop every connection through the proxy at once, as a network failure would (new
+        connections are still accepted)."""
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()

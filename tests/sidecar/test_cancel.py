@@ -25,13 +25,20 @@ from cleveragents.tool import (
     ToolRegistry,
     ToolSpec,
 )
-from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2, types_pb2
+from cleveragents.toolruntime.v1 import (
+    events_pb2,
+    service_pb2,
+    service_pb2_grpc,
+    session_pb2,
+    types_pb2,
+)
 from cleveragents.wire import LlmChoice, RunRequest, decode_frame
 
 from .conftest import (
     WAIT_S,
     LaggingProxy,
     ServerTools,
+    SidecarFactory,
     as_generator,
     assert_well_formed,
     call,
@@ -361,20 +368,26 @@ def remote_session_spec(run_id: str) -> session_pb2.SessionRequest:
     return session_start(run_spec(script, run_id=run_id), types_pb2.ToolSpec(name="remote"))
 
 
-async def test_session_cancelled_by_the_client_cancels_the_run(
-    stub: Stub, client: AsyncSidecarClient
+async def test_session_cancelled_by_the_client_cancels_the_run_with_no_reattach_window(
+    make_sidecar: SidecarFactory,
 ) -> None:
-    session = stub.Session()
-    await session.write(remote_session_spec("s1"))
-    await read_until_invocation(session)
-    session.cancel()
-    events = await watch_to_end(client, "s1")
+    sidecar = await make_sidecar(session_reattach_s=0)  # with a window, the run would wait
+    async with (
+        grpc.aio.insecure_channel(sidecar.address) as channel,
+        AsyncSidecarClient(sidecar.address) as client,
+    ):
+        session = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
+        await session.write(remote_session_spec("s1"))
+        await read_until_invocation(session)
+        session.cancel()
+        events = await watch_to_end(client, "s1")
+        state = (await client.get_run("s1")).state
 
     cancelled = terminal(events)
     assert cancelled.reason in CLIENT_GONE
     record = only_record(cancelled)
     assert (record.call_id, record.error_kind) == ("r1", ErrorKind.CANCELLED)
-    assert (await client.get_run("s1")).state == "cancelled"
+    assert state == "cancelled"
 
 
 async def test_session_half_closed_mid_call_cancels_the_run(stub: Stub) -> None:

@@ -8,11 +8,14 @@ concurrently; the blocking client does it in its own thread, one piece at a time
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import grpc
 
 from cleveragents.client._requests import EventDecoder, Tools, as_registry, describe, run_request
 from cleveragents.client.types import StreamedEvent
@@ -38,7 +41,25 @@ from cleveragents.wire import (
     tool_result_request,
 )
 
-__all__ = ["ApprovalJob", "Job", "LlmJob", "SessionApprover", "SessionLogic", "ToolJob"]
+__all__ = [
+    "LEAVING",
+    "ApprovalJob",
+    "Job",
+    "LlmJob",
+    "SessionApprover",
+    "SessionLogic",
+    "ToolJob",
+]
+
+#: What a client that leaves its session early sends: the run is cancelled, not left waiting
+#: for a re-attach.
+LEAVING = session_pb2.SessionRequest(
+    cancel=session_pb2.SessionCancel(reason="the client went away")
+)
+#: The answers a session remembers, to send again when a re-attached stream asks again.
+_ANSWERS_KEPT = 1024
+#: Waits between re-attach attempts: from a blink to a second.
+_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 #: Decides an approval request in a session: ``True``/``False``, or an ``ApprovalDecision``
 #: (for a reason), returned directly or awaited.
@@ -90,6 +111,17 @@ class SessionLogic:
         self.approver = approver
         self.conversation = Conversation()
         self.decode = EventDecoder()
+        #: Where the run's log stands for this client: its id and the last sequence seen.
+        self.run_id = str(options.get("run_id") or "")
+        self.last_sequence = 0
+        #: Answers sent, by call or request id: a re-attached stream is sent the invocations
+        #: still owed, and one answered already (the answer lost with the old stream) is
+        #: answered again without running the tool twice.
+        self.answers: collections.OrderedDict[str, session_pb2.SessionRequest] = (
+            collections.OrderedDict()
+        )
+        #: Ids whose work is under way (an invocation sent again does not start it twice).
+        self.working: set[str] = set()
         self.start = session_start_to_pb(
             SessionOpening(
                 run_request(prompt, **options),
@@ -103,13 +135,58 @@ class SessionLogic:
         self.start.start.stream_deltas = stream_deltas
 
     def invocation(self, response: session_pb2.SessionResponse) -> Job | None:
-        """The work a response's invocation asks for, if it carries one."""
+        """The work a response's invocation asks for, if it carries one (and it is not under
+        way already, or answered: see ``answered``)."""
         kind = response.WhichOneof("kind")
+        job: Job
         if kind == "tool_invocation":
-            return ToolJob(response.tool_invocation)
-        if kind == "llm_invocation" and self.llm is not None:
-            return LlmJob(response.llm_invocation)
-        return None
+            job = ToolJob(response.tool_invocation)
+        elif kind == "llm_invocation" and self.llm is not None:
+            job = LlmJob(response.llm_invocation)
+        else:
+            return None
+        if self.key(job) in self.working:
+            return None
+        return job
+
+    def answered(self, job: Job) -> session_pb2.SessionRequest | None:
+        """The answer already given to ``job``'s id, if any (sent again, not redone)."""
+        return self.answers.get(self.key(job))
+
+    @staticmethod
+    def key(job: Job) -> str:
+        """The id a job answers."""
+        if isinstance(job, ToolJob):
+            return "tool:" + job.invocation.call_id
+        if isinstance(job, LlmJob):
+            return "llm:" + job.invocation.request_id
+        return "approval:" + job.event.call_id
+
+    def remember(self, job: Job, answer: session_pb2.SessionRequest) -> None:
+        """Keep ``answer`` to ``job`` for a re-attached stream that asks again."""
+        self.answers[self.key(job)] = answer
+        while len(self.answers) > _ANSWERS_KEPT:
+            self.answers.popitem(last=False)
+
+    def reattach_start(self) -> session_pb2.SessionRequest:
+        """The first message of a stream that re-attaches to the run after what was seen."""
+        message = session_pb2.SessionRequest()
+        message.CopyFrom(self.start)
+        message.start.reattach_run_id = self.run_id
+        message.start.after_sequence = self.last_sequence
+        return message
+
+    def retry_after(self, code: grpc.StatusCode, details: str, attempt: int) -> float | None:
+        """Seconds to wait before re-attaching after a stream ended with ``code`` (attempt
+        ``attempt``, from 0), or ``None`` if re-attaching cannot help."""
+        if not self.run_id:  # not one event seen: the run may not even exist
+            return None
+        lost = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+        # The sidecar may not have noticed yet that the old stream is gone.
+        held = code is grpc.StatusCode.FAILED_PRECONDITION and "not waiting" in details
+        if not (lost or held):
+            return None
+        return _BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)]
 
     def events(
         self, response: session_pb2.SessionResponse
@@ -118,6 +195,7 @@ class SessionLogic:
         approval it asks this client for, if any."""
         for event in events_of(response):
             streamed = self.decode(event)
+            self.run_id, self.last_sequence = streamed.run_id, streamed.sequence
             job = None
             if self.approver is not None and isinstance(streamed.event, ApprovalRequested):
                 job = ApprovalJob(streamed.event)

@@ -26,8 +26,8 @@ from cleveragents.client._requests import (
     run_spec,
     with_history,
 )
-from cleveragents.client._session import Job, SessionApprover, SessionLogic
-from cleveragents.client.errors import RunFailedError, rpc_errors
+from cleveragents.client._session import LEAVING, Job, SessionApprover, SessionLogic
+from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
@@ -258,6 +258,8 @@ class AsyncSidecarClient:
         approver: SessionApprover | None = None,
         timeout: float | None = None,
         stream_deltas: bool = False,
+        reattach: bool = False,
+        reattach_timeout: float = 60.0,
         **options: Unpack[RunOptions],
     ) -> AsyncGenerator[StreamedEvent, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
@@ -267,6 +269,11 @@ class AsyncSidecarClient:
         decides the run's approval requests (``True``/``False`` or an ``ApprovalDecision``,
         directly or awaited). Yields every event. Leaving the iteration early cancels the run,
         and the work still running for it.
+
+        With ``reattach``, a stream that breaks (the connection dropped, the sidecar
+        restarted) is opened again for up to ``reattach_timeout`` seconds and re-attaches to
+        the run after the last event yielded: the same tools serve it, a call still running
+        goes on, and one answered already is answered again, not run twice.
         """
         logic = SessionLogic(
             prompt, tools=tools, llm=llm, approver=approver, options=dict(options),
@@ -278,10 +285,19 @@ class AsyncSidecarClient:
 
         async def send(message: session_pb2.SessionRequest) -> None:
             async with lock:
-                await call.write(message)
+                await call.write(message)  # the current stream, a re-attached one included
 
         async def work(job: Job) -> None:
-            await send(await logic.answer(job, send))
+            key = logic.key(job)
+            answer = logic.answered(job)
+            if answer is None:
+                logic.working.add(key)
+                try:
+                    answer = await logic.answer(job, send)
+                finally:
+                    logic.working.discard(key)
+                logic.remember(job, answer)
+            await send(answer)
 
         def settled(task: asyncio.Task[None]) -> None:
             pending.discard(task)
@@ -293,25 +309,43 @@ class AsyncSidecarClient:
             pending.add(task)
             task.add_done_callback(settled)
 
+        finished, first, attempt = False, logic.start, 0
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + reattach_timeout
         try:
-            with rpc_errors():
-                await send(logic.start)
-                async for response in call:
-                    # The events batched with an invocation come before it, but the sidecar
-                    # waits on the invocation alone: its task gets one turn (to run a quick
-                    # tool and send the answer) before the events are converted and handed
-                    # out. Tasks start in the order spawned: LLM invocations extend the
-                    # conversation in order.
-                    job = logic.invocation(response)
-                    if job is not None:
-                        spawn(job)
-                        if response.events:
-                            await asyncio.sleep(0)
-                    for streamed, approval in logic.events(response):
-                        if approval is not None:
-                            spawn(approval)
-                        yield streamed
+            while not finished:
+                try:
+                    with rpc_errors():
+                        await send(first)
+                        async for response in call:
+                            attempt = 0
+                            # The events batched with an invocation come before it, but the
+                            # sidecar waits on the invocation alone: its task gets one turn
+                            # (to run a quick tool and send the answer) before the events are
+                            # converted and handed out. Tasks start in the order spawned: LLM
+                            # invocations extend the conversation in order.
+                            job = logic.invocation(response)
+                            if job is not None:
+                                spawn(job)
+                                if response.events:
+                                    await asyncio.sleep(0)
+                            for streamed, approval in logic.events(response):
+                                if approval is not None:
+                                    spawn(approval)
+                                yield streamed
+                    finished = True
+                except SidecarRpcError as exc:
+                    wait = logic.retry_after(exc.code, str(exc), attempt) if reattach else None
+                    if wait is None or loop.time() + wait > give_up_at:
+                        raise
+                    await asyncio.sleep(wait)  # a backoff between attempts, not a sync point
+                    attempt += 1
+                    first = logic.reattach_start()
+                    call = self._stub.Session(metadata=self._metadata, timeout=timeout)
         finally:
+            if not finished:  # left early: the run is cancelled, not left waiting for us
+                with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+                    await asyncio.wait_for(send(LEAVING), 1.0)
             call.cancel()
             for task in pending:
                 task.cancel()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import queue
-import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Unpack
@@ -28,8 +28,9 @@ from cleveragents.client._requests import (
     run_spec,
     with_history,
 )
-from cleveragents.client._session import SessionApprover, SessionLogic
-from cleveragents.client.errors import RunFailedError, rpc_errors
+from cleveragents.client._session import LEAVING, Job, SessionApprover, SessionLogic
+from cleveragents.client._streams import OpenStreams
+from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
@@ -45,6 +46,10 @@ from cleveragents.wire import (
 __all__ = ["SidecarClient"]
 
 Metadata = Sequence[tuple[str, str]]
+#: A session's call and the queue of the messages its request thread sends.
+_SessionCall = tuple[Any, "queue.SimpleQueue[session_pb2.SessionRequest | None]"]
+#: How long leaving a session early waits for the sidecar to read the cancel it was sent.
+_LEAVING_S = 1.0
 
 
 class SidecarClient:
@@ -81,18 +86,13 @@ class SidecarClient:
         self._channel = channel
         self._stub = service_pb2_grpc.ToolRuntimeServiceStub(self._channel)
         self._metadata = tuple(metadata) + auth_metadata(token)
-        #: How to stop each ``watch`` and ``session`` under way: gRPC sends their requests
-        #: from a thread of its own, which only the end of their request queue ends.
-        self._open: set[Callable[[], None]] = set()
-        self._open_lock = threading.Lock()
+        #: The ``watch`` and ``session`` streams under way, which ``close`` ends.
+        self._open = OpenStreams()
 
     def close(self) -> None:
         """End the ``watch`` and ``session`` streams still open (their threads with them),
         then close the channel (if this client opened it)."""
-        with self._open_lock:
-            stops, self._open = list(self._open), set()
-        for stop in stops:
-            stop()
+        self._open.close_all()
         if self._owns_channel:
             self._channel.close()
 
@@ -271,46 +271,92 @@ class SidecarClient:
         approver: SessionApprover | None = None,
         timeout: float | None = None,
         stream_deltas: bool = False,
+        reattach: bool = False,
+        reattach_timeout: float = 60.0,
         **options: Unpack[RunOptions],
     ) -> Generator[StreamedEvent, None, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
 
         Yields every event; tools and the LLM are called in this thread as the sidecar asks.
         The run starts at the first ``next``. Leaving the iteration early (closing the
-        iterator, dropping it, or closing the client) cancels the run.
+        iterator, dropping it, or closing the client) cancels the run. With ``reattach``, a
+        stream that breaks is opened again for up to ``reattach_timeout`` seconds and
+        re-attaches to the run after the last event yielded (as
+        ``AsyncSidecarClient.session`` does).
         """
         logic = SessionLogic(
             prompt, tools=tools, llm=llm, approver=approver, options=dict(options),
             stream_deltas=stream_deltas,
         )  # fmt: skip
-        return self._session(logic, timeout)
+
+        def open_call(first: session_pb2.SessionRequest) -> _SessionCall:
+            outgoing: queue.SimpleQueue[session_pb2.SessionRequest | None] = queue.SimpleQueue()
+            outgoing.put(first)
+
+            def requests() -> Iterator[session_pb2.SessionRequest]:
+                while (message := outgoing.get()) is not None:
+                    yield message
+
+            return self._stub.Session(
+                requests(), metadata=self._metadata, timeout=timeout
+            ), outgoing
+
+        return self._session(open_call, logic, reattach_timeout if reattach else None)
 
     def _session(
-        self, logic: SessionLogic, timeout: float | None
+        self,
+        open_call: Callable[[session_pb2.SessionRequest], _SessionCall],
+        logic: SessionLogic,
+        reattach_s: float | None,
     ) -> Generator[StreamedEvent, None, None]:
-        outgoing: queue.SimpleQueue[session_pb2.SessionRequest | None] = queue.SimpleQueue()
-        outgoing.put(logic.start)
-
-        def requests() -> Iterator[session_pb2.SessionRequest]:
-            while (message := outgoing.get()) is not None:
-                yield message
-
-        call = self._stub.Session(requests(), metadata=self._metadata, timeout=timeout)
-        stop = self._opened(outgoing, call)
         loop = asyncio.new_event_loop()
+        call, outgoing = open_call(logic.start)
+        stop = self._open.opened(outgoing, call)
+        finished, attempt = False, 0
+        give_up_at = time.monotonic() + (reattach_s or 0.0)
+
+        def send(message: session_pb2.SessionRequest) -> None:
+            outgoing.put(message)  # the current stream's queue, a re-attached one's included
+
+        def answer(job: Job) -> session_pb2.SessionRequest:
+            done = logic.answered(job)
+            if done is None:
+                done = loop.run_until_complete(logic.answer(job, send))
+                logic.remember(job, done)
+            return done
+
         try:
-            with rpc_errors():
-                for response in call:
-                    for streamed, approval in logic.events(response):  # before the invocation
-                        if approval is not None:
-                            outgoing.put(loop.run_until_complete(logic.answer(approval)))
-                        yield streamed
-                    job = logic.invocation(response)
-                    if job is not None:
-                        answer = logic.answer(job, outgoing.put)
-                        outgoing.put(loop.run_until_complete(answer))
+            while not finished:
+                try:
+                    with rpc_errors():
+                        for response in call:
+                            attempt = 0
+                            for streamed, approval in logic.events(response):  # before the job
+                                if approval is not None:
+                                    outgoing.put(answer(approval))
+                                yield streamed
+                            job = logic.invocation(response)
+                            if job is not None:
+                                outgoing.put(answer(job))
+                    finished = True
+                except SidecarRpcError as exc:
+                    wait = None
+                    if reattach_s is not None and stop in self._open:  # not closed by close()
+                        wait = logic.retry_after(exc.code, str(exc), attempt)
+                    if wait is None or time.monotonic() + wait > give_up_at:
+                        raise
+                    time.sleep(wait)  # a backoff between attempts, not a sync point
+                    self._open.closed(stop)
+                    attempt += 1
+                    call, outgoing = open_call(logic.reattach_start())
+                    stop = self._open.opened(outgoing, call)
         finally:
-            self._closed(stop)
+            if not finished:  # left early: the run is cancelled, not left waiting for us
+                outgoing.put(LEAVING)
+                outgoing.put(None)
+                with contextlib.suppress(Exception):
+                    call.exception(timeout=_LEAVING_S)  # the sidecar ends the call once it read it
+            self._open.closed(stop)
             loop.close()
 
     def _events(
@@ -320,7 +366,7 @@ class SidecarClient:
     ) -> Generator[StreamedEvent, None, None]:
         """The events of a streaming ``call``; a ``FollowRun`` call's acks go to ``acks``."""
         decode, handled = EventDecoder(), 0
-        stop = self._opened(acks, call)
+        stop = self._open.opened(acks, call)
         try:
             with rpc_errors():
                 for response in call:
@@ -337,23 +383,4 @@ class SidecarClient:
                     if acks is not None and (ack := follow_ack(response, handled)) is not None:
                         acks.put(ack)
         finally:
-            self._closed(stop)
-
-    def _opened(self, requests: queue.SimpleQueue[Any] | None, call: Any) -> Callable[[], None]:
-        """Track a streaming ``call`` (and its ``requests`` queue, which gRPC's thread reads)
-        until :meth:`_closed`, so that :meth:`close` can end it; how to end it."""
-
-        def stop() -> None:
-            if requests is not None:
-                requests.put(None)  # ends the thread that sends them
-            call.cancel()
-
-        with self._open_lock:
-            self._open.add(stop)
-        return stop
-
-    def _closed(self, stop: Callable[[], None]) -> None:
-        """The stream ``stop`` ends is over: end it, and forget it."""
-        with self._open_lock:
-            self._open.discard(stop)
-        stop()
+            self._open.closed(stop)

@@ -260,7 +260,11 @@ export class SidecarClient {
    *   llm?: import('./codec.js').RunSpecInput['llm']
    *     | ((request: import('./session.js').LlmRequest) => any),
    *   approver?: import('./session.js').Approver}} spec
-   * @param {CallOptions} [options]
+   * @param {CallOptions & {reattach?: boolean, reattachTimeoutMs?: number}} [options]
+   *   with `reattach: true`, a stream that breaks (the connection dropped, the sidecar
+   *   restarted) is opened again for up to `reattachTimeoutMs` (default 60 000) and
+   *   re-attaches to the run after the last event seen: the same tools serve it, a call still
+   *   running goes on, and one answered already is answered again, not run twice.
    * @returns {SessionRun}
    */
   session(spec, options = {}) {
@@ -281,19 +285,18 @@ export class SidecarClient {
       handles_approvals: typeof approver === 'function', // SessionRun answers approval_requested
       stream_deltas: Boolean(options.streamDeltas),
     };
-    const call = this.stub.Session(this.#metadata(options), this.#options(options));
     const run = new SessionRun({
-      call,
+      openCall: () => this.stub.Session(this.#metadata(options), this.#options(options)),
       codec: this.codec,
       tools: definitions,
       llm: clientLlm ? llm : null,
       approver: approver ?? null,
       start,
+      reattach: options.reattach === true,
+      reattachTimeoutMs: options.reattachTimeoutMs ?? 60_000,
     });
-    call.on(
-      'status',
-      onAbort(options.signal, () => call.cancel()),
-    );
+    const forget = onAbort(options.signal, () => run.abort());
+    run.result.then(forget, forget);
     return run;
   }
 

@@ -51,6 +51,18 @@ export class SessionRun {
   runId = null;
 
   #call;
+  #openCall;
+  #start;
+  /** with `reattach`: when to stop trying to re-attach (ms since the epoch), else null */
+  #reattachUntil = null;
+  #attempt = 0;
+  #lastSequence = 0;
+  /** answers sent, by call or request id: a re-attached stream may ask again */
+  #answers = new Map();
+  /** ids whose work is under way: an invocation sent again does not start it twice */
+  #working = new Set();
+  /** set when the iteration was left early: the stream is dropped once the run has ended */
+  #leaving = false;
   #codec;
   #tools;
   #llm;
@@ -72,8 +84,10 @@ export class SessionRun {
   #result;
 
   /** @internal */
-  constructor({ call, codec, tools, llm, approver = null, start }) {
-    this.#call = call;
+  constructor({ openCall, codec, tools, llm, approver = null, start, reattach = false, reattachTimeoutMs = 60_000 }) {
+    this.#openCall = openCall;
+    this.#start = start;
+    if (reattach) this.#reattachUntil = Date.now() + reattachTimeoutMs;
     this.#approver = approver;
     this.#codec = codec;
     this.#tools = tools;
@@ -82,10 +96,39 @@ export class SessionRun {
       this.#settle = { resolve, reject };
     });
     this.#result.catch(() => {}); // a rejection nobody awaits must not crash the process
-    call.on('data', (message) => this.#onMessage(message));
+    this.#attach(start);
+  }
+
+  /** Open a stream whose first message is `{start}`; only the current stream is heard. */
+  #attach(start) {
+    const call = this.#openCall();
+    this.#call = call;
+    this.#halfClosed = false;
+    call.on('data', (message) => {
+      if (call === this.#call) this.#onMessage(message);
+    });
     call.on('error', () => {}); // reported through 'status'
-    call.on('status', (status) => this.#finish(status));
+    call.on('status', (status) => {
+      if (call === this.#call) this.#onStatus(status);
+    });
     this.#send({ start });
+  }
+
+  /** A stream ended: re-attach after a broken one (with `reattach`), else finish. */
+  #onStatus(status) {
+    const lost = status.code === 14 || status.code === 1; // UNAVAILABLE, CANCELLED
+    const held = status.code === 9 && /not waiting/.test(status.details ?? ''); // FAILED_PRECONDITION
+    const backoff = [50, 100, 200, 500, 1000][Math.min(this.#attempt, 4)];
+    const retry =
+      this.#reattachUntil !== null && !this.#terminal && !this.#leaving && this.runId && (lost || held) &&
+      Date.now() + backoff <= this.#reattachUntil;
+    if (!retry) {
+      this.#finish(status);
+      return;
+    }
+    this.#attempt += 1;
+    const start = { ...this.#start, reattach_run_id: this.runId, after_sequence: this.#lastSequence };
+    setTimeout(() => this.#attach(start), backoff); // a backoff between attempts
   }
 
   /**
@@ -104,9 +147,20 @@ export class SessionRun {
     return this.#send({ cancel: { reason } });
   }
 
-  /** Drop the stream at once (the sidecar cancels the run); `result` rejects with CANCELLED. */
+  /**
+   * Give the run up: the sidecar is asked to cancel it, and the stream is dropped once the
+   * run has ended (at most a few seconds later); `result` rejects with CANCELLED. (A stream
+   * merely dropped would leave the run waiting for a re-attach, see `session_reattach_s`.)
+   */
   abort() {
-    this.#call.cancel();
+    if (this.#finished) return;
+    if (this.#terminal) {
+      this.#call.cancel();
+      return;
+    }
+    this.#leaving = true;
+    void this.#send({ cancel: { reason: 'the client went away' } });
+    setTimeout(() => this.#call.cancel(), 5000).unref(); // should its end never come
   }
 
   /** @returns {AsyncIterator<import('./codec.js').RunEvent>} */
@@ -128,7 +182,7 @@ export class SessionRun {
       },
       return: async () => {
         // Leaving the loop before the run's end gives the run up, as with the other streams.
-        if (!this.#finished && !this.#terminal) this.#call.cancel();
+        if (!this.#finished && !this.#terminal) this.abort();
         return { value: undefined, done: true };
       },
     };
@@ -147,12 +201,15 @@ export class SessionRun {
       for (const wire of wireEvents(message)) {
         const event = this.#codec.decodeEvent(wire);
         if (event.payload === 'run_started') this.runId = event.run_id;
+        this.#lastSequence = Number(event.sequence);
+        this.#attempt = 0;
         this.#records.add(event);
         if (TERMINAL.includes(event.payload)) {
           const result = event[event.payload].result;
           if (result?.history_omitted) result.tool_call_history = this.#records.inOrder();
           this.#terminal = event;
-          this.#halfClose(); // nothing more to say: the run is over
+          if (this.#leaving) this.#call.cancel();
+          else this.#halfClose(); // nothing more to say: the run is over
         }
         this.#queue.push(event);
         queued = true;
@@ -174,7 +231,31 @@ export class SessionRun {
     }
   }
 
-  async #invokeTool(invocation) {
+  /**
+   * Do the work for id `key` and send its answer; an answer given already is sent again, and
+   * work under way is not started twice (a re-attached stream is sent what is still owed).
+   */
+  async #answer(key, work) {
+    if (this.#working.has(key)) return;
+    let answer = this.#answers.get(key);
+    if (!answer) {
+      this.#working.add(key);
+      try {
+        answer = await work();
+      } finally {
+        this.#working.delete(key);
+      }
+      this.#answers.set(key, answer);
+      if (this.#answers.size > 1024) this.#answers.delete(this.#answers.keys().next().value);
+    }
+    await this.#send(answer);
+  }
+
+  #invokeTool(invocation) {
+    return this.#answer(`tool:${invocation.call_id}`, () => this.#runTool(invocation));
+  }
+
+  async #runTool(invocation) {
     const { call_id, tool_name, iteration } = invocation;
     const deadline = fromTimestamp(invocation.deadline);
     const controller = new AbortController();
@@ -207,7 +288,7 @@ export class SessionRun {
       clearTimeout(timer);
       this.#inflight.delete(controller);
     }
-    await this.#send({ tool_result: answer });
+    return { tool_result: answer };
   }
 
   async #decide(runId, asked) {
@@ -231,7 +312,11 @@ export class SessionRun {
     await this.#send({ approval_decision: decision });
   }
 
-  async #invokeLlm(invocation) {
+  #invokeLlm(invocation) {
+    return this.#answer(`llm:${invocation.request_id}`, () => this.#askLlm(invocation));
+  }
+
+  async #askLlm(invocation) {
     const codec = this.#codec;
     const request = {
       request_id: invocation.request_id,
@@ -265,7 +350,7 @@ export class SessionRun {
     } catch (err) {
       answer = { request_id: request.request_id, error: describeError(err) };
     }
-    await this.#send({ llm_result: answer });
+    return { llm_result: answer };
   }
 
   /** Write messages one after another, waiting for 'drain' when the stream's buffer is full. */

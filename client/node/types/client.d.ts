@@ -133,14 +133,21 @@ export class SidecarClient {
      *   llm?: import('./codec.js').RunSpecInput['llm']
      *     | ((request: import('./session.js').LlmRequest) => any),
      *   approver?: import('./session.js').Approver}} spec
-     * @param {CallOptions} [options]
+     * @param {CallOptions & {reattach?: boolean, reattachTimeoutMs?: number}} [options]
+     *   with `reattach: true`, a stream that breaks (the connection dropped, the sidecar
+     *   restarted) is opened again for up to `reattachTimeoutMs` (default 60 000) and
+     *   re-attaches to the run after the last event seen: the same tools serve it, a call still
+     *   running goes on, and one answered already is answered again, not run twice.
      * @returns {SessionRun}
      */
     session(spec: import("./codec.js").RunSpecInput & {
         tools?: Record<string, import("./codec.js").ToolLike> | import("./codec.js").ToolLike[];
         llm?: import("./codec.js").RunSpecInput["llm"] | ((request: import("./session.js").LlmRequest) => any);
         approver?: import("./session.js").Approver;
-    }, options?: CallOptions): SessionRun;
+    }, options?: CallOptions & {
+        reattach?: boolean;
+        reattachTimeoutMs?: number;
+    }): SessionRun;
     #private;
 }
 export type CallOptions = {

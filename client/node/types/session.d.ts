@@ -36,13 +36,15 @@
  */
 export class SessionRun {
     /** @internal */
-    constructor({ call, codec, tools, llm, approver, start }: {
-        call: any;
+    constructor({ openCall, codec, tools, llm, approver, start, reattach, reattachTimeoutMs }: {
+        openCall: any;
         codec: any;
         tools: any;
         llm: any;
         approver?: null | undefined;
         start: any;
+        reattach?: boolean | undefined;
+        reattachTimeoutMs?: number | undefined;
     });
     /** @type {string | null} the run's id, known from its `run_started` event on */
     runId: string | null;
@@ -56,7 +58,11 @@ export class SessionRun {
     get result(): Promise<import("./codec.js").ToolCallRunResult>;
     /** Ask the sidecar to cancel the run; it ends with `run_cancelled` carrying `reason`. */
     cancel(reason?: string): Promise<void>;
-    /** Drop the stream at once (the sidecar cancels the run); `result` rejects with CANCELLED. */
+    /**
+     * Give the run up: the sidecar is asked to cancel it, and the stream is dropped once the
+     * run has ended (at most a few seconds later); `result` rejects with CANCELLED. (A stream
+     * merely dropped would leave the run waiting for a re-attach, see `session_reattach_s`.)
+     */
     abort(): void;
     /** @returns {AsyncIterator<import('./codec.js').RunEvent>} */
     [Symbol.asyncIterator](): AsyncIterator<import("./codec.js").RunEvent>;

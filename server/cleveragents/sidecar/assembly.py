@@ -22,13 +22,16 @@ from cleveragents.sidecar.config.settings import PROVIDER_KINDS
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost, ClientLLMCaller
 from cleveragents.sidecar.llm_profiles import profile_name, resolve_llm
+from cleveragents.sidecar.runs.resume import ResumeInfo, responses_logged
 from cleveragents.sidecar.sandbox_roots import SandboxRoots
 from cleveragents.sidecar.secrets import RedactingRunner
 from cleveragents.tool import (
     DEFAULT_MAX_ITERATIONS,
     AutomationProfile,
     LLMCaller,
+    Resumption,
     RunBudget,
+    ScriptedLLMCaller,
     ToolActorContext,
     ToolCallingRuntime,
     ToolLimits,
@@ -36,7 +39,7 @@ from cleveragents.tool import (
     ToolSpec,
     UnknownToolError,
 )
-from cleveragents.wire import RunRequest
+from cleveragents.wire import RunRequest, SessionOpening
 
 __all__ = ["AssembledRun", "RunAssembler"]
 
@@ -197,6 +200,34 @@ class RunAssembler:
             return self.registry.subset(server_names)
         except UnknownToolError as exc:
             raise SidecarError.not_found(f"spec.tool_names: {exc}") from None
+
+    def reassemble(
+        self,
+        request: RunRequest,
+        owner: str,
+        info: ResumeInfo,
+        resumption: Resumption,
+        opening: tuple[SessionOpening, ClientHost] | None = None,
+    ) -> AssembledRun:
+        """A run of ``owner`` assembled again from its ``run_started`` spec, to go on from its
+        log after a restart (a Session run with the ``opening`` its client re-attached with);
+        ``SidecarError`` if it no longer can (its policy, profile or tools are gone). A
+        scripted LLM goes on after the answers the log already holds."""
+        if info.policy and info.policy not in self.config.policies:
+            raise SidecarError.not_found(f"its governance policy {info.policy!r} is gone")
+        session, host = opening if opening is not None else (None, None)
+        assembled = self.assemble(
+            request,
+            call_deadline_s=info.timeout_s,
+            host=host,
+            client_tools=session.tools if session is not None else (),
+            client_llm=session is not None and session.client_llm,
+            policy=self.config.policy_named(info.policy),
+            principal=owner,
+        )
+        if isinstance(caller := assembled.runtime.llm_caller, ScriptedLLMCaller):
+            caller.skip(responses_logged(resumption))
+        return assembled
 
 
 def _check_llm(

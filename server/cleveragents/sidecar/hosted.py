@@ -52,6 +52,8 @@ class OrderedLog(Protocol):
 
     def push_in_order(self, sink: FrameSink, item: bytes) -> None: ...
 
+    def drop_held(self, sink: FrameSink) -> None: ...
+
 
 class ClientToolError(ToolError):
     """The client answered a tool invocation with an error; the record carries its text."""
@@ -84,7 +86,15 @@ class ClientHost:
         self.llm_deltas: dict[str, tuple[DeltaSink, list[int]]] = {}
         self._expired: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         self.violation: SidecarError | None = None
+        #: The invocations sent and not answered yet, by id, as sent: a client that
+        #: re-attaches is sent them again.
+        self.owed: dict[str, bytes] = {}
         self._prepared: ToolRegistry | None = None
+
+    @property
+    def tool_names(self) -> list[str]:
+        """The names of the client's tools, as first declared."""
+        return [] if self._prepared is None else list(self._prepared.names())
 
     @property
     def has_pending(self) -> bool:
@@ -181,6 +191,16 @@ class ClientHost:
         """Deliver messages through the run's ``log``, after the events logged before them."""
         self._deliver = functools.partial(log.push_in_order, self.outbox)
 
+    def rebind(self, log: OrderedLog, frames: Sequence[bytes]) -> None:
+        """A client re-attached: its outbox gets ``frames`` (the events it missed), then
+        every invocation still owed, in the order sent, after the events logged before."""
+        self.outbox.clear()
+        log.drop_held(self.outbox)
+        for item in frames:
+            self.outbox.push(item)
+        for invocation in self.owed.values():
+            self.send(invocation)
+
     def send(self, response: bytes) -> None:
         """Queue a serialised ``SessionResponse`` for the client, after every event logged
         before it."""
@@ -229,10 +249,12 @@ class ClientHost:
                 raise ToolRuntimeError(f"{why}: it was not sent")
             future: asyncio.Future[ToolAnswer] = asyncio.get_running_loop().create_future()
             self.pending_tools[call_id] = future
+            self.owed[call_id] = invocation
             self.send(invocation)
             try:
                 answer = await future
             finally:
+                self.owed.pop(call_id, None)
                 if self.pending_tools.get(call_id) is future:
                     del self.pending_tools[call_id]
                     self.forget("tool", call_id)
@@ -267,6 +289,7 @@ class ClientLLMCaller:
         self._host.pending_llm[request_id] = future
         if request.deltas is not None:
             self._host.llm_deltas[request_id] = (request.deltas, [0])
+        self._host.owed[request_id] = invocation
         self._host.send(invocation)
         try:
             async with asyncio.timeout(timeout_s):
@@ -278,6 +301,7 @@ class ClientLLMCaller:
                 f"{timeout_s:g}s (client_llm_timeout_s)",
             ) from None
         finally:
+            self._host.owed.pop(request_id, None)
             self._host.pending_llm.pop(request_id, None)
             self._host.llm_deltas.pop(request_id, None)
             if future.cancelled() or not future.done():  # unanswered: a late answer is ignored once

@@ -92,6 +92,8 @@ class SessionStart(_message.Message):
     BATCH_EVENTS_FIELD_NUMBER: _builtins.int
     INCREMENTAL_MESSAGES_FIELD_NUMBER: _builtins.int
     STREAM_DELTAS_FIELD_NUMBER: _builtins.int
+    REATTACH_RUN_ID_FIELD_NUMBER: _builtins.int
+    AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
     client_llm: _builtins.bool
     """When true, the client acts as the LLM: the server sends LlmInvocation
     messages and waits for LlmResult answers.
@@ -115,6 +117,20 @@ class SessionStart(_message.Message):
     """Also send the LLM's answer as it streams, in llm_delta events (which take
     no sequence); without it the stream holds exactly the logged events.
     """
+    reattach_run_id: _builtins.str
+    """Re-attaches this stream to the live Session run of this id instead of starting
+    one (spec is then ignored). A Session run whose client went away, or which was
+    live when its sidecar restarted on a durable store, waits the sidecar's
+    session_reattach_s for this. Only the run's owner may re-attach (another
+    identity gets NOT_FOUND); a run that another stream holds is refused with
+    FAILED_PRECONDITION. Re-declare the same tools (and client_llm,
+    handles_approvals); the stream then receives the events after
+    after_sequence and the invocations still owed, with their original call ids.
+    """
+    after_sequence: _builtins.int
+    """With reattach_run_id: the sequence of the last event this client received
+    (0: none); the events after it are sent first.
+    """
     @_builtins.property
     def spec(self) -> _types_pb2.RunSpec:
         """What to run."""
@@ -135,10 +151,12 @@ class SessionStart(_message.Message):
         batch_events: _builtins.bool = ...,
         incremental_messages: _builtins.bool = ...,
         stream_deltas: _builtins.bool = ...,
+        reattach_run_id: _builtins.str = ...,
+        after_sequence: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_events", b"batch_events", "client_llm", b"client_llm", "handles_approvals", b"handles_approvals", "incremental_messages", b"incremental_messages", "spec", b"spec", "stream_deltas", b"stream_deltas", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "batch_events", b"batch_events", "client_llm", b"client_llm", "handles_approvals", b"handles_approvals", "incremental_messages", b"incremental_messages", "reattach_run_id", b"reattach_run_id", "spec", b"spec", "stream_deltas", b"stream_deltas", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from asyncio import FIRST_COMPLETED
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from cleveragents.tool import (
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from cleveragents.sidecar.assembly import AssembledRun
     from cleveragents.sidecar.runs.run import Run
 
-__all__ = ["drive"]
+__all__ = ["drain_live", "drive"]
 
 
 async def drive(run: Run, assembled: AssembledRun, resume: Resumption | None = None) -> None:
@@ -62,3 +64,27 @@ def _ensure_started(run: Run, runtime: ToolCallingRuntime) -> None:
 
 def _empty_result(run_id: str, stop_reason: StopReason) -> ToolCallRunResult:
     return ToolCallRunResult("", (), 0, False, stop_reason=stop_reason, run_id=run_id)
+
+
+async def drain_live(
+    live: Mapping[str, Run],
+    hurry: asyncio.Event,
+    grace_s: float,
+    cancel: Callable[[Run, str], None],
+) -> None:
+    """Let the ``live`` runs finish within ``grace_s`` (or until ``hurry`` is set), then
+    ``cancel`` the rest and wait for them to end."""
+    tasks = [run.task for run in live.values() if run.task is not None]
+    if not tasks:
+        return
+    ended = asyncio.ensure_future(asyncio.wait(tasks))
+    hurried = asyncio.ensure_future(hurry.wait())
+    await asyncio.wait((ended, hurried), timeout=grace_s, return_when=FIRST_COMPLETED)
+    for waiter in (ended, hurried):
+        waiter.cancel()
+    await asyncio.gather(ended, hurried, return_exceptions=True)
+    pending = [task for task in tasks if not task.done()]
+    for run in list(live.values()):
+        cancel(run, "the sidecar is shutting down")
+    if pending:
+        await asyncio.wait(pending)

@@ -162,6 +162,10 @@ class RunLog:
         else:
             self._held.append((len(self.frames), sink, item))
 
+    def drop_held(self, sink: FrameSink) -> None:
+        """Forget the items ``push_in_order`` holds for ``sink`` (its stream went away)."""
+        self._held = collections.deque(entry for entry in self._held if entry[1] is not sink)
+
     def release(self, sequence: int) -> None:
         """The store holds every frame up to ``sequence``: hand them to the readers."""
         sequence = min(sequence, len(self.frames))

@@ -12,7 +12,6 @@ import collections
 import dataclasses
 import time
 import uuid
-from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -21,11 +20,13 @@ import structlog
 
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY
-from cleveragents.sidecar.runs.drive import drive
+from cleveragents.sidecar.runs.admission import refuse_unless_open, refuse_when_full
+from cleveragents.sidecar.runs.drive import drain_live, drive
 from cleveragents.sidecar.runs.log import LogStats, RunLog
+from cleveragents.sidecar.runs.parked import ParkedRuns
 from cleveragents.sidecar.runs.quotas import RunQuotas
 from cleveragents.sidecar.runs.readers import FrameSink
-from cleveragents.sidecar.runs.recovery import crashed, partial_result, restore
+from cleveragents.sidecar.runs.recovery import crashed, partial_result, restore, settle
 from cleveragents.sidecar.runs.resume import ResumeInfo, Resumer, resumption_of
 from cleveragents.sidecar.runs.run import Run, RunObserver
 from cleveragents.sidecar.runs.shared import SharedRuns
@@ -41,7 +42,6 @@ __all__ = ["RunManager"]
 
 log = structlog.get_logger("cleveragents.sidecar.runs")
 
-_MAX_RUN_ID = 128
 #: How long start-up waits for the store to hold the end of each run a crash interrupted.
 _SETTLE_TIMEOUT_S = 10.0
 
@@ -60,6 +60,7 @@ class RunManager:
         store: EventStore | None = None,
         observers: Sequence[RunObserver] = (),
         frame_limit: int = 0,
+        session_reattach_s: float = 0.0,
     ) -> None:
         self.store: EventStore = store if store is not None else MemoryEventStore()
         self.observers = list(observers)
@@ -88,6 +89,8 @@ class RunManager:
         #: Other sidecars' runs, with a store they share (see ``stores.share``).
         self.shared: SharedRuns | None = None
         self._resumer: Resumer | None = None
+        #: Session runs waiting for their client to re-attach (see ``parked``).
+        self.parked = ParkedRuns(session_reattach_s)
         self.store.watch(self._store_changed)
 
     # -- the store -----------------------------------------------------------------------------
@@ -136,8 +139,7 @@ class RunManager:
             crashed(run, "it was stored without what resuming it needs")
             return False
         if info.hosted != "server":
-            crashed(run, "a Session run does not resume: its client's tools went with it")
-            return False
+            return self._park_restored(run)
         if not info.detach:
             crashed(run, "it was not detached, so it ended with the call that started it")
             return False
@@ -151,24 +153,36 @@ class RunManager:
         run.logger.warning("run resumed", after_sequence=resumption.after_sequence)
         return True
 
-    async def settle(self, timeout_s: float = _SETTLE_TIMEOUT_S) -> None:
-        """Wait until the store holds the ``run_failed`` that ``open`` gave each crashed run.
+    def _park_restored(self, run: Run) -> bool:
+        """Let a Session run live at a restart wait for its client (``resume_parked``)."""
+        window = self.parked.window_s
+        if window <= 0:
+            crashed(run, "a Session run does not resume here (session_reattach_s is 0)")
+            return False
+        self._live[run.run_id] = run
+        why = f"no client re-attached within session_reattach_s ({window:g} s) of the restart"
+        self.parked.park(run, None, lambda: self._give_up(run, why))
+        return True
 
-        Until then such a run would still look live to ``GetRun`` and ``WatchRun``. A store
-        that cannot write does not keep the sidecar from serving: after ``timeout_s`` it
-        starts anyway, and says so.
-        """
-        pending = [run.wait() for run in self._finished.values() if not run.finished]
-        if not pending:
-            return
-        try:
-            await asyncio.wait_for(asyncio.gather(*pending), timeout_s)
-        except TimeoutError:
-            log.warning(
-                "restored runs not stored yet; serving anyway",
-                runs=sum(not run.finished for run in self._finished.values()),
-                waited_s=timeout_s,
-            )
+    def resume_parked(
+        self, run: Run, assembled: AssembledRun, sink: FrameSink, resume: Resumption, answers: bool
+    ) -> None:
+        """Go on with the Session run ``run`` (parked at a restart) now that its client
+        re-attached, sending its frames and invocations to ``sink``."""
+        answering = sink if answers and assembled.approvals.self_approval else None
+        self._launch(run, assembled, sink, answering, {}, resume)
+        run.logger.warning("session run resumed", after_sequence=resume.after_sequence)
+
+    def _give_up(self, run: Run, why: str) -> None:
+        """End a run parked at a restart that nobody re-attached to."""
+        self.parked.unpark(run.run_id)
+        crashed(run, why)
+        self._retire(run)
+
+    async def settle(self, timeout_s: float = _SETTLE_TIMEOUT_S) -> None:
+        """Wait (at most ``timeout_s``) until the store holds the ``run_failed`` that ``open``
+        gave each crashed run (see ``recovery.settle``)."""
+        await settle(list(self._finished.values()), timeout_s)
 
     async def close(self) -> None:
         """Stop following other sidecars' runs; let the store write what it holds, close it."""
@@ -231,17 +245,8 @@ class RunManager:
         follows the run, the run's approval requests wait for an answer. ``resume_info``
         (``resume.ResumeInfo`` as JSON) is stored with the log, for resuming after a restart.
         """
-        if not self.accepting:
-            raise SidecarError(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
-        if self.store_failure is not None:
-            raise SidecarError(
-                grpc.StatusCode.UNAVAILABLE,
-                f"the run store cannot write ({self.store_failure}); new runs are refused "
-                "until it works again: retry later",
-            )
         run_id = assembled.request.run_id or uuid.uuid4().hex
-        if len(run_id) > _MAX_RUN_ID:
-            raise SidecarError.invalid(f"run_id is longer than {_MAX_RUN_ID} characters")
+        refuse_unless_open(self.accepting, self.store_failure, run_id)
         if (taken := self.get(run_id)) is not None and taken.owner != owner:
             raise SidecarError(
                 grpc.StatusCode.ALREADY_EXISTS,
@@ -249,20 +254,7 @@ class RunManager:
             )
         if run_id in self._live:
             raise SidecarError(grpc.StatusCode.ALREADY_EXISTS, f"run {run_id!r} is still running")
-        if len(self._live) >= self.max_concurrent_runs:
-            # A burst over the limit must be visible on the server too: a line and a count.
-            self.stats.refused_runs += 1
-            log.warning(
-                "run refused",
-                reason="max_concurrent_runs",
-                live_runs=len(self._live),
-                refused_total=self.stats.refused_runs,
-            )
-            raise SidecarError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"the sidecar already runs {len(self._live)} runs, its max_concurrent_runs; "
-                "retry later",
-            )
+        refuse_when_full(len(self._live), self.max_concurrent_runs, self.stats)
         try:
             bucket = self.quotas.check(owner, policy) if policy is not None else None
         except SidecarError:
@@ -314,7 +306,11 @@ class RunManager:
 
     def cancel(self, run: Run, reason: str) -> None:
         """Cancel a live run; it ends with ``run_cancelled`` carrying ``reason``."""
-        if run.ended or run.task is None:
+        if run.ended:
+            return
+        if run.task is None:  # parked at a restart, its loop not rebuilt yet
+            if self.parked.get(run.run_id) is not None:
+                self._give_up(run, f"cancelled while waiting for its client: {reason}")
             return
         if run.begun:
             run.task.cancel(reason)
@@ -341,20 +337,8 @@ class RunManager:
     async def drain(self, grace_s: float) -> None:
         """Stop accepting runs, let live ones finish within ``grace_s``, then cancel the rest."""
         self.accepting = False
-        tasks = [run.task for run in self._live.values() if run.task is not None]
-        if not tasks:
-            return
-        ended = asyncio.ensure_future(asyncio.wait(tasks))
-        hurried = asyncio.ensure_future(self._hurry.wait())
-        await asyncio.wait((ended, hurried), timeout=grace_s, return_when=FIRST_COMPLETED)
-        for waiter in (ended, hurried):
-            waiter.cancel()
-        await asyncio.gather(ended, hurried, return_exceptions=True)
-        pending = [task for task in tasks if not task.done()]
-        for run in list(self._live.values()):
-            self.cancel(run, "the sidecar is shutting down")
-        if pending:
-            await asyncio.wait(pending)
+        self.parked.close()
+        await drain_live(self._live, self._hurry, grace_s, self.cancel)
 
     async def _drive(
         self, run: Run, assembled: AssembledRun, resume: Resumption | None = None

@@ -66,6 +66,10 @@ class FrameQueue:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def clear(self) -> None:
+        """Drop what is queued (a session's client went away; a new stream takes over)."""
+        self._items.clear()
+
     async def get_many(self, max_bytes: int) -> list[bytes]:
         """The frames waiting now, oldest first, up to ``max_bytes`` in all (but at least one).
 

@@ -7,7 +7,10 @@ so and the partial result its log shows.
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
+import structlog
 
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.runs.log import LogStats, RunLog
@@ -34,7 +37,9 @@ from cleveragents.wire import (
     result_message,
 )
 
-__all__ = ["CRASHED_MESSAGE", "crashed", "restore"]
+__all__ = ["CRASHED_MESSAGE", "crashed", "restore", "settle"]
+
+log = structlog.get_logger("cleveragents.sidecar.runs")
 
 CRASHED_MESSAGE = "the sidecar stopped while this run was live; its log was recovered at restart"
 
@@ -117,3 +122,24 @@ def partial_result(run_id: str, frames: list[bytes]) -> ToolCallRunResult:
 def _failure(logged: LoggedEvent) -> tuple[grpc.StatusCode, str]:
     assert isinstance(logged.event, RunFailed)
     return status_from_code(logged.failure_code), logged.event.message
+
+
+async def settle(restored: list[Run], timeout_s: float) -> None:
+    """Wait until the store holds the ``run_failed`` that start-up gave each crashed run of
+    ``restored``.
+
+    Until then such a run would still look live to ``GetRun`` and ``WatchRun``. A store
+    that cannot write does not keep the sidecar from serving: after ``timeout_s`` it
+    starts anyway, and says so.
+    """
+    pending = [run.wait() for run in restored if not run.finished]
+    if not pending:
+        return
+    try:
+        await asyncio.wait_for(asyncio.gather(*pending), timeout_s)
+    except TimeoutError:
+        log.warning(
+            "restored runs not stored yet; serving anyway",
+            runs=sum(not run.finished for run in restored),
+            waited_s=timeout_s,
+        )

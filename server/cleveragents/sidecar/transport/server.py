@@ -105,6 +105,7 @@ class Sidecar:
             store=(store := store_for(config)),
             observers=observers,
             frame_limit=event_limit(config.max_message_bytes),
+            session_reattach_s=config.session_reattach_s,
         )
         share(store, self.manager)
         #: Calls refused for their credentials (counted, and logged at most once an interval).

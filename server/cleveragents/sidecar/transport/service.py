@@ -18,16 +18,15 @@ from typing import Any
 
 import grpc
 
-from cleveragents.sidecar.approvals import own_run_refusal
 from cleveragents.sidecar.assembly import AssembledRun, RunAssembler
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.identity import Access
 from cleveragents.sidecar.runs import FrameQueue, FrameSink, LogCursor, Run, RunManager
-from cleveragents.sidecar.runs.resume import ResumeInfo, responses_logged
+from cleveragents.sidecar.runs.resume import ResumeInfo
 from cleveragents.sidecar.runs.shared import Control
-from cleveragents.sidecar.transport import follow, session
+from cleveragents.sidecar.transport import follow, session, shared_calls
 from cleveragents.sidecar.transport.bounds import check_started_fits
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import (
@@ -37,12 +36,12 @@ from cleveragents.sidecar.transport.calls import (
     bounded,
     request_of,
 )
-from cleveragents.tool import Resumption, ScriptedLLMCaller, ToolRegistry, ToolSpec
+from cleveragents.tool import Resumption, ToolRegistry, ToolSpec
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import (
     RunRequest,
     RunState,
-    RunSummary,
+    SessionOpening,
     batch,
     batch_limit,
     event_limit,
@@ -51,7 +50,6 @@ from cleveragents.wire import (
     result_trailer,
     run_state_to_pb,
     spec_to_pb,
-    summary_to_pb,
     take_frames,
 )
 
@@ -179,25 +177,7 @@ class ToolRuntimeService:
     ) -> service_pb2.DecideApprovalResponse:
         run, sidecar = await self._locate(request.run_id, context, Access.DECIDE)
         try:
-            if self.manager.shared is not None and sidecar:  # the owner checks the call id
-                caller = current_caller()  # the owner's check, before it leaves this sidecar
-                policy = self.config.policy_named(caller.policy)
-                refused = own_run_refusal(
-                    policy.self_approval, policy.where, caller.name, run.run_id
-                )
-                if caller.name == run.owner and refused:
-                    raise SidecarError.denied(refused)
-                decision = Control(
-                    "decide", run.run_id, request.reason, request.call_id, request.approved,
-                    caller.name,
-                )  # fmt: skip
-                await self.manager.shared.control(sidecar, decision)
-            elif run.approvals is None:
-                raise SidecarError.out_of_order(f"run {run.run_id!r} has no approvals")
-            else:
-                run.approvals.decide(
-                    request.call_id, request.approved, request.reason, "rpc", current_caller().name
-                )
+            await shared_calls.decide(self, run, sidecar, request)
         except SidecarError as exc:
             await abort(context, exc)
         return service_pb2.DecideApprovalResponse()
@@ -205,21 +185,10 @@ class ToolRuntimeService:
     async def ListRuns(
         self, request: service_pb2.ListRunsRequest, context: Context
     ) -> service_pb2.ListRunsResponse:
-        if request.limit < 0:
-            await abort(context, SidecarError.invalid("limit must not be negative"))
-        caller = current_caller()
-        runs = self.manager.live_runs() + self.manager.retained_runs()
-        if self.manager.shared is not None:  # and the runs of the sidecars sharing the store
-            local = {run.run_id for run in runs}
-            try:
-                runs += await self.manager.shared.recent(request.limit or 100, local)
-            except SidecarError as exc:
-                await abort(context, exc)
-        runs = [run for run in runs if caller.may(Access.READ, run.owner)]
-        summaries = sorted((_summary(run) for run in runs), key=lambda s: -s.started_at)
-        return service_pb2.ListRunsResponse(
-            runs=[summary_to_pb(s) for s in summaries[: request.limit or 100]]
-        )
+        try:
+            return await shared_calls.list_runs(self, request)
+        except SidecarError as exc:
+            await abort(context, exc)
 
     # -- streaming -------------------------------------------------------------------------
 
@@ -342,22 +311,18 @@ class ToolRuntimeService:
             resume_info=resume.to_json(),
         )
 
-    def reassemble(self, run: Run, info: ResumeInfo, resumption: Resumption) -> AssembledRun:
-        """The server-hosted ``run`` assembled again from its ``run_started`` spec, to go on
-        from its log after a restart (``RunManager.open``); ``SidecarError`` if it no longer
-        can (its policy, profile or tools are gone). A scripted LLM goes on after the answers
-        the log already holds."""
-        if info.policy and info.policy not in self.config.policies:
-            raise SidecarError.not_found(f"its governance policy {info.policy!r} is gone")
-        assembled = self.assembler.assemble(
-            run.request,
-            call_deadline_s=info.timeout_s,
-            policy=self.config.policy_named(info.policy),
-            principal=run.owner,
-        )
-        if isinstance(caller := assembled.runtime.llm_caller, ScriptedLLMCaller):
-            caller.skip(responses_logged(resumption))
-        return assembled
+    def reassemble(
+        self,
+        run: Run,
+        info: ResumeInfo,
+        resumption: Resumption,
+        opening: tuple[SessionOpening, ClientHost] | None = None,
+    ) -> AssembledRun:
+        """``run`` assembled again from its ``run_started`` spec, to go on from its log after
+        a restart (``RunManager.open``; a Session run with the ``opening`` its client
+        re-attached with); ``SidecarError`` if it no longer can (its policy, profile or tools
+        are gone). A scripted LLM goes on after the answers the log already holds."""
+        return self.assembler.reassemble(run.request, run.owner, info, resumption, opening)
 
     def abandoned(self, run: Run, context: Context, reason: str, *, force: bool = False) -> None:
         """The stream that started ``run`` ended early: cancel the run unless it may go on."""
@@ -432,17 +397,3 @@ class ToolRuntimeService:
         if found is None or not current_caller().may(access, found[0].owner):
             await abort(context, missing)
         return found
-
-
-def _summary(run: Run) -> RunSummary:
-    return RunSummary(
-        run_id=run.run_id,
-        state=run.state,
-        stop_reason=run.stop_reason,
-        last_sequence=run.last_sequence,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
-        iterations=run.iterations,
-        tool_calls=run.tool_calls,
-        prompt=run.request.prompt[:200],
-    )

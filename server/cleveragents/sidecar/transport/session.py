@@ -3,7 +3,8 @@
 The first message starts the run. Then two things happen at once, in one task group: the
 handler writes the run's frames and invocations as they come, and a reader task hands the
 client's answers, approvals and cancellation to the run. When the run's frames are all sent,
-the reader is cancelled and awaited.
+the reader is cancelled and awaited. A stream that goes away early leaves its run waiting
+for the client to re-attach (``reattach``), when the run waits on that client.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import grpc
 
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
-from cleveragents.sidecar.runs import Run
+from cleveragents.sidecar.runs import FrameQueue, Run
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context, abort, read_start
 from cleveragents.sidecar.transport.opening import read_opening
+from cleveragents.sidecar.transport.reattach import reattach, session_gone
 from cleveragents.toolruntime.v1 import session_pb2
 from cleveragents.wire import (
     LlmAnswer,
@@ -33,37 +35,66 @@ if TYPE_CHECKING:
 
 __all__ = ["serve"]
 
+#: How long after the end of a client's messages its call must end for that end to count as
+#: the client going away (it may re-attach) rather than a half-close (the run is cancelled).
+_HALF_CLOSE_GRACE_S = 1.0
+
 
 async def serve(service: ToolRuntimeService, context: Context) -> None:
     """Serve one ``Session`` stream for ``service``."""
     first = await read_start(context, session_pb2.SessionRequest)
     if first is None:
         return
+    start = first.start
+    hosts = bool(start.tools) or start.client_llm
     try:
-        opening, host = await read_opening(
-            first.start, service.config, service.frame_limit, service.openings
-        )
-        if opening.handles_approvals:
+        if start.handles_approvals:
             _check_self_approval(service)
-        await service.want_tools(opening.request.tool_names)
-        await service.claim_id(opening.request.run_id)
-        run = service.start_run(
-            opening.request,
-            context,
-            sink=host.outbox,
-            host=host,
-            client_tools=opening.tools,
-            client_llm=opening.client_llm,
-            answers_approvals=opening.handles_approvals,
-            spec_bytes=first.start.spec.ByteSize(),
-        )
+        if start.reattach_run_id:
+            run, host = await reattach(service, start)
+        else:
+            opening, host = await read_opening(
+                start, service.config, service.frame_limit, service.openings
+            )
+            await service.want_tools(opening.request.tool_names)
+            await service.claim_id(opening.request.run_id)
+            run = service.start_run(
+                opening.request,
+                context,
+                sink=host.outbox,
+                host=host,
+                client_tools=opening.tools,
+                client_llm=opening.client_llm,
+                answers_approvals=opening.handles_approvals,
+                spec_bytes=start.spec.ByteSize(),
+            )
+            host.attach(run.log)
     except SidecarError as exc:
         await abort(context, exc)
-    hosts = bool(opening.tools) or opening.client_llm
-    host.attach(run.log)
-    if first.start.stream_deltas:
+    if host is not None and start.stream_deltas:
         run.log.stream_deltas(host.outbox)
-    limit = service.batch_limit if opening.batch_events else 0
+    limit = service.batch_limit if start.batch_events else 0
+    if host is None:  # re-attached to a run that has ended: the rest of its log
+        ended = FrameQueue()
+        for item in run.log.frames[start.after_sequence :]:
+            ended.push(item)
+        ended.close()
+        while items := await ended.get_many(limit):
+            for message in session_messages(items):
+                await context.write(message)
+        return
+    await _pump(service, context, run, host, hosts, limit)
+
+
+async def _pump(
+    service: ToolRuntimeService,
+    context: Context,
+    run: Run,
+    host: ClientHost,
+    hosts: bool,
+    limit: int,
+) -> None:
+    """Write the run's frames and invocations while a reader hands the client's answers on."""
     reader = _Reader(service, context, host, run, hosts, DEADLINE_SLACK_S)
     finished = False
     try:
@@ -82,9 +113,26 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
         # Nobody reads the outbox any more: no frames for it, and its approvals go unanswered.
         run.log.unsubscribe(host.outbox)
         if not finished:
-            service.abandoned(run, context, "the client went away", force=hosts)
+            session_gone(service, run, host, context, hosts)
     if host.violation is not None:
         await abort(context, host.violation)
+
+
+async def _went_away(context: Context) -> bool:
+    """Whether the end of the client's messages is its call ending (a dropped connection, or
+    a cancel), not a half-close: gRPC shows both as EOF, and only the first ends the call."""
+    ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def done(ctx: Context) -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    context.add_done_callback(done)  # type: ignore[arg-type]  # a Protocol in grpc-stubs
+    try:
+        await asyncio.wait_for(ended, _HALF_CLOSE_GRACE_S)
+    except TimeoutError:
+        return False
+    return True
 
 
 class _Reader:
@@ -115,6 +163,8 @@ class _Reader:
                 remaining = self.context.time_remaining()
                 at_deadline = remaining is not None and remaining <= self.slack_s
                 if self.hosts and not run.ended and not at_deadline:
+                    if manager.parked.window_s > 0 and await _went_away(self.context):
+                        return  # not a half-close: ``session_gone`` lets the run wait
                     manager.cancel(run, "the client closed its side of the session")
                 return
             try:

@@ -1,0 +1,74 @@
+"""``DecideApproval`` and ``ListRuns``: the calls whose runs may be another sidecar's on a
+shared store, kept out of ``service.py``. Both raise ``SidecarError``; the service aborts."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cleveragents.sidecar.approvals import own_run_refusal
+from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.identity import Access
+from cleveragents.sidecar.runs import Run
+from cleveragents.sidecar.runs.shared import Control
+from cleveragents.sidecar.transport.caller import current_caller
+from cleveragents.toolruntime.v1 import service_pb2
+from cleveragents.wire import RunSummary, summary_to_pb
+
+if TYPE_CHECKING:
+    from cleveragents.sidecar.transport.service import ToolRuntimeService
+
+__all__ = ["decide", "list_runs"]
+
+
+async def decide(
+    service: ToolRuntimeService, run: Run, sidecar: str, request: service_pb2.DecideApprovalRequest
+) -> None:
+    """Decide a call of ``run`` as the caller: here, or (``sidecar``: another sidecar runs it)
+    through that sidecar's control stream, after the run's self-approval rule is checked."""
+    caller = current_caller()
+    if service.manager.shared is not None and sidecar:  # the owner checks the call id
+        policy = service.config.policy_named(caller.policy)
+        refused = own_run_refusal(policy.self_approval, policy.where, caller.name, run.run_id)
+        if caller.name == run.owner and refused:
+            raise SidecarError.denied(refused)
+        decision = Control(
+            "decide", run.run_id, request.reason, request.call_id, request.approved, caller.name
+        )
+        await service.manager.shared.control(sidecar, decision)
+    elif run.approvals is None:
+        raise SidecarError.out_of_order(f"run {run.run_id!r} has no approvals")
+    else:
+        run.approvals.decide(request.call_id, request.approved, request.reason, "rpc", caller.name)
+
+
+async def list_runs(
+    service: ToolRuntimeService, request: service_pb2.ListRunsRequest
+) -> service_pb2.ListRunsResponse:
+    """The caller's runs (all of them for a reader of every identity's), newest first: live,
+    kept, and with a shared store the other sidecars' recent runs."""
+    if request.limit < 0:
+        raise SidecarError.invalid("limit must not be negative")
+    caller, manager = current_caller(), service.manager
+    runs = manager.live_runs() + manager.retained_runs()
+    if manager.shared is not None:  # and the runs of the sidecars sharing the store
+        local = {run.run_id for run in runs}
+        runs += await manager.shared.recent(request.limit or 100, local)
+    runs = [run for run in runs if caller.may(Access.READ, run.owner)]
+    summaries = sorted((_summary(run) for run in runs), key=lambda s: -s.started_at)
+    return service_pb2.ListRunsResponse(
+        runs=[summary_to_pb(s) for s in summaries[: request.limit or 100]]
+    )
+
+
+def _summary(run: Run) -> RunSummary:
+    return RunSummary(
+        run_id=run.run_id,
+        state=run.state,
+        stop_reason=run.stop_reason,
+        last_sequence=run.last_sequence,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        iterations=run.iterations,
+        tool_calls=run.tool_calls,
+        prompt=run.request.prompt[:200],
+    )

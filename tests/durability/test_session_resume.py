@@ -1,0 +1,129 @@
+"""Session runs across a sidecar killed with SIGKILL: the run waits for its client to
+re-attach to the restarted sidecar, then resumes from the SQLite log around the tools the
+client re-declares (an idempotent call in flight is invoked again with its call id; another
+gets the interrupted record)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import grpc
+
+from cleveragents.client import AsyncSidecarClient, StreamedEvent
+from cleveragents.tool import RunCompleted, RunResumed, ToolCallCompleted, ToolCallStarted
+from cleveragents.toolruntime.v1 import events_pb2, service_pb2_grpc, session_pb2, types_pb2
+
+from .conftest import SidecarProcess, Spawn
+
+LONG_S = 60
+
+
+def _start(tool: types_pb2.ToolSpec, run_id: str, after: int = 0) -> session_pb2.SessionRequest:
+    script = [
+        {"tool_calls": [{"id": "r1", "name": tool.name, "arguments": {}}]},
+        {"content": "done"},
+    ]
+    spec = types_pb2.RunSpec(prompt="go", run_id=run_id)
+    spec.llm.script = json.dumps(script)
+    start = session_pb2.SessionStart(spec=spec, tools=[tool])
+    if after:
+        start.reattach_run_id, start.after_sequence = run_id, after
+    return session_pb2.SessionRequest(start=start)
+
+
+async def _read(
+    call: grpc.aio.StreamStreamCall[session_pb2.SessionRequest, session_pb2.SessionResponse],
+    events: list[events_pb2.RunEvent],
+) -> session_pb2.ToolInvocation | None:
+    """Events into ``events`` until an invocation (returned) or the end (``None``)."""
+    while (response := await call.read()) is not grpc.aio.EOF:
+        assert isinstance(response, session_pb2.SessionResponse)
+        if response.HasField("event"):
+            events.append(response.event)
+        if response.HasField("tool_invocation"):
+            return response.tool_invocation
+    return None
+
+
+async def _killed_mid_call(
+    first: SidecarProcess, tool: types_pb2.ToolSpec, run_id: str
+) -> tuple[list[events_pb2.RunEvent], session_pb2.ToolInvocation]:
+    events: list[events_pb2.RunEvent] = []
+    async with grpc.aio.insecure_channel(first.address) as channel:
+        call = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
+        await call.write(_start(tool, run_id))
+        invocation = await _read(call, events)
+        assert invocation is not None
+        first.kill()  # the call is in flight: sent, not answered
+    return events, invocation
+
+
+def _check(log: list[StreamedEvent], before: list[events_pb2.RunEvent]) -> RunResumed:
+    assert [e.sequence for e in log] == list(range(1, len(log) + 1))
+    assert [e.sequence for e in log[: len(before)]] == [e.sequence for e in before]
+    assert isinstance(log[-1].event, RunCompleted)
+    assert sum(isinstance(e.event, RunCompleted) for e in log) == 1
+    (resumed,) = [e.event for e in log if isinstance(e.event, RunResumed)]
+    assert isinstance(resumed, RunResumed)
+    return resumed
+
+
+async def test_an_idempotent_call_owed_at_a_kill_is_invoked_again_once_after_the_client_reattaches(
+    spawn: Spawn,
+) -> None:
+    tool = types_pb2.ToolSpec(name="remote", idempotent=True)
+    first = spawn()
+    async with asyncio.timeout(LONG_S):
+        before, invocation = await _killed_mid_call(first, tool, "i")
+        second = spawn(session_reattach_s="60")
+        async with (
+            grpc.aio.insecure_channel(second.address) as channel,
+            AsyncSidecarClient(second.address) as client,
+        ):
+            assert (await client.get_run("i")).state == "running"  # waiting for its client
+            call = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
+            await call.write(_start(tool, "i", before[-1].sequence))
+            after: list[events_pb2.RunEvent] = []
+            again = await _read(call, after)
+            assert again is not None
+            await call.write(
+                session_pb2.SessionRequest(
+                    tool_result=session_pb2.ToolResult(call_id=again.call_id, output='{"n": 1}')
+                )
+            )
+            assert await _read(call, after) is None
+            assert await call.code() is grpc.StatusCode.OK
+            log = [e async for e in client.watch("i")]
+
+    assert (again.call_id, again.idempotency_key) == ("r1", invocation.idempotency_key)
+    assert [e.sequence for e in after] == list(range(len(before) + 1, len(log) + 1))
+    resumed = _check(log, before)
+    assert resumed.rerun_call_ids == ("r1",)
+    records = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
+    assert [(r.call_id, r.success, r.output) for r in records] == [("r1", True, {"n": 1})]
+    assert sum(isinstance(e.event, ToolCallStarted) for e in log) == 1
+
+
+async def test_a_call_owed_at_a_kill_of_a_tool_not_idempotent_gets_the_interrupted_record(
+    spawn: Spawn,
+) -> None:
+    tool = types_pb2.ToolSpec(name="remote")
+    first = spawn()
+    async with asyncio.timeout(LONG_S):
+        before, _ = await _killed_mid_call(first, tool, "p")
+        second = spawn(session_reattach_s="60")
+        async with (
+            grpc.aio.insecure_channel(second.address) as channel,
+            AsyncSidecarClient(second.address) as client,
+        ):
+            call = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
+            await call.write(_start(tool, "p", before[-1].sequence))
+            assert await _read(call, []) is None  # nothing more is asked of the client
+            log = [e async for e in client.watch("p")]
+
+    resumed = _check(log, before)
+    assert resumed.interrupted_call_ids == ("r1",)
+    (record,) = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
+    assert not record.success
+    assert "interrupted by a sidecar restart" in (record.error or "")
