@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
-from cleveragents.sidecar import Sidecar, SidecarConfig
+from cleveragents.sidecar import ClientConfig, Policy, Sidecar, SidecarConfig
 from cleveragents.tool import (
     ApprovalDecided,
     ApprovalRequested,
@@ -208,3 +208,63 @@ async def test_a_sidecar_that_starts_leaves_the_live_runs_of_a_live_one_alone(
         from_alpha = await client.get_run("napping")
     assert (from_alpha.state, from_beta.state) == ("running", "running")
     assert from_alpha.last_sequence == from_beta.last_sequence == len(seen)
+
+
+async def test_a_decision_relayed_to_the_owner_names_its_identity_and_keeps_self_approval(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokens = {"alice": "alice-token-0001", "april": "april-token-0004"}
+    for name, token in tokens.items():
+        monkeypatch.setenv(f"TEST_TOKEN_{name.upper()}", token)
+    clients = {
+        "alice": ClientConfig("alice", token_env="TEST_TOKEN_ALICE", policy="strict"),
+        "april": ClientConfig("april", token_env="TEST_TOKEN_APRIL", roles=frozenset({"approver"})),
+    }
+    tools, ran = ToolRegistry(), list[str]()
+
+    @tools.tool(side_effects=True)
+    async def deploy(target: str) -> str:
+        """Deploy somewhere."""
+        ran.append(target)
+        return target
+
+    sidecars = []
+    for name, registry in (("owner", tools), ("other", None)):
+        config = SidecarConfig(
+            listen="127.0.0.1:0",
+            event_store=redis_server.url,
+            sidecar_id=name,
+            sandbox_roots=(os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],),
+            clients=clients,
+            policies={"strict": Policy(name="strict", self_approval=False)},
+            approval_timeout_unattended_s=60.0,
+        )
+        sidecars.append(Sidecar(config, registry))
+        await sidecars[-1].start()
+    owner, other = sidecars
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"target": "prod"}}]},
+        {"content": "done"},
+    ]
+    events = []
+    try:
+        async with (
+            AsyncSidecarClient(owner.address, token=tokens["alice"]) as alice,
+            AsyncSidecarClient(other.address, token=tokens["alice"]) as alice_there,
+            AsyncSidecarClient(other.address, token=tokens["april"]) as april_there,
+        ):
+            async for streamed in alice.stream_tool_loop("ship", script=script, run_id="ship"):
+                events.append(streamed.event)
+                if isinstance(streamed.event, ApprovalRequested):
+                    with pytest.raises(SidecarRpcError) as refused:
+                        await alice_there.decide_approval("ship", "c1", approved=True)
+                    assert refused.value.code is grpc.StatusCode.PERMISSION_DENIED
+                    assert "strict.self_approval" in str(refused.value)
+                    await april_there.decide_approval("ship", "c1", approved=True, reason="ok")
+    finally:
+        for sidecar in sidecars:
+            await sidecar.stop(1.0)
+    [decided] = [e for e in events if isinstance(e, ApprovalDecided)]
+    assert (decided.approved, decided.identity) == (True, "april")
+    assert ran == ["prod"]
+    assert isinstance(events[-1], RunCompleted)
