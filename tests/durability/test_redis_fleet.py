@@ -21,6 +21,8 @@ from cleveragents.tool import (
     RunCancelled,
     RunCompleted,
     RunFailed,
+    RunResumed,
+    ToolCallCompleted,
     ToolCallStarted,
     ToolRegistry,
 )
@@ -34,11 +36,18 @@ NAP: list[dict[str, Any]] = [
 TERMINAL = (RunCompleted, RunFailed, RunCancelled)
 
 
-async def _start_napping(address: str, run_id: str) -> list[StreamedEvent]:
+#: NAP, and an answer once the nap is over (or interrupted).
+NAP_THEN_DONE: list[dict[str, Any]] = [*NAP, {"content": "woke"}]
+
+
+async def _start_napping(
+    address: str, run_id: str, script: list[dict[str, Any]] = NAP
+) -> list[StreamedEvent]:
     """Start a detached run that naps in a tool; return its events up to the nap."""
     seen = []
     async with AsyncSidecarClient(address) as client:
-        async for streamed in client.stream_tool_loop("go", script=NAP, run_id=run_id, detach=True):
+        calls = client.stream_tool_loop("go", script=script, run_id=run_id, detach=True)
+        async for streamed in calls:
             seen.append(streamed)
             if isinstance(streamed.event, ToolCallStarted) and streamed.event.tool_name == "sleep":
                 break
@@ -139,13 +148,13 @@ async def test_an_approval_decided_on_another_sidecar_reaches_the_run(
 
 
 @pytest.mark.timeout(120)
-async def test_the_live_runs_of_a_killed_sidecar_are_adopted_and_end_exactly_once(
+async def test_the_live_runs_of_a_killed_sidecar_are_adopted_resumed_and_end_exactly_once(
     serve_sidecar: ServeSidecar, redis_server: RedisServer
 ) -> None:
     alpha, beta = _two(serve_sidecar, redis_server, event_store_lease_s=1.0)
     run_ids = [f"run-{i}" for i in range(10)]
     seen = dict(zip(run_ids, await asyncio.gather(
-        *(_start_napping(alpha.address, run_id) for run_id in run_ids)
+        *(_start_napping(alpha.address, run_id, NAP_THEN_DONE) for run_id in run_ids)
     ), strict=True))  # fmt: skip
     async with AsyncSidecarClient(beta.address) as client:
         watched: list[StreamedEvent] = []
@@ -156,16 +165,24 @@ async def test_the_live_runs_of_a_killed_sidecar_are_adopted_and_end_exactly_onc
 
         watcher = asyncio.create_task(watch())
         _kill(alpha)
-        await asyncio.wait_for(watcher, 60)  # beta adopts run-0 and ends it
+        await asyncio.wait_for(watcher, 60)  # beta adopts run-0 and finishes it
         logs = {run_id: [e async for e in client.watch(run_id)] for run_id in run_ids}
         states = {run_id: (await client.get_run(run_id)).state for run_id in run_ids}
-    assert set(states.values()) == {"failed"}
+    assert set(states.values()) == {"completed"}
     for run_id, log in logs.items():
         assert [e.sequence for e in log] == list(range(1, len(log) + 1)), run_id
         assert [e.event for e in log[: len(seen[run_id])]] == [e.event for e in seen[run_id]]
         assert sum(isinstance(e.event, TERMINAL) for e in log) == 1, run_id
-        assert isinstance(log[-1].event, RunFailed)
-        assert "stopped while this run was live" in log[-1].event.message
+        [resumed] = [e.event for e in log if isinstance(e.event, RunResumed)]
+        assert resumed.interrupted_call_ids == ("nap",)  # sleep is not idempotent: not rerun
+        [nap] = [
+            e.event.record for e in log
+            if isinstance(e.event, ToolCallCompleted) and e.event.record.call_id == "nap"
+        ]  # fmt: skip
+        assert nap.error is not None
+        assert "interrupted" in nap.error
+        assert isinstance(log[-1].event, RunCompleted)
+        assert log[-1].event.result.content == "woke"
     assert [e.event for e in watched] == [e.event for e in logs["run-0"]]
 
 
