@@ -4,7 +4,7 @@ stream, watch and session, and a client-hosted LLM that streams its answer."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from cleveragents.client import AsyncSidecarClient, SidecarClient, StreamedEvent
 from cleveragents.sidecar import ProfileConfig, Sidecar
@@ -95,3 +95,62 @@ async def test_the_blocking_client_streams_and_hosts_a_streaming_llm(sidecar: Si
 
     for events in (streamed, hosted):
         assert "".join(d.text for d in assert_spelled(events)) == LONG
+
+
+ESSAY = " ".join(f"word{i}" for i in range(2000))
+
+
+async def _watch_from_the_middle(
+    sidecar: Sidecar, watch: Callable[[str, int], Awaitable[list[StreamedEvent]]]
+) -> list[StreamedEvent]:
+    """Start a streaming run, and watch it with deltas from after its ``iteration_started``."""
+    async with AsyncSidecarClient(sidecar.address) as client, asyncio.timeout(WAIT_S * 4):
+        starter = client.stream_tool_loop(
+            "go", script=[turn(ESSAY)], profile="slow", run_id="aw", detach=True
+        )
+        async for streamed in starter:
+            if streamed.sequence == 2:  # iteration_started: the answer streams next
+                break
+        await starter.aclose()
+        return await watch("aw", 2)
+
+
+def _deltas_window_sidecar(make_sidecar: SidecarFactory) -> Awaitable[Sidecar]:
+    return make_sidecar(
+        profiles={"slow": ProfileConfig("slow", "scripted", stream_delay_s=0.02)},
+        watch_window_bytes=4096,
+        watcher_stall_s=1.0,
+    )
+
+
+async def test_an_async_watch_with_deltas_from_a_later_sequence_acks_and_reads_to_the_end(
+    make_sidecar: SidecarFactory,
+) -> None:
+    sidecar = await _deltas_window_sidecar(make_sidecar)
+
+    async def watch(run_id: str, after: int) -> list[StreamedEvent]:
+        async with AsyncSidecarClient(sidecar.address) as client:
+            return [e async for e in client.watch(run_id, after_sequence=after, stream_deltas=True)]
+
+    events = await _watch_from_the_middle(sidecar, watch)
+    assert isinstance(events[-1].event, RunCompleted)
+    text = "".join(e.event.text for e in events if isinstance(e.event, LLMDelta))
+    assert text == ESSAY
+
+
+async def test_a_sync_watch_with_deltas_from_a_later_sequence_acks_and_reads_to_the_end(
+    make_sidecar: SidecarFactory,
+) -> None:
+    sidecar = await _deltas_window_sidecar(make_sidecar)
+
+    async def watch(run_id: str, after: int) -> list[StreamedEvent]:
+        def read() -> list[StreamedEvent]:
+            with SidecarClient(sidecar.address) as client:
+                return list(client.watch(run_id, after_sequence=after, stream_deltas=True))
+
+        return await asyncio.to_thread(read)
+
+    events = await _watch_from_the_middle(sidecar, watch)
+    assert isinstance(events[-1].event, RunCompleted)
+    text = "".join(e.event.text for e in events if isinstance(e.event, LLMDelta))
+    assert text == ESSAY

@@ -173,7 +173,7 @@ class AsyncSidecarClient:
         call = self._stub.FollowRun(metadata=self._metadata)
         with rpc_errors():
             await call.write(follow_start(run_id, after_sequence, stream_deltas))
-        async for event in self._events(call, follows=True):
+        async for event in self._events(call, follows=True, after=after_sequence):
             yield event
 
     async def get_run(self, run_id: str) -> RunInfo:
@@ -353,10 +353,11 @@ class AsyncSidecarClient:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def _events(
-        self, call: Any, *, follows: bool = False
+        self, call: Any, *, follows: bool = False, after: int = 0
     ) -> AsyncGenerator[StreamedEvent, None]:
-        """The events of a streaming ``call``; a ``FollowRun`` call (``follows``) is acked."""
-        decode, handled = EventDecoder(), 0
+        """The events of a streaming ``call``; a ``FollowRun`` call (``follows``, from after
+        sequence ``after``) is acked."""
+        decode, handled = EventDecoder(), after
         try:
             with rpc_errors():
                 async for response in call:

@@ -191,7 +191,7 @@ class SidecarClient:
                 yield message
 
         call = self._stub.FollowRun(requests(), metadata=self._metadata)
-        yield from self._events(call, outgoing)
+        yield from self._events(call, outgoing, after_sequence)
 
     def get_run(self, run_id: str) -> RunInfo:
         """A run's state, last sequence and (once ended) result."""
@@ -363,9 +363,11 @@ class SidecarClient:
         self,
         call: Any,
         acks: queue.SimpleQueue[service_pb2.FollowRunRequest | None] | None = None,
+        after: int = 0,
     ) -> Generator[StreamedEvent, None, None]:
-        """The events of a streaming ``call``; a ``FollowRun`` call's acks go to ``acks``."""
-        decode, handled = EventDecoder(), 0
+        """The events of a streaming ``call``; a ``FollowRun`` call's acks (from after sequence
+        ``after``) go to ``acks``."""
+        decode, handled = EventDecoder(), after
         stop = self._open.opened(acks, call)
         try:
             with rpc_errors():
