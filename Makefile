@@ -60,7 +60,7 @@ test: lint node-test go-test mcp-test-servers redis-server
 REDIS_SERVER ?= redis-server
 REDIS_INSTALL ?= apt-get install -y --no-install-recommends redis-server
 redis-server:
-	@command -v $(REDIS_SERVER) >/dev/null || { test "$$(id -u)" = 0 && command -v apt-get >/dev/null && $(REDIS_INSTALL) >/dev/null; } || { echo "make test and make bench need redis-server 7+ for the Redis run store's tests: install it (Debian: apt-get install redis-server)" >&2; exit 1; }
+	@command -v $(REDIS_SERVER) >/dev/null || { command -v apt-get >/dev/null && { if [ "$$(id -u)" = 0 ]; then $(REDIS_INSTALL); elif sudo -n true 2>/dev/null; then sudo -n $(REDIS_INSTALL); else false; fi; } >/dev/null; } || { echo "make test and make bench need redis-server 7+ for the Redis run store's tests: install it (Debian: apt-get install redis-server)" >&2; exit 1; }
 
 # The Node.js client's tests start a real sidecar from .venv, hence the install.
 node-test: install
