@@ -55,6 +55,18 @@ class OrderedLog(Protocol):
     def drop_held(self, sink: FrameSink) -> None: ...
 
 
+class _Streamed:
+    """Where a client LLM's streamed deltas go, and how far they have come."""
+
+    __slots__ = ("chars", "next_index", "sink")
+
+    def __init__(self, sink: DeltaSink) -> None:
+        self.sink = sink
+        self.next_index = 0
+        #: The characters of text and arguments streamed (at most ``max_message_bytes``).
+        self.chars = 0
+
+
 class ClientToolError(ToolError):
     """The client answered a tool invocation with an error; the record carries its text."""
 
@@ -82,8 +94,8 @@ class ClientHost:
         self.llm_timeout_s = llm_timeout_s
         self.pending_tools: dict[str, asyncio.Future[ToolAnswer]] = {}
         self.pending_llm: dict[str, asyncio.Future[LlmAnswer]] = {}
-        #: Where a pending LLM invocation's streamed deltas go, and the index the next has.
-        self.llm_deltas: dict[str, tuple[DeltaSink, list[int]]] = {}
+        #: Where a pending LLM invocation's streamed deltas go, and how far they have come.
+        self.llm_deltas: dict[str, _Streamed] = {}
         self._expired: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         self.violation: SidecarError | None = None
         #: The invocations sent and not answered yet, by id, as sent: a client that
@@ -173,19 +185,37 @@ class ClientHost:
                 f"llm_delta for request_id {request_id!r}, which is not awaiting an answer "
                 "(unknown, or already answered)"
             )
-        sink, expected = entry
-        if index != expected[0]:
+        if index != entry.next_index:
             raise SidecarError.invalid(
                 f"llm_delta index {index} for request_id {request_id!r}, expected "
-                f"{expected[0]}: number an answer's deltas 0, 1, 2… in the order sent"
+                f"{entry.next_index}: number an answer's deltas 0, 1, 2… in the order sent"
             )
         if delta.tool_call_index is not None and delta.tool_call_index < 0:
             raise SidecarError.invalid(
                 f"llm_delta {index} for request_id {request_id!r} has tool_call_index "
                 f"{delta.tool_call_index}; tool calls are numbered from 0"
             )
-        expected[0] += 1
-        sink(delta)
+        entry.next_index += 1
+        entry.chars += len(delta.text) + len(delta.arguments)
+        limit = self.max_message_bytes
+        if limit and entry.chars > limit:
+            self._overflow(request_id, f"llm_delta {index} for request_id {request_id!r} "
+                f"takes the answer's streamed text and arguments to {entry.chars} characters, "
+                f"more than the {limit} bytes its llm_result may carry (the sidecar's "
+                "max_message_bytes): the deltas of one answer must spell that answer, which "
+                "has to fit in one message")  # fmt: skip
+            return
+        entry.sink(delta)
+
+    def _overflow(self, request_id: str, why: str) -> None:
+        """Fail the LLM call ``request_id`` with ``RESOURCE_EXHAUSTED``: its streamed deltas
+        outgrew what its answer may be; the rest of them, and its answer, are dropped."""
+        future = self.pending_llm.pop(request_id, None)
+        self.llm_deltas.pop(request_id, None)
+        self.owed.pop(request_id, None)
+        self.forget("llm", request_id)
+        if future is not None and not future.done():
+            future.set_exception(SidecarError.quota(why))
 
     def attach(self, log: OrderedLog) -> None:
         """Deliver messages through the run's ``log``, after the events logged before them."""
@@ -288,7 +318,7 @@ class ClientLLMCaller:
         future: asyncio.Future[LlmAnswer] = asyncio.get_running_loop().create_future()
         self._host.pending_llm[request_id] = future
         if request.deltas is not None:
-            self._host.llm_deltas[request_id] = (request.deltas, [0])
+            self._host.llm_deltas[request_id] = _Streamed(request.deltas)
         self._host.owed[request_id] = invocation
         self._host.send(invocation)
         try:
