@@ -17,7 +17,13 @@ import pytest
 from cleveragents.sidecar import ProfileConfig, Sidecar
 from cleveragents.sidecar.runs.deltas import LiveDeltas
 from cleveragents.tool import LLMDelta
-from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
+from cleveragents.toolruntime.v1 import (
+    events_pb2,
+    service_pb2,
+    service_pb2_grpc,
+    session_pb2,
+    types_pb2,
+)
 
 from .conftest import WAIT_S, SidecarFactory, call, echo_script, run_spec, session_start, turn
 
@@ -220,8 +226,14 @@ async def test_a_follower_that_acks_gets_deltas_within_its_window(slow_stub: Stu
 
 
 async def _client_llm_session(
-    stub: Stub, deltas: Sequence[session_pb2.LlmResultDelta], *, stream: bool = True
+    stub: Stub,
+    deltas: Sequence[session_pb2.LlmResultDelta],
+    *,
+    stream: bool = True,
+    answer: session_pb2.LlmResult | None = None,
 ) -> tuple[list[events_pb2.RunEvent], grpc.StatusCode | None, str]:
+    """A Session whose client LLM streams ``deltas`` then answers ``answer`` (by default the
+    text the deltas spell)."""
     call_ = stub.Session()
     start = session_start(run_spec(), client_llm=True)
     start.start.stream_deltas = stream
@@ -243,7 +255,10 @@ async def _client_llm_session(
                         piece.request_id = piece.request_id or request_id
                         await call_.write(session_pb2.SessionRequest(llm_delta=piece))
                     text = "".join(d.text for d in deltas)
-                    result = session_pb2.LlmResult(request_id=request_id, content=text)
+                    result = session_pb2.LlmResult(content=text)
+                    if answer is not None:
+                        result.CopyFrom(answer)
+                    result.request_id = request_id
                     await call_.write(session_pb2.SessionRequest(llm_result=result))
                 if events and events[-1].WhichOneof("payload") in (
                     "run_completed", "run_failed", "run_cancelled",
@@ -280,6 +295,49 @@ async def test_a_bad_client_llm_delta_is_refused_with_invalid_argument(
 
     assert code is grpc.StatusCode.INVALID_ARGUMENT
     assert says in details
+
+
+@pytest.mark.parametrize(
+    ("pieces", "answer", "says"),
+    [
+        (
+            [session_pb2.LlmResultDelta(index=0, text="Hello")],
+            session_pb2.LlmResult(content="Goodbye"),
+            "llm_delta text does not match llm_result content",
+        ),
+        (
+            [
+                session_pb2.LlmResultDelta(
+                    index=0, tool_call_index=0, tool_call_id="c1", tool_name="echo",
+                    arguments='{"text":"a"}',
+                )
+            ],
+            session_pb2.LlmResult(
+                tool_calls=[types_pb2.ToolCall(id="c1", name="echo", arguments='{"text":"b"}')]
+            ),
+            "arguments of tool call 0 do not match",
+        ),
+        (
+            [session_pb2.LlmResultDelta(index=0, text="Hi")],
+            session_pb2.LlmResult(
+                content="Hi", tool_calls=[types_pb2.ToolCall(id="c1", name="echo")]
+            ),
+            "arguments of tool call 0 were not streamed",
+        ),
+    ],
+)  # fmt: skip
+async def test_client_llm_deltas_that_do_not_spell_its_result_are_refused(
+    stub: Stub,
+    pieces: list[session_pb2.LlmResultDelta],
+    answer: session_pb2.LlmResult,
+    says: str,
+) -> None:
+    events, code, details = await _client_llm_session(stub, pieces, answer=answer)
+
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert says in details
+    assert "request_id 'llm_1'" in details
+    assert not any(e.HasField("llm_responded") for e in events)
 
 
 async def test_a_client_llm_streaming_past_max_message_bytes_fails_its_run_and_is_not_kept(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -56,15 +57,48 @@ class OrderedLog(Protocol):
 
 
 class _Streamed:
-    """Where a client LLM's streamed deltas go, and how far they have come."""
+    """A client LLM's answer as its deltas spelled it so far, and where they go."""
 
-    __slots__ = ("chars", "next_index", "sink")
+    __slots__ = ("arguments", "chars", "next_index", "sink", "text")
 
     def __init__(self, sink: DeltaSink) -> None:
         self.sink = sink
         self.next_index = 0
         #: The characters of text and arguments streamed (at most ``max_message_bytes``).
         self.chars = 0
+        self.text: list[str] = []
+        self.arguments: dict[int, list[str]] = {}
+
+    def keep(self, delta: ResponseDelta) -> None:
+        """Remember what ``delta`` adds to the answer."""
+        if delta.tool_call_index is None:
+            self.text.append(delta.text)
+        else:
+            self.arguments.setdefault(delta.tool_call_index, []).append(delta.arguments)
+
+    def mismatch(self, response: LLMResponse) -> str | None:
+        """How the deltas streamed differ from ``response``, or ``None`` when they spell it
+        (or none were streamed: a client LLM need not stream)."""
+        if not self.next_index:
+            return None
+        if "".join(self.text) != response.content:
+            return "text does not match llm_result content"
+        calls = response.tool_calls
+        for index in sorted(self.arguments.keys() | set(range(len(calls)))):
+            if index not in self.arguments:
+                return f"arguments of tool call {index} were not streamed"
+            if index >= len(calls):
+                return f"tool_call_index {index} is not among llm_result's {len(calls)} calls"
+            if calls[index].arguments_error:
+                continue  # unparsable in the result too: the run records the call as failed
+            text = "".join(self.arguments[index]) or "{}"
+            try:
+                same = json.loads(text) == dict(calls[index].arguments)
+            except ValueError:
+                same = False
+            if not same:
+                return f"arguments of tool call {index} do not match llm_result's"
+        return None
 
 
 class ClientToolError(ToolError):
@@ -94,7 +128,7 @@ class ClientHost:
         self.llm_timeout_s = llm_timeout_s
         self.pending_tools: dict[str, asyncio.Future[ToolAnswer]] = {}
         self.pending_llm: dict[str, asyncio.Future[LlmAnswer]] = {}
-        #: Where a pending LLM invocation's streamed deltas go, and how far they have come.
+        #: Where a pending LLM invocation's streamed deltas go, and what they spelled so far.
         self.llm_deltas: dict[str, _Streamed] = {}
         self._expired: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         self.violation: SidecarError | None = None
@@ -161,7 +195,8 @@ class ClientHost:
             future.set_result(answer)
 
     def resolve_llm(self, answer: LlmAnswer) -> None:
-        """Deliver an LLM result; raises ``FAILED_PRECONDITION`` for an id not awaited."""
+        """Deliver an LLM result; raises ``FAILED_PRECONDITION`` for an id not awaited, and
+        ``INVALID_ARGUMENT`` for one its streamed deltas do not spell."""
         future = self.pending_llm.pop(answer.request_id, None)
         if future is None:
             if self._late("llm", answer.request_id):
@@ -169,6 +204,13 @@ class ClientHost:
             raise SidecarError.out_of_order(
                 f"llm_result for request_id {answer.request_id!r}, which is not awaiting a "
                 "result (unknown, or already answered)"
+            )
+        streamed = self.llm_deltas.get(answer.request_id)
+        response = answer.response
+        if streamed is not None and response is not None and (why := streamed.mismatch(response)):
+            raise SidecarError.invalid(
+                f"llm_delta {why} for request_id {answer.request_id!r}: an answer's deltas "
+                "must spell its llm_result exactly"
             )
         if not future.done():
             future.set_result(answer)
@@ -205,6 +247,7 @@ class ClientHost:
                 "max_message_bytes): the deltas of one answer must spell that answer, which "
                 "has to fit in one message")  # fmt: skip
             return
+        entry.keep(delta)
         entry.sink(delta)
 
     def _overflow(self, request_id: str, why: str) -> None:
