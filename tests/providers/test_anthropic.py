@@ -316,11 +316,12 @@ def test_a_long_streamed_text_block_is_assembled_in_linear_time() -> None:
     stream.handle("message_start", {"type": "message_start", "message": {"role": "assistant"}})
     block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
     stream.handle("content_block_start", block)
-    piece = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta"}}
     started = time.perf_counter()
     for i in range(30_000):
-        text = f"{i:05d}" + "x" * 95
-        stream.handle("content_block_delta", {**piece, "delta": {**piece["delta"], "text": text}})
+        delta = {"type": "text_delta", "text": f"{i:05d}" + "x" * 95}
+        stream.handle(
+            "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+        )
     body = stream.body()
     elapsed = time.perf_counter() - started
 
