@@ -21,6 +21,8 @@ from cleveragents.tool import (
     Usage,
 )
 from cleveragents.tool.streaming import split_response
+from cleveragents.toolruntime.v1 import events_pb2
+from cleveragents.wire import delta_from_pb, fill_delta, llm_delta_request, response_delta_from_pb
 
 from .conftest import asks, collect, final, make_runtime
 
@@ -201,3 +203,14 @@ def test_text_and_arguments_assembled_from_deltas_equal_the_response(
 
     assert text == content
     assert assembled == [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+
+
+def test_a_delta_round_trips_through_the_wire_with_the_providers_own_total() -> None:
+    usage = Usage(10, 5, reported_total_tokens=40)
+    event = LLMDelta(2, 7, "hi", usage=usage)
+    pb = events_pb2.LlmDelta()
+    fill_delta(pb, event, after_sequence=3)
+    client = llm_delta_request("llm_2", 7, ResponseDelta("hi", usage=usage)).llm_delta
+
+    assert delta_from_pb(events_pb2.LlmDelta.FromString(pb.SerializeToString())) == event
+    assert response_delta_from_pb(client).usage == usage

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import io
 import itertools
@@ -37,7 +38,8 @@ class Reply:
     answering. ``body`` is JSON-encoded unless it is ``bytes``. ``chunks`` make it a stream
     (``text/event-stream``, chunked): each piece is written and flushed on its own; ``cut``
     then closes the connection after them, without the end of the body, and ``stall`` sends
-    nothing more until the server closes.
+    nothing more until the server closes (but a keep-alive comment every ``keepalive_s``
+    seconds, when set).
     """
 
     status: int = 200
@@ -48,6 +50,7 @@ class Reply:
     chunks: Sequence[bytes] | None = None
     cut: bool = False
     stall: bool = False
+    keepalive_s: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +166,13 @@ async def _stream(writer: asyncio.StreamWriter, reply: Reply) -> bool:
             writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
             await writer.drain()
     if reply.stall:
-        await _CLOSING[writer].wait()
+        closing = _CLOSING[writer]
+        while reply.keepalive_s and not closing.is_set():
+            writer.write(b"e\r\n: keep-alive\n\n\r\n")  # one 14-byte chunk: a comment
+            await writer.drain()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(closing.wait(), reply.keepalive_s)
+        await closing.wait()
     if reply.cut or reply.stall:
         return False
     writer.write(b"0\r\n\r\n")
@@ -171,12 +180,19 @@ async def _stream(writer: asyncio.StreamWriter, reply: Reply) -> bool:
     return True
 
 
-def sse(stream: bytes, *, at: Sequence[int] = (), cut: bool = False, stall: bool = False) -> Reply:
+def sse(
+    stream: bytes,
+    *,
+    at: Sequence[int] = (),
+    cut: bool = False,
+    stall: bool = False,
+    keepalive_s: float = 0.0,
+) -> Reply:
     """A 200 stream of ``stream``'s bytes, split into pieces at the offsets ``at``."""
     bounds = [0, *sorted(at), len(stream)]
     chunks = [stream[a:b] for a, b in itertools.pairwise(bounds)]
     headers = {"x-request-id": "req_stream"}
-    return Reply(200, None, headers, chunks=chunks, cut=cut, stall=stall)
+    return Reply(200, None, headers, chunks=chunks, cut=cut, stall=stall, keepalive_s=keepalive_s)
 
 
 # -- recorded-shape responses ----------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -300,3 +301,19 @@ async def test_an_event_that_is_not_json_ends_the_call_naming_it(
 
     assert "unusable stream event" in str(caught.value)
     assert status_of(caught.value) is grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_a_stream_of_only_keep_alives_times_out_unavailable(
+    provider: FakeProvider, make_caller: Factory
+) -> None:
+    """A comment every 0.2 s resets httpx's read timeout; the idle timer counts only events."""
+    stream = streams.OPENAI_TEXT
+    provider.queue(sse(stream[: stream.index(b"data: [DONE]")], stall=True, keepalive_s=0.2))
+
+    with pytest.raises(ProviderError) as caught:
+        async with asyncio.timeout(30):
+            await make_caller(timeout_s=1.0).call(request())
+
+    assert "no event within 1s (only keep-alives)" in str(caught.value)
+    assert status_of(caught.value) is grpc.StatusCode.UNAVAILABLE
+    assert len(provider.requests) == 1

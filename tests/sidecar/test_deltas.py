@@ -4,7 +4,10 @@ coalesced for a stream that joins or lags, and from a client-hosted LLM over a S
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
+import tracemalloc
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -12,12 +15,21 @@ import grpc
 import pytest
 
 from cleveragents.sidecar import ProfileConfig, Sidecar
-from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
+from cleveragents.sidecar.runs.deltas import LiveDeltas
+from cleveragents.tool import LLMDelta
+from cleveragents.toolruntime.v1 import (
+    events_pb2,
+    service_pb2,
+    service_pb2_grpc,
+    session_pb2,
+    types_pb2,
+)
 
 from .conftest import WAIT_S, SidecarFactory, call, echo_script, run_spec, session_start, turn
 
 if TYPE_CHECKING:
     from cleveragents.toolruntime.v1.service_pb2_grpc import ToolRuntimeServiceAsyncStub as Stub
+    from tests.conftest import ServeSidecar
 #: Forty words streamed 20 ms apart: a call long enough for a watcher to join in the middle.
 LONG = " ".join(f"word{i}" for i in range(40))
 
@@ -214,8 +226,14 @@ async def test_a_follower_that_acks_gets_deltas_within_its_window(slow_stub: Stu
 
 
 async def _client_llm_session(
-    stub: Stub, deltas: Sequence[session_pb2.LlmResultDelta], *, stream: bool = True
+    stub: Stub,
+    deltas: Sequence[session_pb2.LlmResultDelta],
+    *,
+    stream: bool = True,
+    answer: session_pb2.LlmResult | None = None,
 ) -> tuple[list[events_pb2.RunEvent], grpc.StatusCode | None, str]:
+    """A Session whose client LLM streams ``deltas`` then answers ``answer`` (by default the
+    text the deltas spell)."""
     call_ = stub.Session()
     start = session_start(run_spec(), client_llm=True)
     start.start.stream_deltas = stream
@@ -237,7 +255,10 @@ async def _client_llm_session(
                         piece.request_id = piece.request_id or request_id
                         await call_.write(session_pb2.SessionRequest(llm_delta=piece))
                     text = "".join(d.text for d in deltas)
-                    result = session_pb2.LlmResult(request_id=request_id, content=text)
+                    result = session_pb2.LlmResult(content=text)
+                    if answer is not None:
+                        result.CopyFrom(answer)
+                    result.request_id = request_id
                     await call_.write(session_pb2.SessionRequest(llm_result=result))
                 if events and events[-1].WhichOneof("payload") in (
                     "run_completed", "run_failed", "run_cancelled",
@@ -274,3 +295,121 @@ async def test_a_bad_client_llm_delta_is_refused_with_invalid_argument(
 
     assert code is grpc.StatusCode.INVALID_ARGUMENT
     assert says in details
+
+
+@pytest.mark.parametrize(
+    ("pieces", "answer", "says"),
+    [
+        (
+            [session_pb2.LlmResultDelta(index=0, text="Hello")],
+            session_pb2.LlmResult(content="Goodbye"),
+            "llm_delta text does not match llm_result content",
+        ),
+        (
+            [
+                session_pb2.LlmResultDelta(
+                    index=0, tool_call_index=0, tool_call_id="c1", tool_name="echo",
+                    arguments='{"text":"a"}',
+                )
+            ],
+            session_pb2.LlmResult(
+                tool_calls=[types_pb2.ToolCall(id="c1", name="echo", arguments='{"text":"b"}')]
+            ),
+            "arguments of tool call 0 do not match",
+        ),
+        (
+            [session_pb2.LlmResultDelta(index=0, text="Hi")],
+            session_pb2.LlmResult(
+                content="Hi", tool_calls=[types_pb2.ToolCall(id="c1", name="echo")]
+            ),
+            "arguments of tool call 0 were not streamed",
+        ),
+    ],
+)  # fmt: skip
+async def test_client_llm_deltas_that_do_not_spell_its_result_are_refused(
+    stub: Stub,
+    pieces: list[session_pb2.LlmResultDelta],
+    answer: session_pb2.LlmResult,
+    says: str,
+) -> None:
+    events, code, details = await _client_llm_session(stub, pieces, answer=answer)
+
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert says in details
+    assert "request_id 'llm_1'" in details
+    assert not any(e.HasField("llm_responded") for e in events)
+
+
+async def test_a_client_llm_streaming_past_max_message_bytes_fails_its_run_and_is_not_kept(
+    serve_sidecar: ServeSidecar,
+) -> None:
+    """3,000 deltas of 60 KB (180 MB) from a client-hosted LLM: once they pass what its
+    llm_result may carry the run fails RESOURCE_EXHAUSTED naming the request, and the rest
+    are dropped, not held."""
+    sidecar = serve_sidecar(max_message_bytes=4 * 1024 * 1024)
+    before = sidecar.status_kib("VmRSS")
+    piece = "x" * 60_000
+    events: list[events_pb2.RunEvent] = []
+
+    async with grpc.aio.insecure_channel(sidecar.address) as channel:
+        call_ = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
+        start = session_start(run_spec(), client_llm=True)
+        start.start.stream_deltas = True
+        await call_.write(start)
+
+        async def stream(request_id: str) -> None:
+            with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                for index in range(3000):
+                    delta = session_pb2.LlmResultDelta(
+                        request_id=request_id, index=index, text=piece
+                    )
+                    await call_.write(session_pb2.SessionRequest(llm_delta=delta))
+
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            async with asyncio.timeout(WAIT_S * 12), asyncio.TaskGroup() as group:
+                async for response in call_:
+                    events += events_of([response])
+                    if response.HasField("llm_invocation"):
+                        group.create_task(stream(response.llm_invocation.request_id))
+                    if events and events[-1].HasField("run_failed"):
+                        break
+
+    failed = events[-1].run_failed
+    assert failed.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert "request_id 'llm_1'" in failed.message
+    assert "max_message_bytes" in failed.message
+    assert sidecar.status_kib("VmHWM") - before < 100 * 1024
+
+
+def test_a_call_streaming_many_small_deltas_keeps_memory_of_its_answer_size() -> None:
+    """200,000 one-character deltas, one reader part way through: what the run keeps is
+    joined, so it costs about the answer's size, and the reader still gets every character."""
+    live = LiveDeltas("r")
+    reader = live.reader(lambda: None, 1)
+    tracemalloc.start()
+    try:
+        for index in range(200_000):
+            live.add(1, LLMDelta(1, index, "x"))
+            if index == 1000:
+                first = reader.take(1, 1 << 30)
+        kept, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    rest = reader.take(1, 1 << 30)
+
+    assert kept < 2 * 1024 * 1024  # 200,000 kept deltas would be ~30 MB
+    got = [_unframe(item).llm_delta for item in [*first, *rest]]
+    assert "".join(d.text for d in got) == "x" * 200_000
+    assert [d.index for d in got] == list(itertools.accumulate([0, *(d.count for d in got)]))[:-1]
+
+
+def _unframe(item: bytes) -> events_pb2.RunEvent:
+    """The event of one length-delimited frame."""
+    size, shift, at = 0, 0, 0
+    while True:
+        byte = item[at]
+        size, shift, at = size | (byte & 0x7F) << shift, shift + 7, at + 1
+        if byte < 0x80:
+            break
+    assert len(item) == at + size
+    return events_pb2.RunEvent.FromString(item[at:])

@@ -5,6 +5,10 @@ maintained ``httpx-sse``): it buffers lines across TCP chunks, skips keep-alive 
 decodes UTF-8 incrementally, so a character split between two chunks arrives whole. The body
 is read as UTF-8 whatever the ``content-type`` says, as the SSE standard requires.
 
+Every event must come within the timeout of the one before: httpx's read timeout alone would
+be reset by the keep-alive comments some proxies send forever, so an idle timer re-armed per
+event ends such a stream (``UNAVAILABLE``, "no event within …s (only keep-alives)").
+
 Retries follow the transport's policy, but only until the first event has been handed on:
 once a piece of the answer has gone out to the run's watchers, a second request could answer
 differently, so a stream that breaks after that ends the call with a ``ProviderError``
@@ -13,6 +17,7 @@ differently, so a stream that breaks after that ends the call with a ``ProviderE
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -102,11 +107,23 @@ async def _attempt(
                 await response.aread()
                 return transport.reply(response, request_id)
             response.encoding = "utf-8"
-            async for event in httpx2.EventSource(response, max_event_size=MAX_EVENT_BYTES):
-                events += 1
-                if sink(event):
-                    return Reply({}, status, request_id)
-    except (_Retry, ProviderError):
+            loop, seen = asyncio.get_running_loop(), 0
+            try:
+                async with asyncio.timeout(transport.timeout_s) as idle:
+                    source = httpx2.EventSource(response, max_event_size=MAX_EVENT_BYTES)
+                    async for event in source:
+                        events += 1
+                        if sink(event):
+                            return Reply({}, status, request_id)
+                        idle.reschedule(loop.time() + transport.timeout_s)
+                        seen = response.num_bytes_downloaded
+            except TimeoutError:
+                kept_alive = response.num_bytes_downloaded > seen
+                what = "no event" if kept_alive else "the stream stalled: no data"
+                failure = f"{what} within {transport.timeout_s:g}s"
+                failure += " (only keep-alives)" if kept_alive else " (idle timer)"
+                _fail(transport, failure, status, request_id, events)
+    except (_Retry, _Broken, ProviderError):
         raise
     except httpx2.SSEError as exc:
         raise transport.error(

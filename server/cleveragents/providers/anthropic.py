@@ -100,6 +100,8 @@ class MessageStream(Assembler):
     def __init__(self, sink: DeltaSink | None, iteration: int) -> None:
         super().__init__(sink, iteration)
         self._blocks: dict[int, dict[str, Any]] = {}
+        #: Each text block's fragments, joined once in ``body`` (not re-copied per delta).
+        self._texts: dict[int, list[str]] = {}
         self._message: dict[str, Any] = {}
         self._usage: dict[str, Any] = {}
 
@@ -113,7 +115,7 @@ class MessageStream(Assembler):
         elif kind == "content_block_start":
             self._start_block(int(data["index"]), data.get("content_block") or {})
         elif kind == "content_block_delta":
-            self._delta(self._blocks[int(data["index"])], data.get("delta") or {})
+            self._delta(int(data["index"]), data.get("delta") or {})
         elif kind == "message_delta":
             self._message.update(data.get("delta") or {})
             self._usage.update(data.get("usage") or {})
@@ -126,21 +128,25 @@ class MessageStream(Assembler):
             block["id"] = self.calls[block["position"]].id
         elif block.get("type") == "text":
             self.add_text(block.get("text"))
+            self._texts[index] = [str(block.get("text") or "")]
         self._blocks[index] = block
 
-    def _delta(self, block: dict[str, Any], delta: dict[str, Any]) -> None:
+    def _delta(self, index: int, delta: dict[str, Any]) -> None:
+        block = self._blocks[index]
         kind = delta.get("type")
         if kind == "text_delta" and block.get("type") == "text":
             self.add_text(delta.get("text"))
-            block["text"] = block.get("text", "") + str(delta.get("text") or "")
+            self._texts[index].append(str(delta.get("text") or ""))
         elif kind == "input_json_delta" and "position" in block:
             self.add_arguments(block["position"], delta.get("partial_json"))
         # thinking_delta, signature_delta, citations_delta: not part of the answer's text
 
     def body(self) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
-        for _, block in sorted(self._blocks.items()):
-            if "position" in block:
+        for index, block in sorted(self._blocks.items()):
+            if index in self._texts:
+                content.append({**block, "text": "".join(self._texts[index])})
+            elif "position" in block:
                 call = self.calls[block["position"]]
                 content.append(
                     {"type": "tool_use", "id": call.id, "name": call.name,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -55,6 +56,51 @@ class OrderedLog(Protocol):
     def drop_held(self, sink: FrameSink) -> None: ...
 
 
+class _Streamed:
+    """A client LLM's answer as its deltas spelled it so far, and where they go."""
+
+    __slots__ = ("arguments", "chars", "next_index", "sink", "text")
+
+    def __init__(self, sink: DeltaSink) -> None:
+        self.sink = sink
+        self.next_index = 0
+        #: The characters of text and arguments streamed (at most ``max_message_bytes``).
+        self.chars = 0
+        self.text: list[str] = []
+        self.arguments: dict[int, list[str]] = {}
+
+    def keep(self, delta: ResponseDelta) -> None:
+        """Remember what ``delta`` adds to the answer."""
+        if delta.tool_call_index is None:
+            self.text.append(delta.text)
+        else:
+            self.arguments.setdefault(delta.tool_call_index, []).append(delta.arguments)
+
+    def mismatch(self, response: LLMResponse) -> str | None:
+        """How the deltas streamed differ from ``response``, or ``None`` when they spell it
+        (or none were streamed: a client LLM need not stream)."""
+        if not self.next_index:
+            return None
+        if "".join(self.text) != response.content:
+            return "text does not match llm_result content"
+        calls = response.tool_calls
+        for index in sorted(self.arguments.keys() | set(range(len(calls)))):
+            if index not in self.arguments:
+                return f"arguments of tool call {index} were not streamed"
+            if index >= len(calls):
+                return f"tool_call_index {index} is not among llm_result's {len(calls)} calls"
+            if calls[index].arguments_error:
+                continue  # unparsable in the result too: the run records the call as failed
+            text = "".join(self.arguments[index]) or "{}"
+            try:
+                same = json.loads(text) == dict(calls[index].arguments)
+            except ValueError:
+                same = False
+            if not same:
+                return f"arguments of tool call {index} do not match llm_result's"
+        return None
+
+
 class ClientToolError(ToolError):
     """The client answered a tool invocation with an error; the record carries its text."""
 
@@ -82,8 +128,8 @@ class ClientHost:
         self.llm_timeout_s = llm_timeout_s
         self.pending_tools: dict[str, asyncio.Future[ToolAnswer]] = {}
         self.pending_llm: dict[str, asyncio.Future[LlmAnswer]] = {}
-        #: Where a pending LLM invocation's streamed deltas go, and the index the next has.
-        self.llm_deltas: dict[str, tuple[DeltaSink, list[int]]] = {}
+        #: Where a pending LLM invocation's streamed deltas go, and what they spelled so far.
+        self.llm_deltas: dict[str, _Streamed] = {}
         self._expired: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         self.violation: SidecarError | None = None
         #: The invocations sent and not answered yet, by id, as sent: a client that
@@ -149,7 +195,8 @@ class ClientHost:
             future.set_result(answer)
 
     def resolve_llm(self, answer: LlmAnswer) -> None:
-        """Deliver an LLM result; raises ``FAILED_PRECONDITION`` for an id not awaited."""
+        """Deliver an LLM result; raises ``FAILED_PRECONDITION`` for an id not awaited, and
+        ``INVALID_ARGUMENT`` for one its streamed deltas do not spell."""
         future = self.pending_llm.pop(answer.request_id, None)
         if future is None:
             if self._late("llm", answer.request_id):
@@ -157,6 +204,13 @@ class ClientHost:
             raise SidecarError.out_of_order(
                 f"llm_result for request_id {answer.request_id!r}, which is not awaiting a "
                 "result (unknown, or already answered)"
+            )
+        streamed = self.llm_deltas.get(answer.request_id)
+        response = answer.response
+        if streamed is not None and response is not None and (why := streamed.mismatch(response)):
+            raise SidecarError.invalid(
+                f"llm_delta {why} for request_id {answer.request_id!r}: an answer's deltas "
+                "must spell its llm_result exactly"
             )
         if not future.done():
             future.set_result(answer)
@@ -173,19 +227,38 @@ class ClientHost:
                 f"llm_delta for request_id {request_id!r}, which is not awaiting an answer "
                 "(unknown, or already answered)"
             )
-        sink, expected = entry
-        if index != expected[0]:
+        if index != entry.next_index:
             raise SidecarError.invalid(
                 f"llm_delta index {index} for request_id {request_id!r}, expected "
-                f"{expected[0]}: number an answer's deltas 0, 1, 2… in the order sent"
+                f"{entry.next_index}: number an answer's deltas 0, 1, 2… in the order sent"
             )
         if delta.tool_call_index is not None and delta.tool_call_index < 0:
             raise SidecarError.invalid(
                 f"llm_delta {index} for request_id {request_id!r} has tool_call_index "
                 f"{delta.tool_call_index}; tool calls are numbered from 0"
             )
-        expected[0] += 1
-        sink(delta)
+        entry.next_index += 1
+        entry.chars += len(delta.text) + len(delta.arguments)
+        limit = self.max_message_bytes
+        if limit and entry.chars > limit:
+            self._overflow(request_id, f"llm_delta {index} for request_id {request_id!r} "
+                f"takes the answer's streamed text and arguments to {entry.chars} characters, "
+                f"more than the {limit} bytes its llm_result may carry (the sidecar's "
+                "max_message_bytes): the deltas of one answer must spell that answer, which "
+                "has to fit in one message")  # fmt: skip
+            return
+        entry.keep(delta)
+        entry.sink(delta)
+
+    def _overflow(self, request_id: str, why: str) -> None:
+        """Fail the LLM call ``request_id`` with ``RESOURCE_EXHAUSTED``: its streamed deltas
+        outgrew what its answer may be; the rest of them, and its answer, are dropped."""
+        future = self.pending_llm.pop(request_id, None)
+        self.llm_deltas.pop(request_id, None)
+        self.owed.pop(request_id, None)
+        self.forget("llm", request_id)
+        if future is not None and not future.done():
+            future.set_exception(SidecarError.quota(why))
 
     def attach(self, log: OrderedLog) -> None:
         """Deliver messages through the run's ``log``, after the events logged before them."""
@@ -288,7 +361,7 @@ class ClientLLMCaller:
         future: asyncio.Future[LlmAnswer] = asyncio.get_running_loop().create_future()
         self._host.pending_llm[request_id] = future
         if request.deltas is not None:
-            self._host.llm_deltas[request_id] = (request.deltas, [0])
+            self._host.llm_deltas[request_id] = _Streamed(request.deltas)
         self._host.owed[request_id] = invocation
         self._host.send(invocation)
         try:

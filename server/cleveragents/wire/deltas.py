@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cleveragents.tool import LLMDelta, ResponseDelta, Usage
-from cleveragents.toolruntime.v1 import events_pb2, session_pb2
+from cleveragents.toolruntime.v1 import events_pb2, session_pb2, types_pb2
 from cleveragents.wire.frames import frame
 from cleveragents.wire.timestamps import set_time
 from cleveragents.wire.values import usage_from_pb
@@ -41,8 +41,13 @@ def fill_delta(pb: events_pb2.LlmDelta, event: LLMDelta, after_sequence: int = 0
         pb.tool_call_id, pb.tool_name = event.tool_call_id, event.tool_name
         pb.arguments = event.arguments
     if event.usage is not None:
-        pb.usage.input_tokens = event.usage.input_tokens
-        pb.usage.output_tokens = event.usage.output_tokens
+        _fill_usage(pb.usage, event.usage)
+
+
+def _fill_usage(pb: types_pb2.Usage, usage: Usage) -> None:
+    """Copy every field of ``usage``, the provider's own total included."""
+    pb.input_tokens, pb.output_tokens = usage.input_tokens, usage.output_tokens
+    pb.reported_total_tokens = usage.reported_total_tokens
 
 
 def delta_from_pb(pb: events_pb2.LlmDelta) -> LLMDelta:
@@ -131,6 +136,5 @@ def llm_delta_request(
     if delta.tool_call_index is not None:
         pb.tool_call_index = delta.tool_call_index
     if delta.usage is not None:
-        pb.usage.input_tokens = delta.usage.input_tokens
-        pb.usage.output_tokens = delta.usage.output_tokens
+        _fill_usage(pb.usage, delta.usage)
     return session_pb2.SessionRequest(llm_delta=pb)

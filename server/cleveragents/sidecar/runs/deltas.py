@@ -7,6 +7,9 @@ remembers only where it is and how many of its call's deltas it has sent. So a s
 joins mid-call, or that was busy writing while deltas came, gets every delta it has not sent
 joined into as few messages as their kinds allow (``cleveragents.wire.coalesce``), and no
 stream holds a queue of its own: memory per watcher stays constant however slow it is.
+A call's kept deltas are joined (``coalesce``) between the places streams have reached, each
+time their number doubles, so a provider that streams many small deltas costs memory in
+proportion to its answer, not to its number of deltas.
 Deltas belong right after their call's ``iteration_started`` (``after``): a stream sends
 them once it has sent that event, and before any later one.
 """
@@ -14,10 +17,11 @@ them once it has sent that event, and before any later one.
 from __future__ import annotations
 
 import collections
+import itertools
 from collections.abc import Callable
 
 from cleveragents.tool import LLMDelta
-from cleveragents.wire import delta_frames
+from cleveragents.wire import coalesce, delta_frames
 
 __all__ = ["DeltaReader", "LiveDeltas"]
 
@@ -25,17 +29,22 @@ __all__ = ["DeltaReader", "LiveDeltas"]
 #: before (older ones only while a reading stream has not passed them).
 _CALLS_KEPT = 2
 
+#: A call's kept deltas are first joined once it has this many.
+_COMPACT_FROM = 64
+
 
 class _Call:
     """One LLM call's deltas so far, and the frames last made of a range of them."""
 
-    __slots__ = ("after", "cached", "deltas", "iteration")
+    __slots__ = ("after", "cached", "compact_at", "deltas", "iteration")
 
     def __init__(self, after: int, iteration: int) -> None:
         self.after = after
         self.iteration = iteration
         self.deltas: list[LLMDelta] = []
         self.cached: tuple[int, int, list[bytes]] | None = None
+        #: How many kept deltas make the next join worth it.
+        self.compact_at = _COMPACT_FROM
 
 
 class LiveDeltas:
@@ -57,9 +66,30 @@ class LiveDeltas:
             floor = min((r.position for r in self.readers), default=after)
             while len(calls) > _CALLS_KEPT and calls[0].after < floor:
                 calls.popleft()
-        calls[-1].deltas.append(delta)
+        call = calls[-1]
+        call.deltas.append(delta)
+        if len(call.deltas) >= call.compact_at:
+            self._compact(call)
         for reader in self.readers:
             reader.wake()
+
+    def _compact(self, call: _Call) -> None:
+        """Join ``call``'s kept deltas between the places its readers have reached (a reader
+        sends from its place on, a joining one from the start), moving each reader's place to
+        match; the join waits until their number doubles again."""
+        deltas = call.deltas
+        on_call = [r for r in self.readers if r._after == call.after]
+        places = sorted({0, len(deltas), *(r._sent for r in on_call)})
+        joined: list[LLMDelta] = []
+        moved: dict[int, int] = {}
+        for start, stop in itertools.pairwise(places):
+            moved[start] = len(joined)
+            joined += coalesce(deltas[start:stop])
+        moved[len(deltas)] = len(joined)
+        for reader in on_call:
+            reader._sent = moved[reader._sent]
+        call.deltas, call.cached = joined, None
+        call.compact_at = max(_COMPACT_FROM, 2 * len(joined))
 
     def close(self) -> None:
         """The run has ended: no call streams any more; the deltas go once no stream still
