@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "github.com/cleveragents/cleveragents-sidecar/client/go/toolruntimev1"
@@ -47,7 +48,16 @@ type SessionOptions struct {
 	// Approve, when set, decides the run's approval requests (handles_approvals); otherwise
 	// they wait for the DecideApproval RPC or time out.
 	Approve ApprovalFunc
+	// EventBuffer is how many events Events holds that nobody has read yet; zero takes
+	// DefaultEventBuffer. When it is full the oldest unread event is dropped (and counted by
+	// DroppedEvents), so a session whose Events is read slowly or never holds at most this
+	// many events, while its calls, approvals and Wait's result are unaffected.
+	EventBuffer int
 }
+
+// DefaultEventBuffer is SessionOptions.EventBuffer's default: a session's unread events beyond
+// it are dropped, oldest first.
+const DefaultEventBuffer = 1024
 
 // RunFailedError is a run that ended with run_failed; Result is its partial result.
 type RunFailedError struct {
@@ -61,7 +71,8 @@ func (e *RunFailedError) Error() string {
 }
 
 // Session is one Session run: the sidecar calls this process's tools over one bidirectional
-// stream. Its tool calls and approvals are answered as they come, whether or not Events is read.
+// stream. Its tool calls and approvals are answered as they come, whether or not Events is read:
+// unread events are held up to SessionOptions.EventBuffer, the oldest dropped beyond it.
 type Session struct {
 	stream pb.ToolRuntimeService_SessionClient
 	tools  map[string]Tool
@@ -72,10 +83,9 @@ type Session struct {
 	sendMu     sync.Mutex
 	halfClosed bool
 
-	queueMu sync.Mutex
-	queue   []*pb.RunEvent
-	wake    chan struct{}
-	events  chan *pb.RunEvent
+	idMu    sync.Mutex
+	events  chan *pb.RunEvent // buffered: the unread events, receive its only sender
+	dropped atomic.Int64
 
 	done     chan struct{}
 	inflight sync.WaitGroup
@@ -90,8 +100,7 @@ const CancelGrace = 5 * time.Second
 
 // StartSession opens a Session run. Cancelling ctx cancels the run: the session sends
 // SessionCancel, and drops the stream if the sidecar has not ended the run within CancelGrace.
-// Read Events until it is closed, or cancel ctx once the run is over, so that the goroutine
-// handing out events ends.
+// No goroutine of the session outlives the run, whether or not Events is read or ctx ends.
 func (c *Client) StartSession(ctx context.Context, opts SessionOptions) (*Session, error) {
 	if opts.Spec == nil {
 		return nil, errors.New("SessionOptions.Spec is required")
@@ -119,27 +128,36 @@ func (c *Client) StartSession(ctx context.Context, opts SessionOptions) (*Sessio
 		stop()
 		return nil, err
 	}
+	buffer := opts.EventBuffer
+	if buffer <= 0 {
+		buffer = DefaultEventBuffer
+	}
 	s := &Session{
 		stream: stream, tools: tools, opts: opts, ctx: streamCtx, stop: stop,
-		wake: make(chan struct{}, 1), events: make(chan *pb.RunEvent), done: make(chan struct{}),
+		events: make(chan *pb.RunEvent, buffer), done: make(chan struct{}),
 	}
 	if err := s.send(&pb.SessionRequest{Kind: &pb.SessionRequest_Start{Start: start}}); err != nil {
 		stop()
 		return nil, err
 	}
 	go s.receive()
-	go s.deliver(ctx)
 	go s.watch(ctx)
 	return s, nil
 }
 
-// Events are the run's events in order; the channel is closed after the last one.
+// Events are the run's events in order; the channel is closed after the last one. Beyond
+// SessionOptions.EventBuffer unread events the oldest are dropped: the terminal event is
+// always the last one left.
 func (s *Session) Events() <-chan *pb.RunEvent { return s.events }
+
+// DroppedEvents is how many events were dropped unread because Events held
+// SessionOptions.EventBuffer events already.
+func (s *Session) DroppedEvents() int64 { return s.dropped.Load() }
 
 // RunID is the run's id, known once its run_started event has arrived ("" before).
 func (s *Session) RunID() string {
-	s.queueMu.Lock()
-	defer s.queueMu.Unlock()
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
 	return s.runID
 }
 
@@ -199,9 +217,9 @@ func (s *Session) receive() {
 				records = append(records, rec)
 			}
 			if ev.GetRunStarted() != nil {
-				s.queueMu.Lock()
+				s.idMu.Lock()
 				s.runID = ev.GetRunId()
-				s.queueMu.Unlock()
+				s.idMu.Unlock()
 			}
 			if asked := ev.GetApprovalRequested(); asked != nil && s.opts.Approve != nil {
 				s.inflight.Add(1)
@@ -238,56 +256,23 @@ func (s *Session) finish(terminal *pb.RunEvent, records []*pb.ToolCallRecord, st
 	} else {
 		s.err = errors.New("the session ended without a terminal event")
 	}
-	s.queueMu.Lock()
-	s.queue = append(s.queue, nil) // nil: the end, for deliver
-	s.queueMu.Unlock()
-	s.signal()
 	close(s.done)
+	close(s.events) // after done: a reader seeing the end finds Wait's answer ready
 }
 
+// push hands ev to Events without waiting for a reader: when Events is full, the oldest
+// unread event makes room (receive is the only sender, so the second try succeeds).
 func (s *Session) push(ev *pb.RunEvent) {
-	s.queueMu.Lock()
-	s.queue = append(s.queue, ev)
-	s.queueMu.Unlock()
-	s.signal()
-}
-
-func (s *Session) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-// deliver hands the queued events to Events in order, so that a slow reader never holds up
-// the answers to the sidecar; it ends after the last event, or when ctx ends.
-func (s *Session) deliver(ctx context.Context) {
-	defer close(s.events)
 	for {
-		s.queueMu.Lock()
-		var next *pb.RunEvent
-		have := len(s.queue) > 0
-		if have {
-			next, s.queue = s.queue[0], s.queue[1:]
-		}
-		s.queueMu.Unlock()
-		if !have {
-			select {
-			case <-s.wake:
-				continue
-			case <-ctx.Done():
-				<-s.done // the run ends by itself: watch cancels it
-				return
-			}
-		}
-		if next == nil {
+		select {
+		case s.events <- ev:
 			return
+		default:
 		}
 		select {
-		case s.events <- next:
-		case <-ctx.Done():
-			<-s.done
-			return
+		case <-s.events:
+			s.dropped.Add(1)
+		default: // a reader took one meanwhile
 		}
 	}
 }

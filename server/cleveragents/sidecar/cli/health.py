@@ -57,6 +57,19 @@ def add_health_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tls-ca-file", metavar="PEM", help="connect over TLS, trusting this CA certificate"
     )
+    parser.add_argument(
+        "--tls-cert-file",
+        metavar="PEM",
+        help="with --tls-ca-file: present this client certificate (a sidecar with "
+        "tls_client_ca_file set, mutual TLS, refuses the handshake without one)",
+    )
+    parser.add_argument("--tls-key-file", metavar="PEM", help="the private key of --tls-cert-file")
+    parser.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        help="with --tls-ca-file: the name the sidecar's certificate must carry, when the "
+        "target is a unix socket or an address the certificate does not name",
+    )
 
 
 def check_health(args: argparse.Namespace, out: TextIO) -> int:
@@ -68,8 +81,12 @@ def check_health(args: argparse.Namespace, out: TextIO) -> int:
     if not args.timeout > 0:
         print("cleveragents-sidecar: --timeout must be a positive number", file=sys.stderr)
         return 2
+    problem = _tls_usage_problem(args)
+    if problem:
+        print(f"cleveragents-sidecar: {problem}", file=sys.stderr)
+        return 2
     try:
-        channel = _channel(args.target, args.tls_ca_file)
+        channel = _channel(args)
     except OSError as exc:
         print(f"cleveragents-sidecar: {exc}", file=sys.stderr)
         return 2
@@ -96,10 +113,34 @@ def check_health(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if args.live or response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
-def _channel(target: str, ca_file: str | None) -> Any:
+def _tls_usage_problem(args: argparse.Namespace) -> str:
+    """Why the TLS flags do not go together ('' when they do): a half-given client
+    certificate would otherwise fail as an unexplained handshake error."""
+    if bool(args.tls_cert_file) != bool(args.tls_key_file):
+        return "--tls-cert-file and --tls-key-file go together: give both or neither"
+    if (args.tls_cert_file or args.tls_server_name) and not args.tls_ca_file:
+        flag = "--tls-cert-file" if args.tls_cert_file else "--tls-server-name"
+        return f"{flag} needs --tls-ca-file (the CA that issued the sidecar's certificate)"
+    return ""
+
+
+def _channel(args: argparse.Namespace) -> Any:
+    """A plain channel, or a TLS one trusting ``--tls-ca-file`` (with a client certificate
+    for mutual TLS, and the name to check the sidecar's certificate against)."""
     import grpc
 
-    if not ca_file:
-        return grpc.insecure_channel(target)
-    with open(ca_file, "rb") as fh:
-        return grpc.secure_channel(target, grpc.ssl_channel_credentials(fh.read()))
+    if not args.tls_ca_file:
+        return grpc.insecure_channel(args.target)
+    with open(args.tls_ca_file, "rb") as fh:
+        ca = fh.read()
+    key = chain = None
+    if args.tls_cert_file:
+        with open(args.tls_key_file, "rb") as fh:
+            key = fh.read()
+        with open(args.tls_cert_file, "rb") as fh:
+            chain = fh.read()
+    credentials = grpc.ssl_channel_credentials(ca, private_key=key, certificate_chain=chain)
+    options = []
+    if args.tls_server_name:
+        options.append(("grpc.ssl_target_name_override", args.tls_server_name))
+    return grpc.secure_channel(args.target, credentials, options=options)
