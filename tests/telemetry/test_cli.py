@@ -208,3 +208,37 @@ async def test_watch_prints_the_model_text_as_it_streams(
     assert "  model: " + "".join(words).strip() + "\n" in out.getvalue()
     pieces = [w for w in out.writes if w.startswith("w")]
     assert len(pieces) > 1  # written as it came, not at the end
+
+
+async def test_watch_shows_control_characters_in_the_model_text_as_escapes(
+    make_sidecar: SidecarFactory, tools: Tools
+) -> None:
+    sidecar = await make_sidecar(
+        profiles={"slow": ProfileConfig("slow", "scripted", stream_delay_s=0.01)}
+    )
+    answer = "safe\x1b[2J\x1b]0;owned\x07 line\roverwritten\ttab\nnext \x9b31m end"
+    script = [turn("", call("g1", "gate")), turn(answer)]
+    out = _Writes()
+
+    def follow() -> int:
+        with SidecarClient(sidecar.address) as client:
+            return watch(client, "ctl", 0, out)
+
+    async with AsyncSidecarClient(sidecar.address) as client:
+        stream = client.stream_tool_loop(
+            "go", script=script, profile="slow", run_id="ctl", detach=True
+        )
+        async with asyncio.timeout(WAIT_S):
+            await anext(stream)  # run_started: the run exists
+            await tools.gate_started.wait()
+        await stream.aclose()
+        watching = asyncio.create_task(asyncio.to_thread(follow))
+        assert await asyncio.to_thread(out.header.wait, WAIT_S)
+        tools.release.set()  # the answer streams while the watcher follows
+        async with asyncio.timeout(WAIT_S):
+            assert await watching == 0
+
+    printed = out.getvalue()
+    model = printed[printed.index("  model: ") : printed.index(" end") + 4]
+    shown = r"safe\e[2J\e]0;owned\x07 line\roverwritten" + "\ttab\n         next " + r"\x9b31m end"
+    assert model == "  model: " + shown

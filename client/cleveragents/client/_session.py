@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import inspect
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -201,17 +203,23 @@ class SessionLogic:
                 job = ApprovalJob(streamed.event)
             yield streamed, job
 
-    async def answer(self, job: Job, send: Sender | None = None) -> session_pb2.SessionRequest:
+    async def answer(
+        self, job: Job, send: Sender | None = None, *, threadsafe: bool = False
+    ) -> session_pb2.SessionRequest:
         """Do ``job`` and return the message that answers it; failures become answers too.
 
         ``send`` sends the deltas a streaming LLM puts in its request's ``deltas`` sink as
-        they come, before the answer (without it they are not sent).
+        they come, before the answer (without it they are not sent). A ``threadsafe`` send
+        (a plain function that may be called from any thread) is called straight from the
+        sink, in whatever thread the LLM streams; any other is called on this event loop.
         """
         if isinstance(job, ToolJob):
             return await self._run_tool(job.invocation)
         if isinstance(job, LlmJob):
             if send is None:
                 return await self._ask_llm(job.invocation, None)
+            if threadsafe:
+                return await self._ask_llm(job.invocation, _direct(job.invocation, send))
             return await self._streaming(job.invocation, send)
         return await self._decide(job.event)
 
@@ -238,12 +246,23 @@ class SessionLogic:
                         await sent
                     index += 1
 
+        loop, here = asyncio.get_running_loop(), threading.get_ident()
+
+        def sink(delta: ResponseDelta) -> None:
+            if threading.get_ident() == here:
+                queue.put_nowait(delta)
+            else:  # an LLM streaming from a worker thread: the pump is woken on its loop
+                with contextlib.suppress(RuntimeError):  # the loop is gone: nobody to tell
+                    loop.call_soon_threadsafe(queue.put_nowait, delta)
+
         async with asyncio.TaskGroup() as group:
             group.create_task(pump())
             try:
-                return await self._ask_llm(invocation, queue.put_nowait)
+                return await self._ask_llm(invocation, sink)
             finally:
-                queue.put_nowait(None)  # the pump sends what is queued, then ends
+                # After the deltas scheduled before the LLM returned: the pump sends them,
+                # then ends.
+                queue.put_nowait(None)
 
     async def _ask_llm(
         self,
@@ -255,7 +274,11 @@ class SessionLogic:
             request = self.conversation.request(invocation)
             if deltas is not None:
                 request = dataclasses.replace(request, deltas=deltas)
-            response: Any = self.llm.call(request)
+            response: Any
+            if inspect.iscoroutinefunction(self.llm.call):
+                response = self.llm.call(request)
+            else:  # a blocking call runs in a thread: the loop goes on sending its deltas
+                response = await asyncio.to_thread(self.llm.call, request)
             if inspect.isawaitable(response):
                 response = await response
             if not isinstance(response, LLMResponse):
@@ -280,3 +303,17 @@ class SessionLogic:
         if isinstance(answer, ApprovalDecision):
             return approval_request(event.call_id, answer.approved, answer.reason)
         return approval_request(event.call_id, answer is True, "")
+
+
+def _direct(invocation: session_pb2.LlmInvocation, send: Sender) -> Callable[[ResponseDelta], None]:
+    """A sink that sends each delta of ``invocation`` at once through the thread-safe
+    ``send``, numbered in order whichever thread streams it."""
+    lock, index = threading.Lock(), 0
+
+    def sink(delta: ResponseDelta) -> None:
+        nonlocal index
+        with lock:
+            send(llm_delta_request(invocation.request_id, index, delta))
+            index += 1
+
+    return sink

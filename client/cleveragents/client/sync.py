@@ -321,7 +321,7 @@ class SidecarClient:
         def answer(job: Job) -> session_pb2.SessionRequest:
             done = logic.answered(job)
             if done is None:
-                done = loop.run_until_complete(logic.answer(job, send))
+                done = loop.run_until_complete(logic.answer(job, send, threadsafe=True))
                 logic.remember(job, done)
             return done
 

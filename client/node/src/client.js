@@ -2,6 +2,7 @@
 import grpc from '@grpc/grpc-js';
 
 import { Codec, normaliseTools, wireEvents } from './codec.js';
+import { DeltaDedup } from './deltas.js';
 import { RunFailedError, Status, toSidecarError } from './errors.js';
 import { RecordsSeen, pagedEvents, withRecords } from './history.js';
 import { loadService } from './proto.js';
@@ -360,9 +361,11 @@ export class SidecarClient {
       const seen = new RecordsSeen(); // for a result that leaves its records out
       const detach = onAbort(options.signal, () => current()?.cancel());
       let fruitless = 0; // reconnections in a row that brought no event
+      const deltas = watch ? new DeltaDedup() : null; // a reconnection resends the call's deltas
       try {
         for (;;) {
           const call = open();
+          deltas?.connected();
           const start = watch?.state.last;
           try {
             for await (const message of call) {
@@ -370,7 +373,11 @@ export class SidecarClient {
               // watcher's resume point advances with each, so it is always the last event
               // actually yielded (a drop surfaces only after the batch in hand is yielded).
               for (const wire of wireEvents(message)) {
-                const event = codec.decodeEvent(wire);
+                let event = codec.decodeEvent(wire);
+                if (deltas && event.payload === 'llm_delta') {
+                  event = deltas.admit(event);
+                  if (event === null) continue; // yielded already, before the reconnection
+                }
                 seen.add(event);
                 const terminal = event[event.payload];
                 if (terminal?.result?.history_omitted) terminal.result = await complete(terminal.result, seen);

@@ -7,6 +7,7 @@ place (on a terminal), then a table of the records and the result.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -35,6 +36,11 @@ if TYPE_CHECKING:  # the client is imported only by the commands that talk to a 
     from cleveragents.tool import ToolCallRecord, ToolCallRunResult
 
 __all__ = ["WatchView", "show_stream", "watch"]
+
+#: Control characters (C0, DEL, C1) other than a newline and a tab: the model's text could
+#: move the cursor, overwrite lines or send the terminal escape sequences with them.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_NAMED = {"\r": "\\r", "\x1b": "\\e"}
 
 
 def watch(client: SidecarClient, run_id: str, after: int, out: TextIO) -> int:
@@ -77,6 +83,12 @@ def show_stream(
         if close is not None:
             close()  # ends the call at once (a run started without detach is cancelled)
     return view.finish()
+
+
+def visible(text: str) -> str:
+    """``text`` with each control character but a newline and a tab shown as an escape
+    (``\\r``, ``\\e``, ``\\x07``): the model's text reaches the terminal as text."""
+    return _CONTROL.sub(lambda m: _NAMED.get(m[0]) or f"\\x{ord(m[0]):02x}", text)
 
 
 def _tick(view: WatchView, stop: threading.Event) -> None:
@@ -246,7 +258,7 @@ class WatchView:
             self._clear()
             self.out.write("  model: ")
             self._text_open = True
-        self.out.write(text.replace("\n", "\n         "))
+        self.out.write(visible(text).replace("\n", "\n         "))
         self.out.flush()
 
     def _end_text(self) -> None:
