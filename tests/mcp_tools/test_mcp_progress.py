@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from cleveragents.client import AsyncSidecarClient
-from cleveragents.sidecar.mcp.progress import MAX_PROGRESS_EVENTS
+from cleveragents.sidecar.mcp.progress import MAX_PROGRESS_EVENTS, MAX_PROGRESS_MESSAGE_BYTES
 from cleveragents.tool import (
     ErrorKind,
+    RunCompleted,
     RunEvent,
     ToolCallCompleted,
     ToolCallProgress,
@@ -166,3 +167,37 @@ async def test_progress_cannot_extend_a_call_past_its_max_timeout(
     assert "extended by progress" in (record.error or "")
     assert 2900 <= record.duration_ms < 3000 + 5000  # the hard maximum, not for ever
     assert isinstance(events[3], ToolCallStarted)
+
+
+async def test_a_progress_message_bigger_than_a_frame_is_cut_and_the_call_completes(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    server = raw_server(fault_dir, progress_interval_s=0)
+    sidecar = await make_mcp_sidecar(server, max_message_bytes=1024 * 1024)
+    async with AsyncSidecarClient(sidecar.address) as client:
+        # 2 MiB of UTF-8 ("é" is two bytes): twice what one message may carry.
+        events = await bounded(_events(client, "r_big_progress", count=1, size=1024 * 1024))
+
+    progress = [e for e in events if isinstance(e, ToolCallProgress)]
+    record = _record(events)
+    assert record.success, record.error
+    assert [p.progress for p in progress] == [1.0]
+    message = progress[0].message
+    assert len(message.encode()) <= MAX_PROGRESS_MESSAGE_BYTES
+    assert message.startswith("éé")
+    assert message.endswith("more bytes cut]")
+    assert isinstance(events[-1], RunCompleted)
+
+
+async def test_many_large_progress_messages_add_a_bounded_amount_to_the_log(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(raw_server(fault_dir, progress_interval_s=0))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = await bounded(_events(client, "r_big_progress", count=20, size=1024 * 1024))
+
+    progress = [e for e in events if isinstance(e, ToolCallProgress)]
+    assert _record(events).success
+    assert len(progress) == 20
+    logged = sum(len(p.message.encode()) for p in progress)
+    assert logged <= 20 * MAX_PROGRESS_MESSAGE_BYTES  # 40 MiB of messages before the cut

@@ -1,6 +1,7 @@
 """An MCP server over stdio written by hand (no SDK), for the faults the SDK would not let a
-server commit: ``garble`` writes a line that is not JSON on its stdout, and
-``spam_progress`` sends its progress notifications as fast as a pipe takes them.
+server commit: ``garble`` writes a line that is not JSON on its stdout,
+``spam_progress`` sends its progress notifications as fast as a pipe takes them, and
+``big_progress`` sends COUNT reports whose messages are SIZE characters long.
 ``FAULT_DIR`` (an environment variable) gets ``pid-<pid>`` when it starts.
 """
 
@@ -25,6 +26,15 @@ TOOLS = [
         "name": "garble",
         "description": "Write a line that is not JSON, and never answer.",
         "inputSchema": _OBJECT,
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "big_progress",
+        "description": "Report progress COUNT times with a SIZE-character message, then answer.",
+        "inputSchema": {
+            **_OBJECT,
+            "properties": {"count": {"type": "integer"}, "size": {"type": "integer"}},
+        },
         "annotations": {"readOnlyHint": True},
     },
     {
@@ -74,6 +84,13 @@ def call(request_id: Any, params: dict[str, Any]) -> None:
                 }
                 out.write(json.dumps(note).encode() + b"\n")
             out.flush()
+        result(request_id, text(f"reported {count}"))
+    elif name == "big_progress":
+        count, size = int(arguments["count"]), int(arguments["size"])
+        for step in range(1, count + 1):
+            params = {"progressToken": token, "progress": step, "total": count}
+            send({"jsonrpc": "2.0", "method": "notifications/progress",
+                  "params": {**params, "message": "é" * size}})  # fmt: skip
         result(request_id, text(f"reported {count}"))
     else:
         send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": name}})

@@ -3,8 +3,11 @@
 A server may report progress as often as it likes; the run's log keeps every event it is
 given, so the reports are coalesced here: at most one per ``progress_interval`` seconds (the
 first at once, then the latest of each interval, the last one before the call's record), and
-at most ``MAX_PROGRESS_EVENTS`` for one call. A server sending a hundred thousand reports adds
-a bounded number of events, and holds one pending report at a time.
+at most ``MAX_PROGRESS_EVENTS`` for one call. A report's ``message`` is cut to
+``MAX_PROGRESS_MESSAGE_BYTES`` (UTF-8, on a character boundary, with a marker saying how much
+was cut), so one report cannot exceed what an event may carry and a call's progress events
+stay small. A server sending a hundred thousand reports adds a bounded number of events, and
+holds one pending report at a time.
 
 With ``progress_extends_timeout``, every report (coalesced or not) pushes the call's timeout
 back to a full ``timeout`` from now, but never past ``max_timeout`` after the call began: a
@@ -20,10 +23,24 @@ import math
 from cleveragents.sidecar.config.mcp import McpServerConfig
 from cleveragents.tool import CallScope
 
-__all__ = ["MAX_PROGRESS_EVENTS", "ProgressRelay"]
+__all__ = ["MAX_PROGRESS_EVENTS", "MAX_PROGRESS_MESSAGE_BYTES", "ProgressRelay", "cut_message"]
 
 #: The most ``ToolCallProgress`` events one call adds to its run's log.
 MAX_PROGRESS_EVENTS = 1000
+#: The most UTF-8 bytes of a report's ``message`` an event keeps (the marker included).
+MAX_PROGRESS_MESSAGE_BYTES = 1024
+
+
+def cut_message(message: str, limit: int = MAX_PROGRESS_MESSAGE_BYTES) -> str:
+    """``message`` when it fits in ``limit`` UTF-8 bytes, else its start (whole characters)
+    followed by a marker saying how many bytes were cut."""
+    data = message.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return message
+    marker_room = 48
+    head = data[: max(limit - marker_room, 0)].decode("utf-8", "ignore")
+    cut = len(data) - len(head.encode("utf-8"))
+    return f"{head}… [{cut} more bytes cut]"
 
 
 class ProgressRelay:
@@ -67,7 +84,7 @@ class ProgressRelay:
         if self._scope is None or self.sent >= MAX_PROGRESS_EVENTS or self._closed:
             return
         now = self._loop.time()
-        report = (progress, total, message or "")
+        report = (progress, total, cut_message(message or ""))
         if now - self._last >= self.interval_s:
             self._send(report, now)
         else:
