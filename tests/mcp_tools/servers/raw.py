@@ -2,7 +2,9 @@
 server commit: ``garble`` writes a line that is not JSON on its stdout,
 ``spam_progress`` sends its progress notifications as fast as a pipe takes them, and
 ``big_progress`` sends COUNT reports whose messages are SIZE characters long.
-``FAULT_DIR`` (an environment variable) gets ``pid-<pid>`` when it starts.
+``FAULT_DIR`` (an environment variable) gets ``pid-<pid>`` when it starts; ``RAW_BANNER``, when
+set, is a line it prints on stdout before anything else; with ``RAW_GARBLE_LIST`` set, it
+answers ``tools/list`` with a line that is not JSON.
 """
 
 from __future__ import annotations
@@ -98,6 +100,9 @@ def call(request_id: Any, params: dict[str, Any]) -> None:
 
 def main() -> None:
     (Path(os.environ["FAULT_DIR"]) / f"pid-{os.getpid()}").touch()
+    if banner := os.environ.get("RAW_BANNER"):  # what some servers print before they begin
+        out.write(banner.encode() + b"\n")
+        out.flush()
     for line in sys.stdin.buffer:
         message = json.loads(line)
         method, request_id = message.get("method"), message.get("id")
@@ -109,6 +114,9 @@ def main() -> None:
                 "capabilities": {"tools": {}},
                 "serverInfo": {"name": "raw", "version": "1.0"},
             })  # fmt: skip
+        elif method == "tools/list" and os.environ.get("RAW_GARBLE_LIST"):
+            out.write(b'{"jsonrpc": "2.0", "id": ' + str(request_id).encode() + b", oops\n")
+            out.flush()
         elif method == "tools/list":
             result(request_id, {"tools": TOOLS})
         elif method == "tools/call":
