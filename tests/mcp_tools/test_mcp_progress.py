@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +202,40 @@ async def test_many_large_progress_messages_add_a_bounded_amount_to_the_log(
     assert len(progress) == 20
     logged = sum(len(p.message.encode()) for p in progress)
     assert logged <= 20 * MAX_PROGRESS_MESSAGE_BYTES  # 40 MiB of messages before the cut
+
+
+async def test_a_held_progress_report_goes_out_when_its_interval_ends(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir, progress_interval_s=0.5))
+    arrived: list[tuple[float, float]] = []
+    async with AsyncSidecarClient(sidecar.address) as client:
+        script = calling(("c1", "f_gapped_progress", {"pause": 4.0}))
+
+        async def follow() -> None:
+            async for streamed in client.stream_tool_loop("go", script=script):
+                if isinstance(streamed.event, ToolCallProgress):
+                    arrived.append((streamed.event.progress, time.monotonic()))
+
+        await bounded(follow())
+
+    assert [p for p, _ in arrived] == [1.0, 2.0, 9.0]
+    first, second = arrived[0][1], arrived[1][1]
+    assert second - first < 2.5  # about 0.5 s: its interval's end, not the next report at 4 s
+
+
+async def test_a_held_progress_report_goes_out_before_the_record_of_a_call_that_times_out(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    server = fault_server(fault_dir, progress_interval_s=30.0, timeout_s=1.0)
+    sidecar = await make_mcp_sidecar(server)
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = await bounded(_events(client, "f_gapped_progress", pause=10.0))
+
+    kinds = [type(e).__name__ for e in events]
+    start, end = kinds.index("ToolCallStarted"), kinds.index("ToolCallCompleted")
+    assert [e.progress for e in events[start + 1 : end] if isinstance(e, ToolCallProgress)] == [
+        1.0,
+        2.0,
+    ]
+    assert _record(events).error_kind is ErrorKind.TIMEOUT

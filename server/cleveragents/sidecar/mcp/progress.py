@@ -1,9 +1,10 @@
 """An MCP call's ``notifications/progress``, passed on to its run as ``ToolCallProgress``.
 
 A server may report progress as often as it likes; the run's log keeps every event it is
-given, so the reports are coalesced here: at most one per ``progress_interval`` seconds (the
-first at once, then the latest of each interval, the last one before the call's record), and
-at most ``MAX_PROGRESS_EVENTS`` for one call. A report's ``message`` is cut to
+given, so the reports are coalesced here: at most one per ``progress_interval`` seconds: the
+first at once, then the latest of each interval, sent when the interval ends (by a loop timer
+the relay owns, which ``flush`` cancels), and one still held goes out at ``flush``, before the
+call's record; at most ``MAX_PROGRESS_EVENTS`` for one call. A report's ``message`` is cut to
 ``MAX_PROGRESS_MESSAGE_BYTES`` (UTF-8, on a character boundary, with a marker saying how much
 was cut), so one report cannot exceed what an event may carry and a call's progress events
 stay small. A server sending a hundred thousand reports adds a bounded number of events, and
@@ -49,6 +50,7 @@ class ProgressRelay:
     __slots__ = (
         "_closed",
         "_deadline",
+        "_handle",
         "_last",
         "_loop",
         "_pending",
@@ -67,6 +69,8 @@ class ProgressRelay:
         self._last = -math.inf
         self._pending: tuple[float, float | None, str] | None = None
         self._closed = False
+        #: The timer sending the held report when its interval ends (``flush`` cancels it).
+        self._handle: asyncio.TimerHandle | None = None
         #: The timeout each report renews, and the hard maximum (loop time), when extending.
         self._window: float | None = None
         self._deadline = math.inf
@@ -89,12 +93,23 @@ class ProgressRelay:
             self._send(report, now)
         else:
             self._pending = report
+            if self._handle is None:
+                self._handle = self._loop.call_at(self._last + self.interval_s, self._due)
 
     def flush(self) -> None:
-        """Pass on the latest report the interval held back, before the call's record; the
-        reports after it are dropped."""
+        """Pass on the latest report the interval held back, before the call's record (call
+        it however the call ends); the reports after it are dropped."""
         self._closed = True
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
         if self._pending is not None and self.sent < MAX_PROGRESS_EVENTS:
+            self._send(self._pending, self._loop.time())
+
+    def _due(self) -> None:
+        """The held report's interval has ended: pass it on now."""
+        self._handle = None
+        if self._pending is not None and not self._closed and self.sent < MAX_PROGRESS_EVENTS:
             self._send(self._pending, self._loop.time())
 
     def _send(self, report: tuple[float, float | None, str], now: float) -> None:

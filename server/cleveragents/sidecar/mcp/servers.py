@@ -147,8 +147,10 @@ def _handler(connection: McpConnection, remote: str, spec: ToolSpec) -> Any:
     async def call(inputs: dict[str, Any]) -> dict[str, Any]:
         arguments = {k: v for k, v in inputs.items() if k not in RESERVED_INPUT_KEYS}
         relay = ProgressRelay(connection.config, current_call())
-        result = await connection.call(remote, arguments, relay)
-        relay.flush()
+        try:
+            result = await connection.call(remote, arguments, relay)
+        finally:  # a call that fails or times out still sends its held report first
+            relay.flush()
         return call_output(result, inline_bytes=DEFAULT_INLINE_BYTES)
 
     call.__name__ = spec.name
