@@ -239,3 +239,24 @@ async def test_a_held_progress_report_goes_out_before_the_record_of_a_call_that_
         2.0,
     ]
     assert _record(events).error_kind is ErrorKind.TIMEOUT
+
+
+async def test_progress_that_is_not_a_finite_number_is_dropped_and_such_a_total_is_none(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(raw_server(fault_dir, progress_interval_s=0))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        script = calling(("c1", "r_odd_progress", {}))
+        streamed = await bounded(_collect(client.stream_tool_loop("go", script=script)))
+        logged = await bounded(_collect(client.watch(streamed[0].run_id)))  # from the log
+
+    events = [s.event for s in streamed]
+
+    progress = [(e.progress, e.total) for e in events if isinstance(e, ToolCallProgress)]
+    assert progress == [(1.0, None)]
+    assert _record(events).success
+    assert [s.event for s in logged] == events
+
+
+async def _collect(stream: Any) -> list[Any]:
+    return [item async for item in stream]

@@ -1,7 +1,8 @@
 """An MCP server over stdio written by hand (no SDK), for the faults the SDK would not let a
 server commit: ``garble`` writes a line that is not JSON on its stdout,
 ``spam_progress`` sends its progress notifications as fast as a pipe takes them, and
-``big_progress`` sends COUNT reports whose messages are SIZE characters long.
+``big_progress`` sends COUNT reports whose messages are SIZE characters long, and
+``odd_progress`` reports progress and totals that are not finite numbers.
 ``FAULT_DIR`` (an environment variable) gets ``pid-<pid>`` when it starts; ``RAW_BANNER``, when
 set, is a line it prints on stdout before anything else; with ``RAW_GARBLE_LIST`` set, it
 answers ``tools/list`` with a line that is not JSON.
@@ -10,6 +11,7 @@ answers ``tools/list`` with a line that is not JSON.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -37,6 +39,12 @@ TOOLS = [
             **_OBJECT,
             "properties": {"count": {"type": "integer"}, "size": {"type": "integer"}},
         },
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "odd_progress",
+        "description": "Report progress NaN, then 1 of Infinity, then Infinity of 2, then answer.",
+        "inputSchema": _OBJECT,
         "annotations": {"readOnlyHint": True},
     },
     {
@@ -87,6 +95,11 @@ def call(request_id: Any, params: dict[str, Any]) -> None:
                 out.write(json.dumps(note).encode() + b"\n")
             out.flush()
         result(request_id, text(f"reported {count}"))
+    elif name == "odd_progress":
+        for progress, total in ((math.nan, None), (1, math.inf), (math.inf, 2)):
+            params = {"progressToken": token, "progress": progress, "total": total}
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+        result(request_id, text("odd"))
     elif name == "big_progress":
         count, size = int(arguments["count"]), int(arguments["size"])
         for step in range(1, count + 1):

@@ -4,11 +4,12 @@ A server may report progress as often as it likes; the run's log keeps every eve
 given, so the reports are coalesced here: at most one per ``progress_interval`` seconds: the
 first at once, then the latest of each interval, sent when the interval ends (by a loop timer
 the relay owns, which ``flush`` cancels), and one still held goes out at ``flush``, before the
-call's record; at most ``MAX_PROGRESS_EVENTS`` for one call. A report's ``message`` is cut to
-``MAX_PROGRESS_MESSAGE_BYTES`` (UTF-8, on a character boundary, with a marker saying how much
-was cut), so one report cannot exceed what an event may carry and a call's progress events
-stay small. A server sending a hundred thousand reports adds a bounded number of events, and
-holds one pending report at a time.
+call's record; at most ``MAX_PROGRESS_EVENTS`` for one call. A report whose ``progress`` is
+not a finite number is dropped, and a ``total`` that is not becomes ``None`` (unknown).
+A report's ``message`` is cut to ``MAX_PROGRESS_MESSAGE_BYTES`` (UTF-8, on a character
+boundary, with a marker saying how much was cut), so one report cannot exceed what an event
+may carry and a call's progress events stay small. A server sending a hundred thousand
+reports adds a bounded number of events, and holds one pending report at a time.
 
 With ``progress_extends_timeout``, every report (coalesced or not) pushes the call's timeout
 back to a full ``timeout`` from now, but never past ``max_timeout`` after the call began: a
@@ -87,6 +88,10 @@ class ProgressRelay:
         self._extend()
         if self._scope is None or self.sent >= MAX_PROGRESS_EVENTS or self._closed:
             return
+        if not math.isfinite(progress):  # NaN or infinite: nothing a client could show
+            return
+        if total is not None and not math.isfinite(total):
+            total = None
         now = self._loop.time()
         report = (progress, total, cut_message(message or ""))
         if now - self._last >= self.interval_s:
