@@ -45,11 +45,13 @@ def fault_server(fault_dir: Path, name: str = "f", **settings: Any) -> McpServer
     )
 
 
-def raw_server(fault_dir: Path, name: str = "r", **settings: Any) -> McpServerConfig:
-    """``servers/raw.py`` (no SDK: it writes what it likes on stdout) over stdio."""
-    return McpServerConfig(
-        name, command=sys.executable, args=(RAW,), env={"FAULT_DIR": str(fault_dir)}, **settings
-    )
+def raw_server(
+    fault_dir: Path, name: str = "r", env: dict[str, str] | None = None, **settings: Any
+) -> McpServerConfig:
+    """``servers/raw.py`` (no SDK: it writes what it likes on stdout) over stdio; ``env``
+    adds to its environment (``RAW_BANNER``, ``RAW_GARBLE_LIST``)."""
+    env = {"FAULT_DIR": str(fault_dir), **(env or {})}
+    return McpServerConfig(name, command=sys.executable, args=(RAW,), env=env, **settings)
 
 
 def pids(fault_dir: Path) -> list[int]:

@@ -119,6 +119,10 @@ def test_no_mcp_servers_by_default() -> None:
             "mcp_servers.x.max_timeout (5) is below its timeout (10)",
         ),
         ('[mcp_servers.x]\ncommand = "c"\nmax_timeout = 0', "mcp_servers.x.max_timeout must be"),
+        (
+            'default_tool_timeout_s = 120\n[mcp_servers.x]\ncommand = "c"\nmax_timeout = 30',
+            "mcp_servers.x.max_timeout (30) is below default_tool_timeout_s (120)",
+        ),
     ],
 )
 def test_a_mistaken_server_is_refused_at_load_naming_the_key(

@@ -7,7 +7,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from cleveragents.client import AsyncSidecarClient
+from cleveragents.sidecar.errors import ConfigError
 from cleveragents.tool import ErrorKind
 
 from .conftest import WAIT_S, McpSidecarFactory, bounded, call_once, pids, raw_server
@@ -35,3 +38,32 @@ async def test_malformed_json_fails_the_call_clearly_and_restarts_the_server(
     assert after.output == {"content": [{"type": "text", "text": "back"}]}
     assert len(pids(fault_dir)) == 2  # restarted
     assert connection.failures == 1
+
+
+async def test_a_server_printing_a_banner_before_initialize_is_usable(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    server = raw_server(
+        fault_dir, env={"RAW_BANNER": "Raw MCP server 1.0 ready (stdio)"}, timeout_s=60.0
+    )
+    sidecar = await make_mcp_sidecar(server)
+    assert sidecar.mcp is not None
+    connection = sidecar.mcp.connections["r"]
+    async with AsyncSidecarClient(sidecar.address) as client:
+        record = await bounded(call_once(client, "r_echo", text="hello"))
+
+    assert record.success, record.error
+    assert record.output == {"content": [{"type": "text", "text": "hello"}]}
+    assert connection.failures == 0
+    assert len(pids(fault_dir)) == 1  # not restarted
+
+
+async def test_a_server_breaking_the_protocol_while_starting_says_so_in_the_error(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    server = raw_server(fault_dir, env={"RAW_GARBLE_LIST": "1"})
+    with pytest.raises(ConfigError) as raised:
+        await bounded(make_mcp_sidecar(server))
+
+    assert "could not start" in str(raised.value)
+    assert "it wrote a line that is not valid JSON" in str(raised.value)

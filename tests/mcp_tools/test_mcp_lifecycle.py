@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cleveragents.client import AsyncSidecarClient
+from cleveragents.client import AsyncSidecarClient, SidecarRpcError
 from cleveragents.tool import ErrorKind
 
 from .conftest import (
@@ -150,6 +151,22 @@ async def test_a_lazy_server_that_cannot_start_does_not_stop_the_sidecar(
     assert connection.problem  # why, for the log and the metric
     assert "echo" in tools
     assert "f_echo" not in tools
+
+
+async def test_a_run_naming_a_tool_of_a_lazy_server_that_cannot_start_is_unavailable(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    (fault_dir / "refuse").touch()
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir, startup="lazy"))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        script = calling(("c1", "f_echo", {"text": "x"}))
+        with pytest.raises(SidecarRpcError) as raised:
+            await bounded(client.run_tool_loop("go", script=script, tool_names=["f_echo"]))
+
+    assert raised.value.code is grpc.StatusCode.UNAVAILABLE
+    assert "MCP server 'f'" in raised.value.details
+    assert "f_echo" in raised.value.details
+    assert "unknown tool" not in raised.value.details
 
 
 async def test_a_lazy_server_is_not_started_until_list_tools_asks_for_its_tools(

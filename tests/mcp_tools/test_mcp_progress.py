@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cleveragents.client import AsyncSidecarClient
-from cleveragents.sidecar.mcp.progress import MAX_PROGRESS_EVENTS
+from cleveragents.sidecar.mcp.progress import MAX_PROGRESS_EVENTS, MAX_PROGRESS_MESSAGE_BYTES
 from cleveragents.tool import (
     ErrorKind,
+    RunCompleted,
     RunEvent,
     ToolCallCompleted,
     ToolCallProgress,
@@ -166,3 +168,95 @@ async def test_progress_cannot_extend_a_call_past_its_max_timeout(
     assert "extended by progress" in (record.error or "")
     assert 2900 <= record.duration_ms < 3000 + 5000  # the hard maximum, not for ever
     assert isinstance(events[3], ToolCallStarted)
+
+
+async def test_a_progress_message_bigger_than_a_frame_is_cut_and_the_call_completes(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    server = raw_server(fault_dir, progress_interval_s=0)
+    sidecar = await make_mcp_sidecar(server, max_message_bytes=1024 * 1024)
+    async with AsyncSidecarClient(sidecar.address) as client:
+        # 2 MiB of UTF-8 ("é" is two bytes): twice what one message may carry.
+        events = await bounded(_events(client, "r_big_progress", count=1, size=1024 * 1024))
+
+    progress = [e for e in events if isinstance(e, ToolCallProgress)]
+    record = _record(events)
+    assert record.success, record.error
+    assert [p.progress for p in progress] == [1.0]
+    message = progress[0].message
+    assert len(message.encode()) <= MAX_PROGRESS_MESSAGE_BYTES
+    assert message.startswith("éé")
+    assert message.endswith("more bytes cut]")
+    assert isinstance(events[-1], RunCompleted)
+
+
+async def test_many_large_progress_messages_add_a_bounded_amount_to_the_log(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(raw_server(fault_dir, progress_interval_s=0))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = await bounded(_events(client, "r_big_progress", count=20, size=1024 * 1024))
+
+    progress = [e for e in events if isinstance(e, ToolCallProgress)]
+    assert _record(events).success
+    assert len(progress) == 20
+    logged = sum(len(p.message.encode()) for p in progress)
+    assert logged <= 20 * MAX_PROGRESS_MESSAGE_BYTES  # 40 MiB of messages before the cut
+
+
+async def test_a_held_progress_report_goes_out_when_its_interval_ends(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir, progress_interval_s=0.5))
+    arrived: list[tuple[float, float]] = []
+    async with AsyncSidecarClient(sidecar.address) as client:
+        script = calling(("c1", "f_gapped_progress", {"pause": 4.0}))
+
+        async def follow() -> None:
+            async for streamed in client.stream_tool_loop("go", script=script):
+                if isinstance(streamed.event, ToolCallProgress):
+                    arrived.append((streamed.event.progress, time.monotonic()))
+
+        await bounded(follow())
+
+    assert [p for p, _ in arrived] == [1.0, 2.0, 9.0]
+    first, second = arrived[0][1], arrived[1][1]
+    assert second - first < 2.5  # about 0.5 s: its interval's end, not the next report at 4 s
+
+
+async def test_a_held_progress_report_goes_out_before_the_record_of_a_call_that_times_out(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    server = fault_server(fault_dir, progress_interval_s=30.0, timeout_s=1.0)
+    sidecar = await make_mcp_sidecar(server)
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = await bounded(_events(client, "f_gapped_progress", pause=10.0))
+
+    kinds = [type(e).__name__ for e in events]
+    start, end = kinds.index("ToolCallStarted"), kinds.index("ToolCallCompleted")
+    assert [e.progress for e in events[start + 1 : end] if isinstance(e, ToolCallProgress)] == [
+        1.0,
+        2.0,
+    ]
+    assert _record(events).error_kind is ErrorKind.TIMEOUT
+
+
+async def test_progress_that_is_not_a_finite_number_is_dropped_and_such_a_total_is_none(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(raw_server(fault_dir, progress_interval_s=0))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        script = calling(("c1", "r_odd_progress", {}))
+        streamed = await bounded(_collect(client.stream_tool_loop("go", script=script)))
+        logged = await bounded(_collect(client.watch(streamed[0].run_id)))  # from the log
+
+    events = [s.event for s in streamed]
+
+    progress = [(e.progress, e.total) for e in events if isinstance(e, ToolCallProgress)]
+    assert progress == [(1.0, None)]
+    assert _record(events).success
+    assert [s.event for s in logged] == events
+
+
+async def _collect(stream: Any) -> list[Any]:
+    return [item async for item in stream]

@@ -87,6 +87,16 @@ async def slow_progress(steps: int, every: float, ctx: Context) -> str:
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def gapped_progress(pause: float, ctx: Context) -> str:
+    """Report 1/10 and 2/10 at once, then 9/10 after ``pause`` seconds, then answer."""
+    await ctx.report_progress(1, 10)
+    await ctx.report_progress(2, 10)
+    await anyio.sleep(pause)
+    await ctx.report_progress(9, 10)
+    return "gapped"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def crash() -> str:
     """Exit mid-call."""
     os._exit(3)

@@ -1,12 +1,17 @@
 """An MCP server over stdio written by hand (no SDK), for the faults the SDK would not let a
-server commit: ``garble`` writes a line that is not JSON on its stdout, and
-``spam_progress`` sends its progress notifications as fast as a pipe takes them.
-``FAULT_DIR`` (an environment variable) gets ``pid-<pid>`` when it starts.
+server commit: ``garble`` writes a line that is not JSON on its stdout,
+``spam_progress`` sends its progress notifications as fast as a pipe takes them, and
+``big_progress`` sends COUNT reports whose messages are SIZE characters long, and
+``odd_progress`` reports progress and totals that are not finite numbers.
+``FAULT_DIR`` (an environment variable) gets ``pid-<pid>`` when it starts; ``RAW_BANNER``, when
+set, is a line it prints on stdout before anything else; with ``RAW_GARBLE_LIST`` set, it
+answers ``tools/list`` with a line that is not JSON.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -24,6 +29,21 @@ TOOLS = [
     {
         "name": "garble",
         "description": "Write a line that is not JSON, and never answer.",
+        "inputSchema": _OBJECT,
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "big_progress",
+        "description": "Report progress COUNT times with a SIZE-character message, then answer.",
+        "inputSchema": {
+            **_OBJECT,
+            "properties": {"count": {"type": "integer"}, "size": {"type": "integer"}},
+        },
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "odd_progress",
+        "description": "Report progress NaN, then 1 of Infinity, then Infinity of 2, then answer.",
         "inputSchema": _OBJECT,
         "annotations": {"readOnlyHint": True},
     },
@@ -75,12 +95,27 @@ def call(request_id: Any, params: dict[str, Any]) -> None:
                 out.write(json.dumps(note).encode() + b"\n")
             out.flush()
         result(request_id, text(f"reported {count}"))
+    elif name == "odd_progress":
+        for progress, total in ((math.nan, None), (1, math.inf), (math.inf, 2)):
+            params = {"progressToken": token, "progress": progress, "total": total}
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+        result(request_id, text("odd"))
+    elif name == "big_progress":
+        count, size = int(arguments["count"]), int(arguments["size"])
+        for step in range(1, count + 1):
+            params = {"progressToken": token, "progress": step, "total": count}
+            send({"jsonrpc": "2.0", "method": "notifications/progress",
+                  "params": {**params, "message": "é" * size}})  # fmt: skip
+        result(request_id, text(f"reported {count}"))
     else:
         send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": name}})
 
 
 def main() -> None:
     (Path(os.environ["FAULT_DIR"]) / f"pid-{os.getpid()}").touch()
+    if banner := os.environ.get("RAW_BANNER"):  # what some servers print before they begin
+        out.write(banner.encode() + b"\n")
+        out.flush()
     for line in sys.stdin.buffer:
         message = json.loads(line)
         method, request_id = message.get("method"), message.get("id")
@@ -92,6 +127,9 @@ def main() -> None:
                 "capabilities": {"tools": {}},
                 "serverInfo": {"name": "raw", "version": "1.0"},
             })  # fmt: skip
+        elif method == "tools/list" and os.environ.get("RAW_GARBLE_LIST"):
+            out.write(b'{"jsonrpc": "2.0", "id": ' + str(request_id).encode() + b", oops\n")
+            out.flush()
         elif method == "tools/list":
             result(request_id, {"tools": TOOLS})
         elif method == "tools/call":

@@ -64,6 +64,18 @@ class McpServerConfig:
     progress_extends_timeout: bool = False
     max_timeout_s: float | None = None
 
+    def check_max_timeout(self, default_timeout_s: float) -> None:
+        """``ConfigError`` when ``max_timeout_s`` is below the timeout its calls get (its own
+        ``timeout_s``, else the sidecar's ``default_tool_timeout_s``, given here)."""
+        applies = self.timeout_s if self.timeout_s is not None else default_timeout_s
+        if self.max_timeout_s is None or self.max_timeout_s >= applies:
+            return
+        source = "its timeout" if self.timeout_s is not None else "default_tool_timeout_s"
+        raise ConfigError(
+            f"mcp_servers.{self.name}.max_timeout ({self.max_timeout_s:g}) is below {source} "
+            f"({applies:g}): it is the most a call may run with its timeout extended"
+        )
+
     def __post_init__(self) -> None:
         where = f"mcp_servers.{self.name}"
         if not _NAME.fullmatch(self.name):
@@ -94,15 +106,8 @@ class McpServerConfig:
             math.isfinite(self.max_timeout_s) and self.max_timeout_s > 0
         ):
             raise ConfigError(f"{where}.max_timeout must be a positive number of seconds")
-        if (
-            self.max_timeout_s is not None
-            and self.timeout_s is not None
-            and self.max_timeout_s < self.timeout_s
-        ):
-            raise ConfigError(
-                f"{where}.max_timeout ({self.max_timeout_s:g}) is below its timeout "
-                f"({self.timeout_s:g}): it is the most a call may run with its timeout extended"
-            )
+        if self.max_timeout_s is not None and self.timeout_s is not None:
+            self.check_max_timeout(self.timeout_s)
         if self.side_effects not in SIDE_EFFECTS:
             raise ConfigError(
                 f'{where}.side_effects must be "annotations", true or false, '

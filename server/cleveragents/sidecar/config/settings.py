@@ -265,6 +265,7 @@ class SidecarConfig:
         for name, server in self.mcp_servers.items():
             if server.name != name:
                 raise ConfigError(f"mcp_servers.{name} is named {server.name!r}")
+            server.check_max_timeout(self.default_tool_timeout_s)
 
     def _check_clients(self) -> None:
         subjects: dict[frozenset[str], str] = {}

@@ -78,6 +78,9 @@ class McpConnection:
         self._listed = asyncio.Event()
         #: Why the current connection is being dropped although the server still runs.
         self._broken = ""
+        #: Whether ``initialize`` has been answered on the current connection: before, lines
+        #: that are not JSON (a banner) are skipped rather than fatal.
+        self._initialized = False
 
     async def settled(self) -> None:
         """Wait until the first attempt to connect has succeeded or failed."""
@@ -107,7 +110,7 @@ class McpConnection:
                 await self._connect_once()
                 problem = "the server closed the connection"
             except Exception as exc:
-                problem = describe(exc)
+                problem = self._broken or describe(exc)
             self._session = None
             self._up.clear()
             self.state, self.problem = "down", problem
@@ -152,6 +155,7 @@ class McpConnection:
 
     async def _connect_once(self) -> None:
         self._broken = ""
+        self._initialized = False
         async with contextlib.AsyncExitStack() as stack:
             read, write = await stack.enter_async_context(self._transport())
             eof = anyio.Event()
@@ -165,6 +169,7 @@ class McpConnection:
             )
             with anyio.fail_after(START_TIMEOUT_S):
                 result = await session.initialize()
+                self._initialized = True
                 tools = await _list_tools(session)
             self.server_info = result.server_info
             self._session = session
@@ -199,13 +204,22 @@ class McpConnection:
         """Pass the transport's messages to the session; ``eof`` once the transport has no more
         (the server exited or closed its output), which is how a dead server is noticed.
 
-        A line that is not JSON-RPC ends the connection too: the SDK would skip it, and a call
-        whose answer it was would wait for its timeout. The server is restarted instead, and
-        the calls in flight fail at once saying why.
+        Once ``initialize`` is answered, a line that is not JSON-RPC ends the connection too:
+        the SDK would skip it, and a call whose answer it was would wait for its timeout. The
+        server is restarted instead, and the calls in flight fail at once saying why. Before
+        that (a server printing a banner), and for a line that cannot be a response (it does
+        not start with ``{``), the line is logged and skipped.
         """
         try:
             async with sink:
                 async for item in source:
+                    if isinstance(item, Exception) and self._skippable(item):
+                        log.warning(
+                            "mcp server wrote a line that is not JSON-RPC; skipped",
+                            server=self.config.name,
+                            problem=_malformed(item),
+                        )
+                        continue
                     if isinstance(item, Exception):
                         self._broken = f"it broke the protocol: {_malformed(item)}"
                         log.warning(
@@ -219,6 +233,13 @@ class McpConnection:
             pass
         finally:
             eof.set()
+
+    def _skippable(self, exc: Exception) -> bool:
+        """Whether a line the transport could not parse can be skipped (see ``_forward``)."""
+        if not self._initialized:
+            return True
+        line = _raw_line(exc)
+        return line is not None and not line.lstrip().startswith("{")
 
     @contextlib.asynccontextmanager
     async def _transport(self) -> AsyncIterator[Any]:
@@ -280,6 +301,17 @@ def _malformed(exc: Exception) -> str:
         kind = "not valid JSON" if first["type"] == "json_invalid" else "not JSON-RPC"
         return f"it wrote a line that is {kind} ({first['msg']})"
     return f"it wrote a message that could not be read ({describe(exc)})"
+
+
+def _raw_line(exc: Exception) -> str | None:
+    """The text of the line a parse failure was about, when the error keeps it."""
+    if isinstance(exc, pydantic.ValidationError) and (errors := exc.errors()):
+        value = errors[0].get("input")
+        if isinstance(value, bytes):
+            return value.decode("utf-8", "replace")
+        if isinstance(value, str):
+            return value
+    return None
 
 
 def describe(exc: BaseException) -> str:

@@ -4,7 +4,8 @@
 one that cannot start makes the sidecar refuse to serve, naming it and why. A lazy server is
 started on first use: by ``wanted``, when a run may select one of its tools (its
 ``tool_names`` name one with the server's prefix, or are empty: every tool) or ``ListTools``
-asks for them all; the caller waits for it to connect or fail. Each time a
+asks for them all; the caller waits for it to connect or fail, and a run naming a tool with
+its prefix that it could not offer is refused with ``UNAVAILABLE`` saying why. Each time a
 server lists its tools, the sidecar's registry gets them (under the server's prefix, filtered
 by its allow-list) in place of the ones it had: runs started afterwards are offered the new
 list, runs already going keep theirs. ``origins`` says which server each tool comes from.
@@ -17,11 +18,12 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+import grpc
 import structlog
 from mcp import types
 
 from cleveragents.sidecar.config import SidecarConfig
-from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.errors import ConfigError, SidecarError
 from cleveragents.sidecar.mcp.connection import McpConnection
 from cleveragents.sidecar.mcp.progress import ProgressRelay
 from cleveragents.sidecar.mcp.results import DEFAULT_INLINE_BYTES, call_output, offered_specs
@@ -75,6 +77,17 @@ class McpServers:
         for connection in needed:
             self._launch(connection)
         await asyncio.gather(*(c.settled() for c in needed))
+        for connection in needed:
+            missing = [n for n in tool_names if self._may_offer(connection, n)]
+            if connection.state != "up" and missing:
+                server = connection.config.name
+                raise SidecarError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"MCP server {server!r} (mcp_servers.{server}), which would offer "
+                    f"{', '.join(missing)}, is unavailable: "
+                    f"{connection.problem or connection.state}; the sidecar is restarting it, "
+                    "try again later",
+                )
 
     def _may_offer(self, connection: McpConnection, name: str) -> bool:
         return name.startswith(connection.config.prefix) and name not in self.registry
@@ -134,8 +147,10 @@ def _handler(connection: McpConnection, remote: str, spec: ToolSpec) -> Any:
     async def call(inputs: dict[str, Any]) -> dict[str, Any]:
         arguments = {k: v for k, v in inputs.items() if k not in RESERVED_INPUT_KEYS}
         relay = ProgressRelay(connection.config, current_call())
-        result = await connection.call(remote, arguments, relay)
-        relay.flush()
+        try:
+            result = await connection.call(remote, arguments, relay)
+        finally:  # a call that fails or times out still sends its held report first
+            relay.flush()
         return call_output(result, inline_bytes=DEFAULT_INLINE_BYTES)
 
     call.__name__ = spec.name

@@ -100,8 +100,8 @@ class ToolRuntimeService:
     async def RunToolLoop(
         self, request: service_pb2.RunToolLoopRequest, context: Context
     ) -> service_pb2.RunToolLoopResponse:
-        await self.want_tools(request.spec.tool_names)
         try:
+            await self.want_tools(request.spec.tool_names)  # UNAVAILABLE: a server is down
             await self.claim_id(request.spec.run_id)
             run = self.start_run(
                 request_of(request.spec), context, spec_bytes=request.spec.ByteSize()
@@ -196,8 +196,8 @@ class ToolRuntimeService:
         self, request: service_pb2.StreamToolLoopRequest, context: Context
     ) -> None:
         stream = FrameQueue()
-        await self.want_tools(request.spec.tool_names)
         try:
+            await self.want_tools(request.spec.tool_names)  # UNAVAILABLE: a server is down
             await self.claim_id(request.spec.run_id)
             run = self.start_run(
                 request_of(request.spec),
