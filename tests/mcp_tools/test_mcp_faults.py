@@ -14,6 +14,7 @@ from cleveragents.sidecar.errors import ConfigError
 from cleveragents.tool import ErrorKind
 
 from .conftest import WAIT_S, McpSidecarFactory, bounded, call_once, pids, raw_server
+from .servers.raw import TOOLS
 
 
 async def test_malformed_json_fails_the_call_clearly_and_restarts_the_server(
@@ -67,3 +68,21 @@ async def test_a_server_breaking_the_protocol_while_starting_says_so_in_the_erro
 
     assert "could not start" in str(raised.value)
     assert "it wrote a line that is not valid JSON" in str(raised.value)
+
+
+def pages_listed(fault_dir: Path) -> list[str]:
+    """The pages of its tools the raw server was asked for (``RAW_PAGE_SIZE``)."""
+    return sorted(p.name for p in fault_dir.glob("list-*"))
+
+
+async def test_a_server_that_lists_its_tools_in_pages_is_offered_every_tool(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(raw_server(fault_dir, env={"RAW_PAGE_SIZE": "2"}))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        listed = {spec.name for spec in await bounded(client.list_tools())}
+        echoed = await bounded(call_once(client, "r_echo", text="last page"))
+
+    assert {f"r_{tool['name']}" for tool in TOOLS} <= listed
+    assert pages_listed(fault_dir) == ["list-0", "list-2", "list-4"]
+    assert echoed.success  # echo is on the last page

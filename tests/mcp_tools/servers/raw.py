@@ -5,7 +5,9 @@ server commit: ``garble`` writes a line that is not JSON on its stdout,
 ``odd_progress`` reports progress and totals that are not finite numbers.
 ``FAULT_DIR`` (an environment variable) gets ``pid-<pid>`` when it starts; ``RAW_BANNER``, when
 set, is a line it prints on stdout before anything else; with ``RAW_GARBLE_LIST`` set, it
-answers ``tools/list`` with a line that is not JSON.
+answers ``tools/list`` with a line that is not JSON; with ``RAW_PAGE_SIZE`` set, it lists its
+tools that many a page (``nextCursor``), and leaves ``list-<cursor>`` in ``FAULT_DIR`` for each
+page asked for.
 """
 
 from __future__ import annotations
@@ -130,6 +132,13 @@ def main() -> None:
         elif method == "tools/list" and os.environ.get("RAW_GARBLE_LIST"):
             out.write(b'{"jsonrpc": "2.0", "id": ' + str(request_id).encode() + b", oops\n")
             out.flush()
+        elif method == "tools/list" and (size := int(os.environ.get("RAW_PAGE_SIZE", "0"))):
+            start = int((message.get("params") or {}).get("cursor") or 0)
+            (Path(os.environ["FAULT_DIR"]) / f"list-{start}").touch()
+            page: dict[str, Any] = {"tools": TOOLS[start : start + size]}
+            if start + size < len(TOOLS):
+                page["nextCursor"] = str(start + size)
+            result(request_id, page)
         elif method == "tools/list":
             result(request_id, {"tools": TOOLS})
         elif method == "tools/call":
