@@ -70,11 +70,15 @@ async def test_streaming_rpcs_refuse_a_missing_token_too(start: Start, token_env
             async for _ in stream:
                 pass
         session = stub.Session()
-        # The refusal may come before the write: then the write raises it, not the read.
-        with pytest.raises(grpc.aio.AioRpcError) as bidi:
+
+        async def write_then_read() -> None:
+            # The refusal may come before the write: then the write raises it, not the read.
             await session.write(session_pb2.SessionRequest())
             async for _ in session:
                 pass
+
+        with pytest.raises(grpc.aio.AioRpcError) as bidi:
+            await write_then_read()
     assert streamed.value.code() is grpc.StatusCode.UNAUTHENTICATED
     assert bidi.value.code() is grpc.StatusCode.UNAUTHENTICATED
     assert sidecar.manager.live_count == 0
