@@ -119,6 +119,9 @@ class ProgressRelay:
 
     def _send(self, report: tuple[float, float | None, str], now: float) -> None:
         assert self._scope is not None
+        if self._handle is not None:  # sent at once after a busy loop: its interval restarts
+            self._handle.cancel()
+            self._handle = None
         self._pending = None
         self._last = now
         self.sent += 1
