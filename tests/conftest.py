@@ -94,8 +94,9 @@ def serve_sidecar() -> Iterator[ServeSidecar]:
         return ServedSidecar(process, line.removeprefix(_LISTENING))
 
     yield start
-    for process in started:
+    for process in started:  # all told first: their grace periods run side by side
         process.terminate()
+    for process in started:
         process.wait(15)
 
 

@@ -216,7 +216,8 @@ async def test_the_id_of_a_run_another_sidecar_runs_is_refused_and_a_finished_on
 async def test_a_sidecar_that_starts_leaves_the_live_runs_of_a_live_one_alone(
     serve_sidecar: ServeSidecar, redis_server: RedisServer
 ) -> None:
-    alpha = serve_sidecar(event_store=redis_server.url, sidecar_id="alpha")
+    # The run naps on when the test ends: a short grace, so that alpha's stop need not wait it out.
+    alpha = serve_sidecar(event_store=redis_server.url, sidecar_id="alpha", shutdown_grace_s=0.2)
     seen = await _start_napping(alpha.address, "napping")
     beta = serve_sidecar(event_store=redis_server.url, sidecar_id="beta")
     async with AsyncSidecarClient(beta.address) as client:
