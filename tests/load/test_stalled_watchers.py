@@ -21,7 +21,9 @@ from cleveragents.tool import ToolActorContext
 if TYPE_CHECKING:
     from tests.conftest import ServedSidecar, ServeSidecar
 
-WATCHERS = 100
+#: Enough stalled watchers that what each costs shows above the server's noise; each also
+#: reads the whole log back (26 MB) once it resumes, which is most of the test's time.
+WATCHERS = 20
 #: What one stalled WatchRun watcher may cost the server (README: "a watcher that stops
 #: reading"). Usually 50-200 KiB; but what gRPC buffers is bounded by the flow-control window
 #: the client granted, and a client that had been reading fast may have grown it to some 13 MB
