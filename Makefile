@@ -52,8 +52,11 @@ lint: install $(LINT_STAMP)
 	PYTHONPATH=server:client:generated $(LINT_VENV)/bin/lint-imports --no-cache
 	cd protos && ../$(BIN)/buf lint
 
+# The suite runs on PYTEST_WORKERS processes (pytest-xdist; tests stolen from a busy worker by
+# an idle one, as their lengths vary from milliseconds to seconds); PYTEST_WORKERS=0: in one.
+PYTEST_WORKERS ?= 2
 test: lint node-test go-test mcp-test-servers redis-server
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal
 
 # The Redis run store's tests (and make bench) start Debian's redis-server (7.0+): installed
 # here when missing and apt-get can (as root), else named.
