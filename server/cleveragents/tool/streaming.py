@@ -22,35 +22,34 @@ _ARGUMENT_CHUNK = 12
 #: a long scripted answer streams in larger pieces rather than in more of them.
 _MAX_TEXT_DELTAS = 48
 _MAX_ARGUMENT_DELTAS = 8
+#: A tool call's arguments as compact JSON text (one encoder: ``json.dumps`` with options
+#: makes a new one each call, which was most of a small answer's cost).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def split_response(response: LLMResponse) -> Iterator[ResponseDelta]:
     """The deltas of ``response`` in the order a provider streams them: text word by word,
     then each tool call (id and name first) with its arguments' JSON text in small pieces;
     the usage rides on the last delta. Concatenated, they give the response back."""
-    words = [m.group() for m in _WORD.finditer(response.content)]
-    per = max(1, -(-len(words) // _MAX_TEXT_DELTAS))  # words per delta, rounded up
-    deltas = [ResponseDelta(text="".join(words[i : i + per])) for i in range(0, len(words), per)]
+    # Built as argument tuples first, so that the usage joins the last one without a copy.
+    pieces: list[tuple[str, int | None, str, str, str]] = []
+    if response.content:
+        words = _WORD.findall(response.content)
+        per = max(1, -(-len(words) // _MAX_TEXT_DELTAS))  # words per delta, rounded up
+        pieces += [
+            ("".join(words[i : i + per]), None, "", "", "") for i in range(0, len(words), per)
+        ]
     for index, call in enumerate(response.tool_calls):
-        text = json.dumps(dict(call.arguments), separators=(",", ":"), ensure_ascii=False)
+        text = _ENCODE(dict(call.arguments))
         size = max(_ARGUMENT_CHUNK, -(-len(text) // _MAX_ARGUMENT_DELTAS))
-        pieces = [text[i : i + size] for i in range(0, len(text), size)]
-        deltas.append(
-            ResponseDelta(
-                tool_call_index=index, tool_call_id=call.id, tool_name=call.name,
-                arguments=pieces[0] if pieces else "",
-            )
-        )  # fmt: skip
-        deltas.extend(ResponseDelta(tool_call_index=index, arguments=p) for p in pieces[1:])
-    if response.usage is not None:
-        if deltas:
-            last = deltas.pop()
-            deltas.append(
-                ResponseDelta(
-                    last.text, last.tool_call_index, last.tool_call_id, last.tool_name,
-                    last.arguments, response.usage,
-                )
-            )  # fmt: skip
-        else:
-            deltas.append(ResponseDelta(usage=response.usage))
-    yield from deltas
+        parts = [text[i : i + size] for i in range(0, len(text), size)] or [""]
+        pieces.append(("", index, call.id, call.name, parts[0]))
+        pieces += [("", index, "", "", part) for part in parts[1:]]
+    usage = response.usage
+    if usage is not None and not pieces:
+        pieces.append(("", None, "", "", ""))
+    last = len(pieces) - 1
+    for number, (text, index, call_id, name, arguments) in enumerate(pieces):
+        yield ResponseDelta(
+            text, index, call_id, name, arguments, usage if number == last else None
+        )
