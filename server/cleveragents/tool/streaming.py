@@ -49,7 +49,7 @@ def split_response(response: LLMResponse) -> Iterator[ResponseDelta]:
     if usage is not None and not pieces:
         pieces.append(("", None, "", "", ""))
     last = len(pieces) - 1
-    for number, (text, index, call_id, name, arguments) in enumerate(pieces):
+    for number, (piece, position, call_id, name, arguments) in enumerate(pieces):
         yield ResponseDelta(
-            text, index, call_id, name, arguments, usage if number == last else None
+            piece, position, call_id, name, arguments, usage if number == last else None
         )
