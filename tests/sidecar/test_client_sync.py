@@ -31,6 +31,7 @@ from cleveragents.tool import (
     ToolCall,
     ToolCallRecord,
     ToolCallRunResult,
+    ToolRegistry,
     ToolSpec,
 )
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, types_pb2
@@ -368,3 +369,30 @@ async def test_sync_client_receives_a_result_larger_than_4_mib(
             return client.run_tool_loop("go", script=script)
 
     assert len((await in_thread(run)).tool_call_history) == 3
+
+
+async def test_sync_session_goes_on_when_a_client_tool_outlives_its_deadline(
+    sync_client: SidecarClient,
+) -> None:
+    async def stuck(inputs: Mapping[str, Any]) -> dict[str, Any]:
+        await asyncio.Event().wait()  # never answers
+        return {}
+
+    registry = ToolRegistry()
+    registry.register(ToolSpec("stuck", timeout_s=0.2), stuck)
+    script = [turn("", call("s1", "stuck")), turn("", call("v1", "reverse", text="ab")), turn("ok")]
+
+    def reverse(inputs: Mapping[str, Any]) -> dict[str, Any]:
+        return {"result": str(inputs["text"])[::-1]}
+
+    registry.register(ToolSpec("reverse"), reverse)
+    # Before, the session waited on the stuck tool for good and never read on.
+    events = await asyncio.wait_for(
+        in_thread(lambda: list(sync_client.session("go", tools=registry, script=script))), WAIT_S
+    )
+
+    last = events[-1].event
+    assert isinstance(last, RunCompleted)
+    stuck_record, reversed_record = last.result.tool_call_history
+    assert (stuck_record.success, stuck_record.error_kind) == (False, ErrorKind.TIMEOUT)
+    assert (reversed_record.success, dict(reversed_record.output)) == (True, {"result": "ba"})

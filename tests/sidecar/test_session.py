@@ -748,3 +748,34 @@ async def test_leaving_a_session_early_cancels_and_awaits_the_client_tools_still
         await session.aclose()
     # The tool's task was cancelled and awaited before aclose returned.
     assert ended == ["cancelled"]
+
+
+async def test_a_client_tool_is_cancelled_once_the_sidecars_deadline_for_it_passes(
+    client: AsyncSidecarClient,
+) -> None:
+    cancelled = asyncio.Event()
+
+    async def stuck(inputs: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return {}
+
+    async def probe(inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Whether the stuck call has been stopped (before, it ran on until the session ended)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WAIT_S):
+                await cancelled.wait()
+        return {"stopped": cancelled.is_set()}
+
+    registry = ToolRegistry()
+    registry.register(ToolSpec("stuck", timeout_s=0.2), stuck)
+    registry.register(ToolSpec("probe"), probe)
+    script = [turn("", call("s1", "stuck")), turn("", call("p1", "probe")), turn("done")]
+    events = await collect(client.session("go", tools=registry, script=script))
+
+    stuck_record, probe_record = completed_result(events).tool_call_history
+    assert stuck_record.error_kind is ErrorKind.TIMEOUT
+    assert dict(probe_record.output) == {"stopped": True}

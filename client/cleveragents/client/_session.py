@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import inspect
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -214,13 +215,23 @@ class SessionLogic:
         sink, in whatever thread the LLM streams; any other is called on this event loop.
         """
         if isinstance(job, ToolJob):
-            return await self._run_tool(job.invocation)
+            try:
+                async with asyncio.timeout(_seconds_left(job.invocation)):
+                    return await self._run_tool(job.invocation)
+            except TimeoutError:
+                call_id = job.invocation.call_id
+                return tool_result_request(call_id, None, _PASSED.format("call", call_id))
         if isinstance(job, LlmJob):
-            if send is None:
-                return await self._ask_llm(job.invocation, None)
-            if threadsafe:
-                return await self._ask_llm(job.invocation, _direct(job.invocation, send))
-            return await self._streaming(job.invocation, send)
+            try:
+                async with asyncio.timeout(_seconds_left(job.invocation)):
+                    if send is None:
+                        return await self._ask_llm(job.invocation, None)
+                    if threadsafe:
+                        return await self._ask_llm(job.invocation, _direct(job.invocation, send))
+                    return await self._streaming(job.invocation, send)
+            except TimeoutError:
+                request_id = job.invocation.request_id
+                return llm_result_request(request_id, None, _PASSED.format("request", request_id))
         return await self._decide(job.event)
 
     async def _run_tool(self, invocation: session_pb2.ToolInvocation) -> session_pb2.SessionRequest:
@@ -303,6 +314,24 @@ class SessionLogic:
         if isinstance(answer, ApprovalDecision):
             return approval_request(event.call_id, answer.approved, answer.reason)
         return approval_request(event.call_id, answer is True, "")
+
+
+#: The answer to an invocation whose deadline passed (the sidecar has stopped waiting for it).
+_PASSED = "stopped: the sidecar's deadline for {} {} passed"
+
+
+def _seconds_left(
+    invocation: session_pb2.ToolInvocation | session_pb2.LlmInvocation,
+) -> float | None:
+    """How long until the sidecar stops waiting for ``invocation`` (``None``: no deadline).
+
+    The work is cancelled then: an async tool or LLM stops, and a session reading its
+    invocations one at a time (the sync client's) goes on; a blocking one's thread runs on.
+    """
+    if not invocation.HasField("deadline"):
+        return None
+    deadline = invocation.deadline
+    return deadline.seconds + deadline.nanos / 1e9 - time.time()
 
 
 def _direct(invocation: session_pb2.LlmInvocation, send: Sender) -> Callable[[ResponseDelta], None]:
