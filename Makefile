@@ -115,6 +115,8 @@ demo: install
 bench: install redis-server
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/deltas.py  # live model output (issue 18)
+	$(BIN)/python bench/deltas_sse.py  # the same through a loopback SSE provider
+	$(BIN)/python bench/deltas_load.py  # many runs through it, split over client processes
 
 fuzz: install
 	$(BIN)/pip install --quiet atheris

@@ -252,14 +252,18 @@ export class SidecarClient {
    * record with `success: false`), and the loop goes on.
    *
    * `llm` is either an `LlmSelection` (`{profile, model, script}`, the sidecar's LLM) or a
-   * function `(request) => response` (sync or async): then this process is the LLM.
+   * function `(request) => response` (sync or async): then this process is the LLM. An async
+   * generator function streams its answer: each piece it yields (`LlmDeltaInput`) reaches the
+   * run's `streamDeltas` streams and watchers at once, and what it returns is the answer (or
+   * nothing: the answer its pieces spell).
    * `approver` (sync or async) decides the run's approval requests: without one they wait for
    * a watcher, the DecideApproval RPC or the CLI.
    *
    * @param {import('./codec.js').RunSpecInput & {
    *   tools?: Record<string, import('./codec.js').ToolLike> | import('./codec.js').ToolLike[],
    *   llm?: import('./codec.js').RunSpecInput['llm']
-   *     | ((request: import('./session.js').LlmRequest) => any),
+   *     | ((request: import('./session.js').LlmRequest) => any)
+   *     | ((request: import('./session.js').LlmRequest) => AsyncIterable<import('./llm_stream.js').LlmDeltaInput>),
    *   approver?: import('./session.js').Approver}} spec
    * @param {CallOptions & {reattach?: boolean, reattachTimeoutMs?: number}} [options]
    *   with `reattach: true`, a stream that breaks (the connection dropped, the sidecar

@@ -27,5 +27,6 @@ export function connect(target, options) {
 /** @typedef {import('./session.js').Approver} Approver */
 /** @typedef {import('./session.js').LlmRequest} LlmRequest */
 /** @typedef {import('./session.js').LlmResponse} LlmResponse */
+/** @typedef {import('./llm_stream.js').LlmDeltaInput} LlmDeltaInput */
 /** @typedef {import('./client.js').ClientOptions} ClientOptions */
 /** @typedef {import('./client.js').CallOptions} CallOptions */

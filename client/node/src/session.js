@@ -5,6 +5,7 @@ import { once } from 'node:events';
 import { fromTimestamp, normaliseOutput, TERMINAL, wireEvents } from './codec.js';
 import { RunFailedError, SidecarError, ToolError, describeError, toSidecarError } from './errors.js';
 import { RecordsSeen } from './history.js';
+import { streamAnswer, streams } from './llm_stream.js';
 
 /**
  * @typedef {object} LlmRequest  what a client-hosted LLM function receives
@@ -16,11 +17,17 @@ import { RecordsSeen } from './history.js';
  */
 
 /**
- * @typedef {object} LlmResponse  what a client-hosted LLM function returns (or a string: the content)
+ * @typedef {object} LlmResponse  what a client-hosted LLM function returns (or a string: the
+ *   content). An async generator function streams instead: it yields `LlmDeltaInput` pieces,
+ *   which reach the run's `streamDeltas` streams as they come, and returns the whole answer, or
+ *   nothing for the answer its pieces spell.
  * @property {string} [content]
- * @property {Array<{id: string, name: string, arguments?: Record<string, any>}>} [tool_calls]
+ * @property {Array<{id: string, name: string, arguments?: Record<string, any> | string}>} [tool_calls]
+ *   `arguments`: an object, or its JSON text (passed on as it is)
  * @property {{input_tokens: number, output_tokens: number}} [usage]
  */
+
+/** @typedef {import('./llm_stream.js').LlmDeltaInput} LlmDeltaInput */
 
 /**
  * @typedef {boolean | {approved: boolean, reason?: string}} ApprovalAnswer  an approver's
@@ -337,6 +344,10 @@ export class SessionRun {
       for (const m of invocation.messages) this.#conversation.push(codec.decodeMessage(m));
       request.messages = [...this.#conversation];
       let response = await this.#llm(request);
+      if (streams(response)) {
+        const send = (message) => this.#send(message);
+        response = await streamAnswer(response, request.request_id, send, () => this.#finished);
+      }
       if (typeof response === 'string') response = { content: response };
       if (!response || typeof response !== 'object') {
         throw new TypeError(`the LLM function returned ${response === null ? 'null' : typeof response}`);
@@ -344,7 +355,9 @@ export class SessionRun {
       answer = {
         request_id: request.request_id,
         content: response.content ?? '',
-        tool_calls: (response.tool_calls ?? []).map((c) => codec.encodeToolCall(c)),
+        tool_calls: (response.tool_calls ?? []).map((c) =>
+          typeof c.arguments === 'string' ? { id: c.id ?? '', name: c.name, arguments: c.arguments } : codec.encodeToolCall(c),
+        ),
         usage: response.usage ?? null,
       };
     } catch (err) {

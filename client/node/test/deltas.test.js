@@ -80,3 +80,65 @@ test('a session with streamDeltas gets its answers as deltas', async () => {
   );
   assert.equal(assertSpelled(events).map((d) => d.text).join(''), LONG);
 });
+
+test('a client-hosted LLM that is an async generator streams its answer to a watcher with streamDeltas', async () => {
+  const id = runId('js-llm');
+  let sawFirst;
+  const firstSeen = new Promise((resolve) => {
+    sawFirst = resolve;
+  });
+  const watch = async () => {
+    const events = [];
+    for await (const event of client.watchRun(id, { streamDeltas: true })) {
+      if (event.payload === 'llm_delta') sawFirst();
+      events.push(event);
+    }
+    return events;
+  };
+  let watching = null;
+  async function* llm(request) {
+    if (request.iteration === 1) {
+      watching = watch();
+      yield 'Let me ';
+      // The rest only once the watcher has the first piece: it sees the answer as it streams.
+      await Promise.race([firstSeen, new Promise((_, no) => setTimeout(no, 10_000, new Error('unseen')).unref())]);
+      yield { text: 'shout.' };
+      yield { tool_call_index: 0, tool_call_id: 's1', tool_name: 'shout', arguments: '{"text":' };
+      yield { tool_call_index: 0, arguments: ' "hi"}' };
+      return; // the answer the pieces spell
+    }
+    yield 'HI';
+    yield ' back';
+    return 'HI back';
+  }
+  const run = client.session(
+    { prompt: 'go', run_id: id, llm, tools: { shout: ({ text }) => ({ loud: text.toUpperCase() }) } },
+    { streamDeltas: true },
+  );
+  const own = await collect(run);
+  const watched = await watching;
+
+  const result = await run.result;
+  assert.equal(result.content, 'HI back');
+  assert.deepEqual(result.tool_call_history[0].inputs, { text: 'hi' });
+  for (const events of [own, watched]) {
+    const deltas = assertSpelled(events);
+    assert.equal(deltas.filter((d) => d.tool_call_index === null).map((d) => d.text).join(''), 'Let me shout.HI back');
+    assert.ok(deltas.some((d) => d.tool_call_index === 0 && d.tool_name === 'shout'));
+  }
+  assert.ok(watched.filter((e) => e.payload === 'llm_delta').length >= 2, 'the watcher got live pieces too');
+  assert.equal(watched.at(-1).payload, 'run_completed');
+});
+
+test('a streaming LLM that yields what is not a piece fails its run, saying which', async () => {
+  async function* llm() {
+    yield 'fine so far';
+    yield 42;
+  }
+  const run = client.session({ prompt: 'go', llm }, { streamDeltas: true });
+  const events = await collect(run);
+
+  assert.equal(events.at(-1).payload, 'run_failed');
+  assert.match(events.at(-1).run_failed.message, /piece 1 is number, not a string or an llm_delta object/);
+  await assert.rejects(run.result, /piece 1 is number/);
+});

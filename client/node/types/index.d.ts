@@ -15,6 +15,7 @@ export type ApprovalAnswer = import("./session.js").ApprovalAnswer;
 export type Approver = import("./session.js").Approver;
 export type LlmRequest = import("./session.js").LlmRequest;
 export type LlmResponse = import("./session.js").LlmResponse;
+export type LlmDeltaInput = import("./llm_stream.js").LlmDeltaInput;
 export type ClientOptions = import("./client.js").ClientOptions;
 export type CallOptions = import("./client.js").CallOptions;
 import { SidecarClient } from './client.js';

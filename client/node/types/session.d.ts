@@ -7,11 +7,16 @@
  * @property {import('./codec.js').ToolSpec[]} tools
  */
 /**
- * @typedef {object} LlmResponse  what a client-hosted LLM function returns (or a string: the content)
+ * @typedef {object} LlmResponse  what a client-hosted LLM function returns (or a string: the
+ *   content). An async generator function streams instead: it yields `LlmDeltaInput` pieces,
+ *   which reach the run's `streamDeltas` streams as they come, and returns the whole answer, or
+ *   nothing for the answer its pieces spell.
  * @property {string} [content]
- * @property {Array<{id: string, name: string, arguments?: Record<string, any>}>} [tool_calls]
+ * @property {Array<{id: string, name: string, arguments?: Record<string, any> | string}>} [tool_calls]
+ *   `arguments`: an object, or its JSON text (passed on as it is)
  * @property {{input_tokens: number, output_tokens: number}} [usage]
  */
+/** @typedef {import('./llm_stream.js').LlmDeltaInput} LlmDeltaInput */
 /**
  * @typedef {boolean | {approved: boolean, reason?: string}} ApprovalAnswer  an approver's
  *   decision: `true`/`false`, or an object with a reason (the model sees a denial's reason)
@@ -87,20 +92,27 @@ export type LlmRequest = {
     tools: import("./codec.js").ToolSpec[];
 };
 /**
- * what a client-hosted LLM function returns (or a string: the content)
+ * what a client-hosted LLM function returns (or a string: the
+ *   content). An async generator function streams instead: it yields `LlmDeltaInput` pieces,
+ *   which reach the run's `streamDeltas` streams as they come, and returns the whole answer, or
+ *   nothing for the answer its pieces spell.
  */
 export type LlmResponse = {
     content?: string | undefined;
+    /**
+     * `arguments`: an object, or its JSON text (passed on as it is)
+     */
     tool_calls?: {
         id: string;
         name: string;
-        arguments?: Record<string, any>;
+        arguments?: Record<string, any> | string;
     }[] | undefined;
     usage?: {
         input_tokens: number;
         output_tokens: number;
     } | undefined;
 };
+export type LlmDeltaInput = import("./llm_stream.js").LlmDeltaInput;
 /**
  * an approver's
  *   decision: `true`/`false`, or an object with a reason (the model sees a denial's reason)

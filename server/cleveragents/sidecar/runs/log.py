@@ -130,7 +130,7 @@ class RunLog:
         if isinstance(reader, FrameQueue):
             reader.deltas = self.live.reader(reader.wake, reader.position)
         else:
-            reader.deltas = self.live.reader(self.wake_cursors, reader.cursor)
+            reader.deltas = self.live.reader(reader.wake, reader.cursor)
 
     def unsubscribe(self, reader: FrameSink | LogCursor) -> None:
         """Stop handing frames (and deltas) to ``reader``."""
@@ -218,10 +218,6 @@ class RunLog:
             log.warning(
                 "watcher dropped", run_id=self.run_id, reason="too far behind", lag=cursor.lag
             )
-
-    def wake_cursors(self) -> None:
-        """Wake every cursor waiting for frames (a cursor that streams deltas has some)."""
-        self._wake_cursors()
 
     def _wake_cursors(self) -> None:
         waiters, self._release_waiters = self._release_waiters, []

@@ -142,8 +142,8 @@ class LogCursor:
     """
 
     __slots__ = (
-        "_bytes_read", "_log", "busy_since", "cursor", "decides", "deltas", "dropped", "limit",
-        "live_from", "stalled",
+        "_bytes_read", "_log", "_waiter", "busy_since", "cursor", "decides", "deltas", "dropped",
+        "limit", "live_from", "stalled",
     )  # fmt: skip
 
     def __init__(self, log: FollowedLog, cursor: int, limit: int) -> None:
@@ -162,6 +162,15 @@ class LogCursor:
         self._bytes_read: int | None = None
         #: The run's live deltas, for a watcher that asked for them (``stream_deltas``).
         self.deltas: DeltaReader | None = None
+        #: What it waits on while it streams deltas: a release or its own ``wake`` sets it.
+        self._waiter: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        """A delta came: wake this cursor alone (one that streams deltas), not the run's
+        other watchers, which only a release wakes."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     @property
     def read_all(self) -> bool:
@@ -188,7 +197,14 @@ class LogCursor:
                 return due
             if log.finished:
                 return []
-            await log.wait_for_release()
+            if deltas is None:
+                await log.wait_for_release()
+                continue
+            self._waiter = log.wait_for_release()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
         if self.dropped:
             return []
         frames, start, end = log.frames, self.cursor, log.released
