@@ -157,6 +157,18 @@ async def test_a_message_over_max_message_bytes_fails_the_call_at_once_and_resta
     assert connection.failures == 1
 
 
+async def test_a_line_over_max_message_bytes_while_starting_says_so_in_the_error(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    server = raw_server(fault_dir, env={"RAW_BANNER": "=" * 4096}, max_message_bytes=1024)
+    with pytest.raises(ConfigError) as raised:
+        await bounded(make_mcp_sidecar(server))
+
+    assert "could not start" in str(raised.value)
+    assert "it wrote a message over 1024 bytes" in str(raised.value)
+    assert "mcp_servers.r.max_message_bytes" in str(raised.value)
+
+
 async def test_a_huge_text_result_is_a_successful_record_cut_to_what_one_event_may_carry(
     make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
 ) -> None:
