@@ -72,6 +72,16 @@ def test_the_progress_settings_load_and_default_to_coalescing_without_extending(
     assert (b.progress_interval_s, b.progress_extends_timeout, b.max_timeout_s) == (0.25, True, 600)
 
 
+def test_max_message_bytes_loads_and_defaults_to_64_mib(tmp_path: Path) -> None:
+    text = (
+        '[mcp_servers.a]\ncommand = "c"\n[mcp_servers.b]\ncommand = "c"\nmax_message_bytes = 2048\n'
+    )
+    servers = load(tmp_path, text).mcp_servers
+
+    assert servers["a"].max_message_bytes == 64 * 1024 * 1024
+    assert servers["b"].max_message_bytes == 2048
+
+
 def test_no_mcp_servers_by_default() -> None:
     assert SidecarConfig().mcp_servers == {}
 
@@ -119,6 +129,18 @@ def test_no_mcp_servers_by_default() -> None:
             "mcp_servers.x.max_timeout (5) is below its timeout (10)",
         ),
         ('[mcp_servers.x]\ncommand = "c"\nmax_timeout = 0', "mcp_servers.x.max_timeout must be"),
+        (
+            '[mcp_servers.x]\ncommand = "c"\nmax_message_bytes = 100',
+            "mcp_servers.x.max_message_bytes must be a whole number of bytes, at least 1024",
+        ),
+        (
+            '[mcp_servers.x]\ncommand = "c"\nmax_message_bytes = "64MiB"',
+            "mcp_servers.x.max_message_bytes must be a whole number of bytes",
+        ),
+        (
+            '[mcp_servers.x]\nurl = "http://h/mcp"\nmax_message_bytes = 2048',
+            "mcp_servers.x.max_message_bytes is for a command, not a url",
+        ),
         (
             'default_tool_timeout_s = 120\n[mcp_servers.x]\ncommand = "c"\nmax_timeout = 30',
             "mcp_servers.x.max_timeout (30) is below default_tool_timeout_s (120)",

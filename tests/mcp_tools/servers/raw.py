@@ -1,8 +1,9 @@
 """An MCP server over stdio written by hand (no SDK), for the faults the SDK would not let a
 server commit: ``garble`` writes a line that is not JSON on its stdout,
 ``spam_progress`` sends its progress notifications as fast as a pipe takes them, and
-``big_progress`` sends COUNT reports whose messages are SIZE characters long, and
-``odd_progress`` reports progress and totals that are not finite numbers.
+``big_progress`` sends COUNT reports whose messages are SIZE characters long,
+``odd_progress`` reports progress and totals that are not finite numbers, and ``huge_text``
+answers with a text of MEGABYTES MiB, on one line as every message.
 ``FAULT_DIR`` (an environment variable) gets ``pid-<pid>`` when it starts; ``RAW_BANNER``, when
 set, is a line it prints on stdout before anything else; with ``RAW_GARBLE_LIST`` set, it
 answers ``tools/list`` with a line that is not JSON; with ``RAW_PAGE_SIZE`` set, it lists its
@@ -50,6 +51,12 @@ TOOLS = [
         "annotations": {"readOnlyHint": True},
     },
     {
+        "name": "huge_text",
+        "description": "Answer with a text of MEGABYTES MiB.",
+        "inputSchema": {**_OBJECT, "properties": {"megabytes": {"type": "integer"}}},
+        "annotations": {"readOnlyHint": True},
+    },
+    {
         "name": "echo",
         "description": "Return the text.",
         "inputSchema": {**_OBJECT, "properties": {"text": {"type": "string"}}},
@@ -79,6 +86,8 @@ def call(request_id: Any, params: dict[str, Any]) -> None:
     token = (params.get("_meta") or {}).get("progressToken")
     if name == "echo":
         result(request_id, text(arguments.get("text", "")))
+    elif name == "huge_text":
+        result(request_id, text("x" * (int(arguments["megabytes"]) * 1024 * 1024)))
     elif name == "garble":
         with lock:
             out.write(

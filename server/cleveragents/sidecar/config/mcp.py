@@ -17,7 +17,14 @@ from typing import Any
 
 from cleveragents.sidecar.errors import ConfigError
 
-__all__ = ["SIDE_EFFECTS", "STARTUP_MODES", "McpServerConfig", "expand_env", "parse_mcp_servers"]
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "SIDE_EFFECTS",
+    "STARTUP_MODES",
+    "McpServerConfig",
+    "expand_env",
+    "parse_mcp_servers",
+]
 
 STARTUP_MODES = ("eager", "lazy")
 #: ``annotations``: trust the server's ``readOnlyHint``/``destructiveHint``; or all or none.
@@ -29,7 +36,11 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEYS = {
     "command", "args", "env", "cwd", "url", "headers", "tool_prefix", "tools", "timeout",
     "side_effects", "startup", "progress_interval", "progress_extends_timeout", "max_timeout",
+    "max_message_bytes",
 }  # fmt: skip
+#: The most bytes one message (one line) from a stdio server may have, by default.
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_MIN_MESSAGE_BYTES = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +57,8 @@ class McpServerConfig:
     ``progress_interval_s`` spaces the ``ToolCallProgress`` events of one call; with
     ``progress_extends_timeout`` each progress report renews the call's timeout, up to
     ``max_timeout_s`` after it began (``None``: ten times its timeout).
+    ``max_message_bytes`` caps one message from a stdio server: a longer line breaks the
+    connection (the server is restarted) rather than being buffered without end.
     """
 
     name: str
@@ -63,6 +76,7 @@ class McpServerConfig:
     progress_interval_s: float = 1.0
     progress_extends_timeout: bool = False
     max_timeout_s: float | None = None
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
     def check_max_timeout(self, default_timeout_s: float) -> None:
         """``ConfigError`` when ``max_timeout_s`` is below the timeout its calls get (its own
@@ -108,6 +122,7 @@ class McpServerConfig:
             raise ConfigError(f"{where}.max_timeout must be a positive number of seconds")
         if self.max_timeout_s is not None and self.timeout_s is not None:
             self.check_max_timeout(self.timeout_s)
+        self._check_max_message_bytes(where)
         if self.side_effects not in SIDE_EFFECTS:
             raise ConfigError(
                 f'{where}.side_effects must be "annotations", true or false, '
@@ -118,6 +133,16 @@ class McpServerConfig:
         for key in ("env", "headers"):
             for name, value in getattr(self, key).items():
                 _check_variables(f"{where}.{key}.{name}", value)
+
+    def _check_max_message_bytes(self, where: str) -> None:
+        value = self.max_message_bytes
+        if isinstance(value, bool) or not isinstance(value, int) or value < _MIN_MESSAGE_BYTES:
+            raise ConfigError(
+                f"{where}.max_message_bytes must be a whole number of bytes, at least "
+                f"{_MIN_MESSAGE_BYTES}, got {value!r}"
+            )
+        if self.url and value != DEFAULT_MAX_MESSAGE_BYTES:
+            raise ConfigError(f"{where}.max_message_bytes is for a command, not a url")
 
     @property
     def prefix(self) -> str:
@@ -206,6 +231,7 @@ def _server(name: str, table: Any) -> McpServerConfig:
         progress_interval_s=1.0 if interval is None else interval,
         progress_extends_timeout=extends,
         max_timeout_s=max_timeout,
+        max_message_bytes=table.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
     )
 
 

@@ -1,7 +1,8 @@
 """One MCP server's connection, kept up for as long as the sidecar serves.
 
 ``McpConnection.run`` is a task the sidecar owns: it starts the server (a stdio command in its
-own process group, which the SDK's transport stops as a group, or a Streamable HTTP session),
+own process group, through ``stdio.py``'s transport, which stops it as a group and reads a
+line of any size without stalling the event loop; or a Streamable HTTP session),
 sends ``initialize`` with the sidecar's name and version, lists the tools (every page), and
 waits. When the server dies or the connection fails it reconnects after a backoff that doubles
 from 0.5 s to 30 s (back to 0.5 s after a connection that lasted). Meanwhile calls fail at once
@@ -23,7 +24,6 @@ import pydantic
 import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from mcp import ClientSession, types
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.dispatcher import ProgressFnT
@@ -31,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from cleveragents.sidecar.config.mcp import McpServerConfig, expand_env
+from cleveragents.sidecar.mcp.stdio import MessageTooLarge, stdio_transport
 from cleveragents.tool import ToolError
 
 __all__ = ["McpConnection", "ToolsListed"]
@@ -213,6 +214,14 @@ class McpConnection:
         try:
             async with sink:
                 async for item in source:
+                    if isinstance(item, MessageTooLarge):
+                        self._broken = self._too_large(item)
+                        log.warning(
+                            "mcp server sent a message over its size limit",
+                            server=self.config.name,
+                            problem=self._broken,
+                        )
+                        return
                     if isinstance(item, Exception) and self._skippable(item):
                         log.warning(
                             "mcp server wrote a line that is not JSON-RPC; skipped",
@@ -234,6 +243,12 @@ class McpConnection:
         finally:
             eof.set()
 
+    def _too_large(self, exc: MessageTooLarge) -> str:
+        return (
+            f"it wrote a message over {exc.limit} bytes, the most one may be (raise "
+            f"mcp_servers.{self.config.name}.max_message_bytes to accept larger ones)"
+        )
+
     def _skippable(self, exc: Exception) -> bool:
         """Whether a line the transport could not parse can be skipped (see ``_forward``)."""
         if not self._initialized:
@@ -245,13 +260,13 @@ class McpConnection:
     async def _transport(self) -> AsyncIterator[Any]:
         config, where = self.config, f"mcp_servers.{self.config.name}"
         if config.command:
-            params = StdioServerParameters(
-                command=config.command,
-                args=list(config.args),
-                env=expand_env(config.env, f"{where}.env") or None,
+            async with stdio_transport(
+                config.command,
+                config.args,
+                env=expand_env(config.env, f"{where}.env"),
                 cwd=config.cwd or None,
-            )
-            async with stdio_client(params) as streams:
+                max_message_bytes=config.max_message_bytes,
+            ) as streams:
                 yield streams
         else:
             headers = expand_env(config.headers, f"{where}.headers")
