@@ -61,6 +61,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: Any
+    raw: bytes = b""
 
 
 class FakeProvider:
@@ -116,7 +117,9 @@ class FakeProvider:
                     name, _, value = line.partition(":")
                     headers[name.strip().lower()] = value.strip()
                 raw = await reader.readexactly(int(headers.get("content-length", "0")))
-                self.requests.append(Received(method, path, headers, json.loads(raw or b"null")))
+                self.requests.append(
+                    Received(method, path, headers, json.loads(raw or b"null"), raw)
+                )
                 reply = self._replies.popleft() if self._replies else _UNQUEUED
                 if reply.hang:
                     await self._closing.wait()
