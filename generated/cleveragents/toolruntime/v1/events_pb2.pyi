@@ -276,6 +276,7 @@ class LlmResponded(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     TOOL_CALLS_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
+    REASONING_FIELD_NUMBER: _builtins.int
     iteration: _builtins.int
     """The iteration the response belongs to."""
     content: _builtins.str
@@ -288,6 +289,13 @@ class LlmResponded(_message.Message):
     def usage(self) -> _types_pb2.Usage:
         """Tokens used by this single LLM call."""
 
+    @_builtins.property
+    def reasoning(self) -> _types_pb2.Reasoning:
+        """The model's reasoning, when its provider returned some (the OpenAI
+        Responses API's reasoning items); unset otherwise. Kept in the run's log so
+        that a resumed run passes it back on the next LLM call as the live run did.
+        """
+
     def __init__(
         self,
         *,
@@ -295,10 +303,11 @@ class LlmResponded(_message.Message):
         content: _builtins.str = ...,
         tool_calls: _abc.Iterable[_types_pb2.ToolCall] | None = ...,
         usage: _types_pb2.Usage | None = ...,
+        reasoning: _types_pb2.Reasoning | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["reasoning", b"reasoning", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "iteration", b"iteration", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "iteration", b"iteration", "reasoning", b"reasoning", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
