@@ -318,6 +318,15 @@ func (*RunEvent_RunResumed) isRunEvent_Payload() {}
 // the call first gets everything so far that way. Concatenated in order, the
 // text deltas give llm_responded's content and each call's arguments give its
 // arguments' JSON text.
+//
+// llm_responded supersedes its call's deltas: they are a preview, and a client
+// that shows them replaces the text (and arguments) it streamed for that
+// iteration with llm_responded's content (and tool_calls) when it arrives. A
+// stream that rejoins after a call has ended gets, before its llm_responded,
+// the call's deltas the server still keeps, from index 0 as one delta (a
+// client starts that iteration's text over at index 0 rather than append), or
+// none once they are gone (the run has ended and no stream reads them, or two
+// later calls have begun); the missing text is never sent as deltas later.
 type LlmDelta struct {
 	state         protoimpl.MessageState
 	sizeCache     protoimpl.SizeCache
