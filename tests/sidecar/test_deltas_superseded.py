@@ -39,7 +39,7 @@ async def _watch_until(
     call = stub.WatchRun(request)
     async for response in call:
         seen += _events([response])
-        if any(e.HasField(payload) for e in seen):
+        if any(e.WhichOneof("payload") == payload for e in seen):
             call.cancel()
             return seen
     raise AssertionError(f"run {run_id} ended before {payload}")

@@ -166,15 +166,15 @@ def _reasoning(output: Any) -> Reasoning | None:
     """The answer's output items as its ``Reasoning`` when some are reasoning items."""
     if not isinstance(output, list):
         return None
+    thoughts = [i for i in output if isinstance(i, Mapping) and i.get("type") == "reasoning"]
+    if not thoughts:
+        return None
     summaries = [
         str(part.get("text") or "")
-        for item in output
-        if isinstance(item, Mapping) and item.get("type") == "reasoning"
+        for item in thoughts
         for part in item.get("summary") or ()
         if isinstance(part, Mapping) and part.get("type") == "summary_text"
     ]
-    if not any(isinstance(i, Mapping) and i.get("type") == "reasoning" for i in output):
-        return None
     return Reasoning(PROVIDER, "\n\n".join(summaries), _compact(output))
 
 
