@@ -16,7 +16,7 @@ SURFACES = {
         "ApprovalRequest", "ApprovalRequested", "Approver", "AutomationProfile", "CallScope",
         "Decision", "DeltaSink", "ErrorKind", "EventSink", "IterationStarted", "LLMCallError",
         "LLMCaller", "LLMDelta", "LLMRequest", "LLMResponded", "LLMResponse", "Message",
-        "RecordedRequest",
+        "Reasoning", "RecordedRequest",
         "Responder", "ResponseDelta", "Role", "RunBudget", "RunCancelled", "RunCompleted",
         "RunEvent", "RunFailed", "RunResumed", "Resumption",
         "RunStarted", "ScriptExhaustedError", "ScriptedLLMCaller", "StopReason",

@@ -1,6 +1,7 @@
 """Resuming a run from its logged events: the conversation, budgets and calls in flight."""
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ from cleveragents.tool import (
     ErrorKind,
     IterationStarted,
     LLMResponded,
+    Reasoning,
     Resumption,
     RunBudget,
     RunCompleted,
@@ -300,3 +302,19 @@ async def test_a_call_has_the_same_idempotency_key_each_time_it_runs() -> None:
     await resume(tools, [final()], logged)
 
     assert tools.keys == ["r1:c1", "r1:c1"]
+
+
+async def test_a_resumed_run_sends_the_reasoning_of_a_logged_turn_back_with_it() -> None:
+    reasoning = Reasoning("openai_responses", "Look it up first.", '[{"type":"reasoning"}]')
+    script = [dataclasses.replace(asks(LOOKUP), reasoning=reasoning), final("found")]
+    original = recording_llm(script)
+    await runtime(Tools(), original).arun_tool_loop("go", run_id="r1")
+    tools = Tools()
+    logged = await events_until(tools, script, completed("c1"))
+
+    _, llm = await resume(tools, script[1:], logged)
+
+    (responded,) = [e for e in logged if isinstance(e, LLMResponded)]
+    assert responded.reasoning == reasoning
+    assert llm.requests[0].messages == original.requests[1].messages
+    assert llm.requests[0].messages[-2].reasoning == reasoning  # the assistant turn, then c1

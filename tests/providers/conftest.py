@@ -61,6 +61,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: Any
+    raw: bytes = b""
 
 
 class FakeProvider:
@@ -73,6 +74,7 @@ class FakeProvider:
         self._server: asyncio.Server | None = None
         self._closing = asyncio.Event()
         self._writers: set[asyncio.StreamWriter] = set()
+        self._arrived = asyncio.Condition()
 
     @property
     def url(self) -> str:
@@ -87,6 +89,11 @@ class FakeProvider:
     def bodies(self) -> list[Any]:
         """The JSON bodies received, in order."""
         return [r.body for r in self.requests]
+
+    async def wait_for_requests(self, count: int) -> None:
+        """Return once ``count`` requests have arrived (whatever their replies)."""
+        async with self._arrived:
+            await self._arrived.wait_for(lambda: len(self.requests) >= count)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -116,7 +123,11 @@ class FakeProvider:
                     name, _, value = line.partition(":")
                     headers[name.strip().lower()] = value.strip()
                 raw = await reader.readexactly(int(headers.get("content-length", "0")))
-                self.requests.append(Received(method, path, headers, json.loads(raw or b"null")))
+                self.requests.append(
+                    Received(method, path, headers, json.loads(raw or b"null"), raw)
+                )
+                async with self._arrived:
+                    self._arrived.notify_all()
                 reply = self._replies.popleft() if self._replies else _UNQUEUED
                 if reply.hang:
                     await self._closing.wait()

@@ -222,7 +222,7 @@ def test_stream_strict_and_cache_settings_load_from_toml(tmp_path: Path) -> None
     ("table", "message"),
     [
         ('kind = "openai"\ncache_prompt = true', "unknown key"),
-        ('kind = "anthropic"\nstrict_tools = true', "unknown key"),
+        ('kind = "openai_responses"\nstream_usage = false', "unknown key"),
         ('kind = "openai"\nstream = "yes"', "must be a bool"),
     ],
 )
@@ -240,7 +240,6 @@ def test_a_setting_for_another_kind_is_a_config_error(
     ("kind", "setting", "message"),
     [
         ("openai", "cache_prompt", "cache_prompt is for kind 'anthropic'"),
-        ("anthropic", "strict_tools", "strict_tools is for the OpenAI kinds"),
     ],
 )
 def test_a_profile_value_with_a_setting_its_kind_lacks_is_refused(

@@ -168,7 +168,10 @@ class AsyncSidecarClient:
         Each event counts as handled (and is acknowledged to the sidecar, which sends no more
         than its window ahead of that) once the next one is asked for. With
         ``stream_deltas``, also each ``LLMDelta`` (sequence 0) of the model's answer: joining
-        mid-call, first the answer so far as one delta.
+        mid-call, first the answer so far as one delta. ``LLMResponded`` supersedes its call's
+        deltas: show them as a preview and replace them with its content. Rejoining after a
+        call ended brings that call's kept deltas again from index 0, or none once they are
+        gone, never the rest later.
         """
         call = self._stub.FollowRun(metadata=self._metadata)
         with rpc_errors():

@@ -174,7 +174,8 @@ class SidecarClient:
         Each event counts as handled (and is acknowledged to the sidecar, which sends no more
         than its window ahead of that) once the next one is asked for. With
         ``stream_deltas``, also each ``LLMDelta`` (sequence 0) of the model's answer: joining
-        mid-call, first the answer so far as one delta. The call starts at the first
+        mid-call, first the answer so far as one delta. ``LLMResponded`` supersedes its
+        call's deltas (see ``AsyncSidecarClient.watch``). The call starts at the first
         ``next``; one left part way ends when the iterator is closed or collected, or the
         client is closed.
         """

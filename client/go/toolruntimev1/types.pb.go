@@ -544,6 +544,99 @@ func (x *Usage) GetReportedTotalTokens() int64 {
 	return 0
 }
 
+// Reasoning is what a reasoning model returned besides its answer: a readable
+// summary for people watching the run, and the provider's own items, which the
+// next LLM call passes back (also after a restart, from the run's log).
+type Reasoning struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	// The provider API whose items these are ("openai_responses"); only a caller
+	// of that API passes them back.
+	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	// The reasoning summary the provider gave, if any ("" when it gave none, as
+	// encrypted reasoning often is).
+	Summary string `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	// UTF-8 JSON array text: the provider's output items of this answer (its
+	// reasoning items, encrypted_content included, and the items that followed
+	// them), opaque and passed back verbatim; "" when items_omitted.
+	Items string `protobuf:"bytes,3,opt,name=items,proto3" json:"items,omitempty"`
+	// True when items were left out because the event would not otherwise fit
+	// in one message (max_message_bytes): a run resumed from the log then sends
+	// that turn without its reasoning, as a turn the API did not produce.
+	ItemsOmitted bool `protobuf:"varint,4,opt,name=items_omitted,json=itemsOmitted,proto3" json:"items_omitted,omitempty"`
+	// With items_omitted, the size in bytes of the items left out.
+	ItemsBytes int64 `protobuf:"varint,5,opt,name=items_bytes,json=itemsBytes,proto3" json:"items_bytes,omitempty"`
+}
+
+func (x *Reasoning) Reset() {
+	*x = Reasoning{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[3]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *Reasoning) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reasoning) ProtoMessage() {}
+
+func (x *Reasoning) ProtoReflect() protoreflect.Message {
+	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[3]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reasoning.ProtoReflect.Descriptor instead.
+func (*Reasoning) Descriptor() ([]byte, []int) {
+	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Reasoning) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *Reasoning) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *Reasoning) GetItems() string {
+	if x != nil {
+		return x.Items
+	}
+	return ""
+}
+
+func (x *Reasoning) GetItemsOmitted() bool {
+	if x != nil {
+		return x.ItemsOmitted
+	}
+	return false
+}
+
+func (x *Reasoning) GetItemsBytes() int64 {
+	if x != nil {
+		return x.ItemsBytes
+	}
+	return 0
+}
+
 // Message is one entry in the conversation sent to the model.
 type Message struct {
 	state         protoimpl.MessageState
@@ -566,7 +659,7 @@ type Message struct {
 func (x *Message) Reset() {
 	*x = Message{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[3]
+		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[4]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -579,7 +672,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[3]
+	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[4]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -592,7 +685,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Message) GetRole() Role {
@@ -671,7 +764,7 @@ type ToolCallRecord struct {
 func (x *ToolCallRecord) Reset() {
 	*x = ToolCallRecord{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[4]
+		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[5]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -684,7 +777,7 @@ func (x *ToolCallRecord) String() string {
 func (*ToolCallRecord) ProtoMessage() {}
 
 func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[4]
+	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[5]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +790,7 @@ func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
 func (*ToolCallRecord) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ToolCallRecord) GetToolName() string {
@@ -823,7 +916,7 @@ type ToolCallRunResult struct {
 func (x *ToolCallRunResult) Reset() {
 	*x = ToolCallRunResult{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[5]
+		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[6]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -836,7 +929,7 @@ func (x *ToolCallRunResult) String() string {
 func (*ToolCallRunResult) ProtoMessage() {}
 
 func (x *ToolCallRunResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[5]
+	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[6]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +942,7 @@ func (x *ToolCallRunResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRunResult.ProtoReflect.Descriptor instead.
 func (*ToolCallRunResult) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ToolCallRunResult) GetRunId() string {
@@ -954,7 +1047,7 @@ type ToolActorContext struct {
 func (x *ToolActorContext) Reset() {
 	*x = ToolActorContext{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[6]
+		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[7]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -967,7 +1060,7 @@ func (x *ToolActorContext) String() string {
 func (*ToolActorContext) ProtoMessage() {}
 
 func (x *ToolActorContext) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[6]
+	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[7]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1073,7 @@ func (x *ToolActorContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolActorContext.ProtoReflect.Descriptor instead.
 func (*ToolActorContext) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ToolActorContext) GetPlanId() string {
@@ -1052,7 +1145,7 @@ type LlmSelection struct {
 func (x *LlmSelection) Reset() {
 	*x = LlmSelection{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[7]
+		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[8]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -1065,7 +1158,7 @@ func (x *LlmSelection) String() string {
 func (*LlmSelection) ProtoMessage() {}
 
 func (x *LlmSelection) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[7]
+	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[8]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1171,7 @@ func (x *LlmSelection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmSelection.ProtoReflect.Descriptor instead.
 func (*LlmSelection) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LlmSelection) GetProfile() string {
@@ -1133,7 +1226,7 @@ type RunSpec struct {
 func (x *RunSpec) Reset() {
 	*x = RunSpec{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[8]
+		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[9]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -1146,7 +1239,7 @@ func (x *RunSpec) String() string {
 func (*RunSpec) ProtoMessage() {}
 
 func (x *RunSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[8]
+	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[9]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1252,7 @@ func (x *RunSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpec.ProtoReflect.Descriptor instead.
 func (*RunSpec) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RunSpec) GetPrompt() string {
@@ -1246,7 +1339,7 @@ type RunBudget struct {
 func (x *RunBudget) Reset() {
 	*x = RunBudget{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[9]
+		mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[10]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -1259,7 +1352,7 @@ func (x *RunBudget) String() string {
 func (*RunBudget) ProtoMessage() {}
 
 func (x *RunBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[9]
+	mi := &file_cleveragents_toolruntime_v1_types_proto_msgTypes[10]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1365,7 @@ func (x *RunBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunBudget.ProtoReflect.Descriptor instead.
 func (*RunBudget) Descriptor() ([]byte, []int) {
-	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunBudget) GetMaxToolCalls() int32 {
@@ -1350,6 +1443,16 @@ var file_cleveragents_toolruntime_v1_types_proto_rawDesc = []byte{
 	0x15, 0x72, 0x65, 0x70, 0x6f, 0x72, 0x74, 0x65, 0x64, 0x5f, 0x74, 0x6f, 0x74, 0x61, 0x6c, 0x5f,
 	0x74, 0x6f, 0x6b, 0x65, 0x6e, 0x73, 0x18, 0x0a, 0x20, 0x01, 0x28, 0x03, 0x52, 0x13, 0x72, 0x65,
 	0x70, 0x6f, 0x72, 0x74, 0x65, 0x64, 0x54, 0x6f, 0x74, 0x61, 0x6c, 0x54, 0x6f, 0x6b, 0x65, 0x6e,
+	0x73, 0x22, 0x9d, 0x01, 0x0a, 0x09, 0x52, 0x65, 0x61, 0x73, 0x6f, 0x6e, 0x69, 0x6e, 0x67, 0x12,
+	0x1a, 0x0a, 0x08, 0x70, 0x72, 0x6f, 0x76, 0x69, 0x64, 0x65, 0x72, 0x18, 0x01, 0x20, 0x01, 0x28,
+	0x09, 0x52, 0x08, 0x70, 0x72, 0x6f, 0x76, 0x69, 0x64, 0x65, 0x72, 0x12, 0x18, 0x0a, 0x07, 0x73,
+	0x75, 0x6d, 0x6d, 0x61, 0x72, 0x79, 0x18, 0x02, 0x20, 0x01, 0x28, 0x09, 0x52, 0x07, 0x73, 0x75,
+	0x6d, 0x6d, 0x61, 0x72, 0x79, 0x12, 0x14, 0x0a, 0x05, 0x69, 0x74, 0x65, 0x6d, 0x73, 0x18, 0x03,
+	0x20, 0x01, 0x28, 0x09, 0x52, 0x05, 0x69, 0x74, 0x65, 0x6d, 0x73, 0x12, 0x23, 0x0a, 0x0d, 0x69,
+	0x74, 0x65, 0x6d, 0x73, 0x5f, 0x6f, 0x6d, 0x69, 0x74, 0x74, 0x65, 0x64, 0x18, 0x04, 0x20, 0x01,
+	0x28, 0x08, 0x52, 0x0c, 0x69, 0x74, 0x65, 0x6d, 0x73, 0x4f, 0x6d, 0x69, 0x74, 0x74, 0x65, 0x64,
+	0x12, 0x1f, 0x0a, 0x0b, 0x69, 0x74, 0x65, 0x6d, 0x73, 0x5f, 0x62, 0x79, 0x74, 0x65, 0x73, 0x18,
+	0x05, 0x20, 0x01, 0x28, 0x03, 0x52, 0x0a, 0x69, 0x74, 0x65, 0x6d, 0x73, 0x42, 0x79, 0x74, 0x65,
 	0x73, 0x22, 0xdd, 0x01, 0x0a, 0x07, 0x4d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65, 0x12, 0x35, 0x0a,
 	0x04, 0x72, 0x6f, 0x6c, 0x65, 0x18, 0x01, 0x20, 0x01, 0x28, 0x0e, 0x32, 0x21, 0x2e, 0x63, 0x6c,
 	0x65, 0x76, 0x65, 0x72, 0x61, 0x67, 0x65, 0x6e, 0x74, 0x73, 0x2e, 0x74, 0x6f, 0x6f, 0x6c, 0x72,
@@ -1563,7 +1666,7 @@ func file_cleveragents_toolruntime_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_cleveragents_toolruntime_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cleveragents_toolruntime_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_cleveragents_toolruntime_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_cleveragents_toolruntime_v1_types_proto_goTypes = []interface{}{
 	(ErrorKind)(0),                // 0: cleveragents.toolruntime.v1.ErrorKind
 	(StopReason)(0),               // 1: cleveragents.toolruntime.v1.StopReason
@@ -1572,30 +1675,31 @@ var file_cleveragents_toolruntime_v1_types_proto_goTypes = []interface{}{
 	(*ToolSpec)(nil),              // 4: cleveragents.toolruntime.v1.ToolSpec
 	(*ToolCall)(nil),              // 5: cleveragents.toolruntime.v1.ToolCall
 	(*Usage)(nil),                 // 6: cleveragents.toolruntime.v1.Usage
-	(*Message)(nil),               // 7: cleveragents.toolruntime.v1.Message
-	(*ToolCallRecord)(nil),        // 8: cleveragents.toolruntime.v1.ToolCallRecord
-	(*ToolCallRunResult)(nil),     // 9: cleveragents.toolruntime.v1.ToolCallRunResult
-	(*ToolActorContext)(nil),      // 10: cleveragents.toolruntime.v1.ToolActorContext
-	(*LlmSelection)(nil),          // 11: cleveragents.toolruntime.v1.LlmSelection
-	(*RunSpec)(nil),               // 12: cleveragents.toolruntime.v1.RunSpec
-	(*RunBudget)(nil),             // 13: cleveragents.toolruntime.v1.RunBudget
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*Reasoning)(nil),             // 7: cleveragents.toolruntime.v1.Reasoning
+	(*Message)(nil),               // 8: cleveragents.toolruntime.v1.Message
+	(*ToolCallRecord)(nil),        // 9: cleveragents.toolruntime.v1.ToolCallRecord
+	(*ToolCallRunResult)(nil),     // 10: cleveragents.toolruntime.v1.ToolCallRunResult
+	(*ToolActorContext)(nil),      // 11: cleveragents.toolruntime.v1.ToolActorContext
+	(*LlmSelection)(nil),          // 12: cleveragents.toolruntime.v1.LlmSelection
+	(*RunSpec)(nil),               // 13: cleveragents.toolruntime.v1.RunSpec
+	(*RunBudget)(nil),             // 14: cleveragents.toolruntime.v1.RunBudget
+	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_cleveragents_toolruntime_v1_types_proto_depIdxs = []int32{
-	14, // 0: cleveragents.toolruntime.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
+	15, // 0: cleveragents.toolruntime.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
 	2,  // 1: cleveragents.toolruntime.v1.Message.role:type_name -> cleveragents.toolruntime.v1.Role
 	5,  // 2: cleveragents.toolruntime.v1.Message.tool_calls:type_name -> cleveragents.toolruntime.v1.ToolCall
-	15, // 3: cleveragents.toolruntime.v1.ToolCallRecord.started_at:type_name -> google.protobuf.Timestamp
+	16, // 3: cleveragents.toolruntime.v1.ToolCallRecord.started_at:type_name -> google.protobuf.Timestamp
 	0,  // 4: cleveragents.toolruntime.v1.ToolCallRecord.error_kind:type_name -> cleveragents.toolruntime.v1.ErrorKind
-	8,  // 5: cleveragents.toolruntime.v1.ToolCallRunResult.tool_call_history:type_name -> cleveragents.toolruntime.v1.ToolCallRecord
+	9,  // 5: cleveragents.toolruntime.v1.ToolCallRunResult.tool_call_history:type_name -> cleveragents.toolruntime.v1.ToolCallRecord
 	6,  // 6: cleveragents.toolruntime.v1.ToolCallRunResult.usage:type_name -> cleveragents.toolruntime.v1.Usage
 	1,  // 7: cleveragents.toolruntime.v1.ToolCallRunResult.stop_reason:type_name -> cleveragents.toolruntime.v1.StopReason
-	8,  // 8: cleveragents.toolruntime.v1.ToolActorContext.tool_call_history:type_name -> cleveragents.toolruntime.v1.ToolCallRecord
-	10, // 9: cleveragents.toolruntime.v1.RunSpec.context:type_name -> cleveragents.toolruntime.v1.ToolActorContext
-	11, // 10: cleveragents.toolruntime.v1.RunSpec.llm:type_name -> cleveragents.toolruntime.v1.LlmSelection
-	13, // 11: cleveragents.toolruntime.v1.RunSpec.budget:type_name -> cleveragents.toolruntime.v1.RunBudget
-	14, // 12: cleveragents.toolruntime.v1.RunBudget.max_wall_clock:type_name -> google.protobuf.Duration
+	9,  // 8: cleveragents.toolruntime.v1.ToolActorContext.tool_call_history:type_name -> cleveragents.toolruntime.v1.ToolCallRecord
+	11, // 9: cleveragents.toolruntime.v1.RunSpec.context:type_name -> cleveragents.toolruntime.v1.ToolActorContext
+	12, // 10: cleveragents.toolruntime.v1.RunSpec.llm:type_name -> cleveragents.toolruntime.v1.LlmSelection
+	14, // 11: cleveragents.toolruntime.v1.RunSpec.budget:type_name -> cleveragents.toolruntime.v1.RunBudget
+	15, // 12: cleveragents.toolruntime.v1.RunBudget.max_wall_clock:type_name -> google.protobuf.Duration
 	13, // [13:13] is the sub-list for method output_type
 	13, // [13:13] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
@@ -1646,7 +1750,7 @@ func file_cleveragents_toolruntime_v1_types_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_types_proto_msgTypes[3].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*Message); i {
+			switch v := v.(*Reasoning); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1658,7 +1762,7 @@ func file_cleveragents_toolruntime_v1_types_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_types_proto_msgTypes[4].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*ToolCallRecord); i {
+			switch v := v.(*Message); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1670,7 +1774,7 @@ func file_cleveragents_toolruntime_v1_types_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_types_proto_msgTypes[5].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*ToolCallRunResult); i {
+			switch v := v.(*ToolCallRecord); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1682,7 +1786,7 @@ func file_cleveragents_toolruntime_v1_types_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_types_proto_msgTypes[6].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*ToolActorContext); i {
+			switch v := v.(*ToolCallRunResult); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1694,7 +1798,7 @@ func file_cleveragents_toolruntime_v1_types_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_types_proto_msgTypes[7].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*LlmSelection); i {
+			switch v := v.(*ToolActorContext); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1706,7 +1810,7 @@ func file_cleveragents_toolruntime_v1_types_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_types_proto_msgTypes[8].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*RunSpec); i {
+			switch v := v.(*LlmSelection); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1718,6 +1822,18 @@ func file_cleveragents_toolruntime_v1_types_proto_init() {
 			}
 		}
 		file_cleveragents_toolruntime_v1_types_proto_msgTypes[9].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*RunSpec); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_cleveragents_toolruntime_v1_types_proto_msgTypes[10].Exporter = func(v interface{}, i int) interface{} {
 			switch v := v.(*RunBudget); i {
 			case 0:
 				return &v.state
@@ -1730,14 +1846,14 @@ func file_cleveragents_toolruntime_v1_types_proto_init() {
 			}
 		}
 	}
-	file_cleveragents_toolruntime_v1_types_proto_msgTypes[4].OneofWrappers = []interface{}{}
+	file_cleveragents_toolruntime_v1_types_proto_msgTypes[5].OneofWrappers = []interface{}{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: file_cleveragents_toolruntime_v1_types_proto_rawDesc,
 			NumEnums:      4,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

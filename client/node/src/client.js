@@ -134,7 +134,9 @@ export class SidecarClient {
    * the next one is asked for, and the sidecar sends no more than its window ahead of that.
    * When the sidecar drops this watcher (`RESOURCE_EXHAUSTED`: it fell too far behind, or
    * stopped taking events), it reconnects from the last event it yielded, unless `resume` is
-   * false; the error then carries `afterSequence` to reconnect with.
+   * false; the error then carries `afterSequence` to reconnect with. With `streamDeltas`, an
+   * iteration's `llm_responded` supersedes its `llm_delta`s (a preview: replace the streamed
+   * text with its `content`); after a reconnection past a call's end its deltas may not come.
    *
    * @param {string} runId
    * @param {{afterSequence?: number, resume?: boolean, signal?: AbortSignal,

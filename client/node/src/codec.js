@@ -12,6 +12,11 @@
  */
 
 /** @typedef {{input_tokens: number, output_tokens: number, reported_total_tokens: number}} Usage */
+/**
+ * @typedef {{provider: string, summary: string, items: string, items_omitted: boolean,
+ *   items_bytes: number}} Reasoning  a reasoning model's summary and its provider's opaque
+ *   items (JSON text), as `llm_responded` carries them (see types.proto)
+ */
 
 /**
  * @typedef {object} ToolCallRecord
@@ -68,7 +73,8 @@
  * @property {{spec: Record<string, any>}} [run_started]
  * @property {{iteration: number}} [iteration_started]
  * @property {LlmDelta} [llm_delta]  only on a stream that asked for deltas (`streamDeltas`)
- * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null}} [llm_responded]
+ * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null,
+ *   reasoning: Reasoning | null}} [llm_responded]  supersedes its iteration's deltas
  * @property {{call_id: string, tool_name: string, inputs: Record<string, any>, iteration: number}} [tool_call_started]
  * @property {ToolCallProgress} [tool_call_progress]
  * @property {{record: ToolCallRecord}} [tool_call_completed]

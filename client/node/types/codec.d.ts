@@ -73,6 +73,11 @@ export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | un
  */
 /** @typedef {{input_tokens: number, output_tokens: number, reported_total_tokens: number}} Usage */
 /**
+ * @typedef {{provider: string, summary: string, items: string, items_omitted: boolean,
+ *   items_bytes: number}} Reasoning  a reasoning model's summary and its provider's opaque
+ *   items (JSON text), as `llm_responded` carries them (see types.proto)
+ */
+/**
  * @typedef {object} ToolCallRecord
  * @property {string} tool_name
  * @property {Record<string, any>} inputs
@@ -123,7 +128,8 @@ export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | un
  * @property {{spec: Record<string, any>}} [run_started]
  * @property {{iteration: number}} [iteration_started]
  * @property {LlmDelta} [llm_delta]  only on a stream that asked for deltas (`streamDeltas`)
- * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null}} [llm_responded]
+ * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null,
+ *   reasoning: Reasoning | null}} [llm_responded]  supersedes its iteration's deltas
  * @property {{call_id: string, tool_name: string, inputs: Record<string, any>, iteration: number}} [tool_call_started]
  * @property {ToolCallProgress} [tool_call_progress]
  * @property {{record: ToolCallRecord}} [tool_call_completed]
@@ -316,6 +322,17 @@ export type Usage = {
     output_tokens: number;
     reported_total_tokens: number;
 };
+/**
+ * a reasoning model's summary and its provider's opaque
+ *   items (JSON text), as `llm_responded` carries them (see types.proto)
+ */
+export type Reasoning = {
+    provider: string;
+    summary: string;
+    items: string;
+    items_omitted: boolean;
+    items_bytes: number;
+};
 export type ToolCallRecord = {
     tool_name: string;
     inputs: Record<string, any>;
@@ -396,11 +413,15 @@ export type RunEvent = {
      * only on a stream that asked for deltas (`streamDeltas`)
      */
     llm_delta?: LlmDelta | undefined;
+    /**
+     * supersedes its iteration's deltas
+     */
     llm_responded?: {
         iteration: number;
         content: string;
         tool_calls: ToolCall[];
         usage: Usage | null;
+        reasoning: Reasoning | null;
     } | undefined;
     tool_call_started?: {
         call_id: string;

@@ -39,8 +39,8 @@ class HTTPCaller:
     caller makes its own on first use and :meth:`aclose` closes it. ``retry`` sets the waits
     between the ``max_retries`` retries. ``stream`` asks for the answer as server-sent events
     and hands each piece to the request's ``deltas`` sink as it arrives; ``strict_tools``
-    marks tool schemas ``strict`` where the API has that (OpenAI's), so the model's arguments
-    always match them.
+    marks tool schemas ``strict`` (OpenAI's and Anthropic's APIs both take it), so the model's
+    arguments always match them.
     """
 
     provider: ClassVar[str]

@@ -10,9 +10,13 @@ Streaming reads the Messages events: ``message_start`` (the usage of the prompt)
 ``content_block_start`` (a ``text`` or ``tool_use`` block), ``content_block_delta``
 (``text_delta``, ``input_json_delta``), ``content_block_stop``, ``message_delta`` (the stop
 reason and output usage) and ``message_stop``; ``ping`` is skipped and ``error`` ends the call.
-With ``cache_prompt`` the system prompt, the tools and the conversation so far are marked
-``cache_control: ephemeral``, so that each iteration of a loop reads the prefix that the
-previous one wrote to Anthropic's prompt cache instead of paying for it again.
+With ``strict_tools`` each tool goes with ``strict: true`` (Anthropic's strict tool use,
+generally available without a beta header): the model's ``input`` then always matches the
+schema, which must suit strict mode (``additionalProperties: false`` on every object, as the
+registry's schemas have). With ``cache_prompt`` the system prompt, the tools and the
+conversation so far are marked ``cache_control: ephemeral``, so that each iteration of a loop
+reads the prefix that the previous one wrote to Anthropic's prompt cache instead of paying for
+it again.
 """
 
 from __future__ import annotations
@@ -62,6 +66,12 @@ class AnthropicMessagesCaller(HTTPCaller):
         if api_key:
             headers["x-api-key"] = api_key
         return headers
+
+    def provider_tools(self, tools: Any) -> list[dict[str, Any]]:
+        out = super().provider_tools(tools)
+        if self.strict_tools:
+            out = [{**t, "strict": True} for t in out]
+        return out
 
     def body(self, request: LLMRequest, tools: list[dict[str, Any]]) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "max_tokens": DEFAULT_MAX_TOKENS}

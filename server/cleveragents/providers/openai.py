@@ -8,7 +8,9 @@ at their own ``base_url`` (which, as with OpenAI's SDK, includes the ``/v1``).
 Streaming sends ``stream: true`` with ``stream_options.include_usage`` and reads
 ``chat.completion.chunk`` events up to ``data: [DONE]``: text in ``delta.content``, tool calls
 in ``delta.tool_calls`` by ``index`` (the id and name first, then fragments of the arguments),
-and the usage in a last chunk without choices.
+and the usage in a last chunk without choices. Some OpenAI-compatible servers refuse the
+``stream_options`` field (HTTP 400): ``stream_usage=False`` leaves it out (the stream then
+carries no usage unless the server sends it anyway), and a 400 that names the field says so.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 
 from cleveragents.providers._assembly import Assembler, StreamFailure
 from cleveragents.providers._caller import HTTPCaller
-from cleveragents.tool import LLMRequest, ToolFormat
+from cleveragents.providers._retry import ProviderError
+from cleveragents.tool import LLMRequest, LLMResponse, ToolFormat
 
 __all__ = ["OPENAI_BASE_URL", "OpenAIChatCaller"]
 
@@ -33,11 +36,27 @@ class OpenAIChatCaller(HTTPCaller):
     Without an ``api_key`` no ``Authorization`` header is sent (local servers need none). A
     request that offers no tools (a summary call, a run with none) leaves out the profile's
     tool-only params (``tool_choice``, ``parallel_tool_calls``), which the API refuses then.
+    ``stream_usage`` (default true) asks a stream for its usage with ``stream_options``.
     """
 
     provider = "openai"
     tool_format = ToolFormat.OPENAI
     default_base_url = OPENAI_BASE_URL
+
+    def __init__(self, model: str, *, stream_usage: bool = True, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.stream_usage = stream_usage
+
+    async def call(self, request: LLMRequest) -> LLMResponse:
+        try:
+            return await super().call(request)
+        except ProviderError as error:
+            if self.stream and self.stream_usage and _refuses_stream_options(error):
+                error.message += (
+                    "; this server does not take stream_options: set stream_usage = false "
+                    "in the profile (or stream = false)"
+                )
+            raise
 
     def endpoint(self, base_url: str) -> str:
         return f"{base_url}/chat/completions"
@@ -52,6 +71,8 @@ class OpenAIChatCaller(HTTPCaller):
         return out
 
     def stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not self.stream_usage:
+            return {**body, "stream": True}
         options = {**body.get("stream_options", {}), "include_usage": True}
         return {**body, "stream": True, "stream_options": options}
 
@@ -67,6 +88,11 @@ class OpenAIChatCaller(HTTPCaller):
             for key in _TOOL_PARAMS:
                 body.pop(key, None)
         return body
+
+
+def _refuses_stream_options(error: ProviderError) -> bool:
+    """Whether ``error`` is a server's refusal of the ``stream_options`` field."""
+    return error.status in (400, 422) and "stream_options" in error.message
 
 
 class ChatStream(Assembler):

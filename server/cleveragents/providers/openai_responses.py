@@ -6,11 +6,14 @@ The conversation goes as ``input`` items: messages by role, each tool call as a
 API's own default is strict, which many schemas do not meet).
 
 Reasoning models answer with ``reasoning`` items besides their messages and calls, and want
-them back on the next turn. The core conversation has no place for provider data, so the
-caller keeps each answer's output items, keyed by the tool calls (or the text) that they
-produced, and sends them back as they came when that assistant turn is sent again: the
-exchange then carries the reasoning exactly as the API returned it. A turn the caller did not
-produce (a conversation resumed by another caller) goes as a plain message and calls.
+them back on the next turn. An answer with reasoning items carries its whole ``output`` in
+the response's :class:`~cleveragents.tool.Reasoning` (``provider`` ``"openai_responses"``,
+the summaries' text as ``summary``), which the loop keeps on the assistant message and logs
+in ``LlmResponded``; when that turn is sent again its output items go back exactly as they
+came (reasoning, ``encrypted_content`` included, with the message and ``function_call``
+items that followed it, ids and all), whether the caller is the one that received them or a
+new one after a restart. A turn without them (another provider's, or items left out of an
+oversized event) goes as a plain message and calls.
 
 Streaming reads ``response.output_item.added`` (a call's id and name),
 ``response.output_text.delta``, ``response.function_call_arguments.delta`` and ends at
@@ -31,18 +34,22 @@ from cleveragents.tool import (
     LLMRequest,
     LLMResponse,
     Message,
+    Reasoning,
     Role,
     ToolCall,
     ToolFormat,
     Usage,
     parse_call,
 )
-from cleveragents.tool.jsontext import Encoder
+from cleveragents.tool.jsontext import Encoder, loads
 from cleveragents.tool.messages import MAX_TOKEN_COUNT
 
-__all__ = ["OpenAIResponsesCaller"]
+__all__ = ["PROVIDER", "OpenAIResponsesCaller"]
 
+#: ``Reasoning.provider`` of the items this API returns (and the only ones it takes back).
+PROVIDER = "openai_responses"
 _encode = Encoder()
+_compact = Encoder(separators=(",", ":"))
 #: Parameters the API accepts only beside ``tools``.
 _TOOL_PARAMS = ("tool_choice", "parallel_tool_calls")
 
@@ -57,10 +64,6 @@ class OpenAIResponsesCaller(HTTPCaller):
     provider = "openai"
     tool_format = ToolFormat.OPENAI
     default_base_url = OPENAI_BASE_URL
-
-    def __init__(self, model: str, **kwargs: Any) -> None:
-        super().__init__(model, **kwargs)
-        self._outputs: dict[tuple[str, ...], list[Any]] = {}
 
     def endpoint(self, base_url: str) -> str:
         return f"{base_url}/responses"
@@ -101,13 +104,7 @@ class OpenAIResponsesCaller(HTTPCaller):
         return ResponsesStream(request.deltas, request.iteration)
 
     def parse_body(self, data: dict[str, Any]) -> LLMResponse:
-        response = parse_response(data)
-        output = data.get("output")
-        if isinstance(output, list) and any(
-            isinstance(i, Mapping) and i.get("type") == "reasoning" for i in output
-        ):
-            self._outputs[_key(response.content, response.tool_calls)] = output
-        return response
+        return parse_response(data)
 
     def _items(self, m: Message) -> list[Any]:
         if m.role is Role.TOOL:
@@ -116,9 +113,10 @@ class OpenAIResponsesCaller(HTTPCaller):
             ]
         if m.role is not Role.ASSISTANT:
             return [{"role": m.role.value, "content": m.content}]
-        kept = self._outputs.get(_key(m.content, m.tool_calls))
-        if kept is not None:
-            return kept
+        if m.reasoning is not None and m.reasoning.provider == PROVIDER and m.reasoning.items:
+            kept = loads(m.reasoning.items)
+            if isinstance(kept, list):
+                return kept
         items: list[Any] = [{"role": "assistant", "content": m.content}] if m.content else []
         items += [
             {"type": "function_call", "call_id": c.id, "name": c.name,
@@ -126,10 +124,6 @@ class OpenAIResponsesCaller(HTTPCaller):
             for c in m.tool_calls
         ]  # fmt: skip
         return items
-
-
-def _key(content: str, calls: Sequence[ToolCall]) -> tuple[str, ...]:
-    return tuple(c.id for c in calls) if calls else ("", content)
 
 
 def parse_response(data: Mapping[str, Any]) -> LLMResponse:
@@ -164,7 +158,24 @@ def parse_response(data: Mapping[str, Any]) -> LLMResponse:
     if status == "incomplete" and (calls or not text):
         raise ValueError(f"the response is incomplete ({reason or 'no reason given'})")
     usage = data.get("usage")
-    return LLMResponse("".join(text), calls, _usage(usage) if isinstance(usage, Mapping) else None)
+    counts = _usage(usage) if isinstance(usage, Mapping) else None
+    return LLMResponse("".join(text), calls, counts, _reasoning(data.get("output")))
+
+
+def _reasoning(output: Any) -> Reasoning | None:
+    """The answer's output items as its ``Reasoning`` when some are reasoning items."""
+    if not isinstance(output, list):
+        return None
+    thoughts = [i for i in output if isinstance(i, Mapping) and i.get("type") == "reasoning"]
+    if not thoughts:
+        return None
+    summaries = [
+        str(part.get("text") or "")
+        for item in thoughts
+        for part in item.get("summary") or ()
+        if isinstance(part, Mapping) and part.get("type") == "summary_text"
+    ]
+    return Reasoning(PROVIDER, "\n\n".join(summaries), _compact(output))
 
 
 def _usage(usage: Mapping[str, Any]) -> Usage:

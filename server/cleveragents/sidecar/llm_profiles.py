@@ -121,13 +121,14 @@ def _provider_caller(profile: ProfileConfig, model_override: str) -> HTTPCaller:
             f"profile {profile.name!r} reads its API key from ${env}, which is not set "
             "in the sidecar's environment",
         )
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"strict_tools": profile.strict_tools}
     if profile.kind == "anthropic":
         cls: type[HTTPCaller] = AnthropicMessagesCaller
         extra["cache_prompt"] = profile.cache_prompt
     else:
         cls = OpenAIChatCaller if profile.kind == "openai" else OpenAIResponsesCaller
-        extra["strict_tools"] = profile.strict_tools
+        if profile.kind == "openai":
+            extra["stream_usage"] = profile.stream_usage
     try:
         return cls(
             model,

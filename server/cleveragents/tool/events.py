@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from cleveragents.tool.messages import ToolCall, Usage
+from cleveragents.tool.messages import LLMResponse, Reasoning, ToolCall, Usage
 from cleveragents.tool.records import ToolCallRecord, ToolCallRunResult
 
 __all__ = [
@@ -93,12 +93,21 @@ class LLMDelta:
 
 @dataclass(frozen=True, slots=True)
 class LLMResponded:
-    """The LLM answered: its text, the tool calls it asked for and the usage it reported."""
+    """The LLM answered: its text, the tool calls it asked for, the usage it reported and
+    the provider's ``reasoning`` items, if any (kept in the log, so that a resumed run can
+    pass them back as the live one would have)."""
 
     iteration: int
     content: str
     tool_calls: Sequence[ToolCall]
     usage: Usage | None
+    reasoning: Reasoning | None = None
+
+    @classmethod
+    def of(cls, iteration: int, response: LLMResponse) -> LLMResponded:
+        """The event of ``response``, the answer to LLM call number ``iteration``."""
+        return cls(iteration, response.content, response.tool_calls, response.usage,
+                   response.reasoning)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ __all__ = [
     "LLMRequest",
     "LLMResponse",
     "Message",
+    "Reasoning",
     "ResponseDelta",
     "Role",
     "ToolCall",
@@ -79,12 +80,28 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class Reasoning:
+    """What a reasoning model returned besides its answer, kept to be passed back.
+
+    Some APIs (OpenAI's Responses API) want a turn's reasoning sent back with it on the next
+    turn, encrypted when nothing is stored at the provider. The core never reads ``items``:
+    it is the provider's own record of the answer as JSON text, which only a caller of the
+    same ``provider`` API (``"openai_responses"``) sends back, verbatim. ``summary`` is the
+    readable summary the provider gave, if any, for people watching the run.
+    """
+
+    provider: str
+    summary: str = ""
+    items: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     """One turn of the conversation sent to the LLM.
 
-    Assistant messages carry the ``tool_calls`` they requested; tool messages carry the
-    ``tool_call_id`` they answer, the result as JSON text in ``content`` and ``is_error`` when
-    the call failed.
+    Assistant messages carry the ``tool_calls`` they requested, and the ``reasoning`` behind
+    them when the provider returned some; tool messages carry the ``tool_call_id`` they
+    answer, the result as JSON text in ``content`` and ``is_error`` when the call failed.
     """
 
     role: Role
@@ -92,6 +109,7 @@ class Message:
     tool_calls: Sequence[ToolCall] = ()
     tool_call_id: str = ""
     is_error: bool = False
+    reasoning: Reasoning | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +157,15 @@ DeltaSink = Callable[[ResponseDelta], None]
 
 @dataclass(frozen=True, slots=True)
 class LLMResponse:
-    """What one LLM invocation returns: text, tool calls (none means a final answer), usage."""
+    """What one LLM invocation returns: text, tool calls (none means a final answer), usage,
+    and the provider's ``reasoning`` items when it returned some (see :class:`Reasoning`)."""
 
     content: str = ""
     tool_calls: Sequence[ToolCall] = ()
     usage: Usage | None = None
+    reasoning: Reasoning | None = None
+
+    def turn(self, calls: Sequence[ToolCall]) -> Message:
+        """The assistant message that puts this answer, asking for ``calls`` (the answer's own,
+        as routed), into the conversation, its reasoning with it."""
+        return Message(Role.ASSISTANT, self.content, calls, reasoning=self.reasoning)

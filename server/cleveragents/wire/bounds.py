@@ -9,6 +9,9 @@ A frame that fits is sent exactly as it was encoded. One that does not is encode
   that is not enough its ``content`` is cut (``content_truncated``), then its message;
 - a ``tool_call_completed`` record keeps the start of its output (``output_truncated``, with
   ``output_bytes``), as the JSON object ``{"truncated_output": "<start of the JSON text>"}``.
+- an ``llm_responded`` event leaves out its reasoning's opaque ``items`` (``items_omitted``,
+  with ``items_bytes``), keeping the readable summary (cut if need be): the live run still
+  has them, and a run resumed from the log sends that turn without them.
 
 Any other event that does not fit raises :class:`OversizedEvent`: the caller ends the run with
 a status that says so, rather than let gRPC kill a stream with a message that names nothing.
@@ -48,6 +51,8 @@ def fit_frame(event: events_pb2.RunEvent, limit: int) -> bytes:
         _fit_result(event, getattr(event, kind), limit)
     elif kind == "tool_call_completed":
         _fit_record(event, event.tool_call_completed.record, limit)
+    elif kind == "llm_responded" and event.llm_responded.HasField("reasoning"):
+        _fit_reasoning(event, event.llm_responded.reasoning, limit)
     item = frame(event)
     if len(item) > limit:
         raise OversizedEvent(
@@ -84,6 +89,15 @@ def _fit_record(event: events_pb2.RunEvent, record: types_pb2.ToolCallRecord, li
         prefix = data[:keep].decode("utf-8", "ignore")
         record.output = json.dumps({_TRUNCATED_KEY: prefix}, ensure_ascii=False)
         over = _over(event, limit)
+
+
+def _fit_reasoning(event: events_pb2.RunEvent, reasoning: types_pb2.Reasoning, limit: int) -> None:
+    if reasoning.items:
+        reasoning.items_bytes = len(reasoning.items.encode())
+        reasoning.items_omitted = True
+        reasoning.items = ""
+    if _over(event, limit) > 0 and reasoning.summary:
+        reasoning.summary = _cut(reasoning.summary, _over(event, limit))
 
 
 def _over(event: events_pb2.RunEvent, limit: int) -> int:

@@ -18,6 +18,7 @@ from cleveragents.tool import (
     IterationStarted,
     LLMDelta,
     LLMResponded,
+    Reasoning,
     RunCancelled,
     RunCompleted,
     RunEvent,
@@ -123,6 +124,10 @@ def event_to_pb(
             if event.usage is not None:
                 responded.usage.input_tokens = event.usage.input_tokens
                 responded.usage.output_tokens = event.usage.output_tokens
+            if (reasoning := event.reasoning) is not None:
+                pb_reasoning = responded.reasoning
+                pb_reasoning.provider, pb_reasoning.summary = reasoning.provider, reasoning.summary
+                pb_reasoning.items = reasoning.items
         case ApprovalRequested():
             asked = run_event.approval_requested
             asked.call_id, asked.tool_name = event.call_id, event.tool_name
@@ -178,9 +183,11 @@ def event_from_pb(pb: events_pb2.RunEvent, record_from: RecordDecoder = record_f
     if kind == "llm_responded":
         r = pb.llm_responded
         usage = usage_from_pb(r.usage) if r.HasField("usage") else None
-        return LLMResponded(
-            r.iteration, r.content, tuple(call_from_pb(c) for c in r.tool_calls), usage
-        )
+        reasoning = None
+        if r.HasField("reasoning"):  # items_omitted: "" items, so the turn goes back plain
+            reasoning = Reasoning(r.reasoning.provider, r.reasoning.summary, r.reasoning.items)
+        calls = tuple(call_from_pb(c) for c in r.tool_calls)
+        return LLMResponded(r.iteration, r.content, calls, usage, reasoning)
     if kind == "llm_delta":
         return delta_from_pb(pb.llm_delta)
     if kind == "run_started":

@@ -158,6 +158,15 @@ class LlmDelta(_message.Message):
     the call first gets everything so far that way. Concatenated in order, the
     text deltas give llm_responded's content and each call's arguments give its
     arguments' JSON text.
+
+    llm_responded supersedes its call's deltas: they are a preview, and a client
+    that shows them replaces the text (and arguments) it streamed for that
+    iteration with llm_responded's content (and tool_calls) when it arrives. A
+    stream that rejoins after a call has ended gets, before its llm_responded,
+    the call's deltas the server still keeps, from index 0 as one delta (a
+    client starts that iteration's text over at index 0 rather than append), or
+    none once they are gone (the run has ended and no stream reads them, or two
+    later calls have begun); the missing text is never sent as deltas later.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -276,6 +285,7 @@ class LlmResponded(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     TOOL_CALLS_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
+    REASONING_FIELD_NUMBER: _builtins.int
     iteration: _builtins.int
     """The iteration the response belongs to."""
     content: _builtins.str
@@ -288,6 +298,13 @@ class LlmResponded(_message.Message):
     def usage(self) -> _types_pb2.Usage:
         """Tokens used by this single LLM call."""
 
+    @_builtins.property
+    def reasoning(self) -> _types_pb2.Reasoning:
+        """The model's reasoning, when its provider returned some (the OpenAI
+        Responses API's reasoning items); unset otherwise. Kept in the run's log so
+        that a resumed run passes it back on the next LLM call as the live run did.
+        """
+
     def __init__(
         self,
         *,
@@ -295,10 +312,11 @@ class LlmResponded(_message.Message):
         content: _builtins.str = ...,
         tool_calls: _abc.Iterable[_types_pb2.ToolCall] | None = ...,
         usage: _types_pb2.Usage | None = ...,
+        reasoning: _types_pb2.Reasoning | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["reasoning", b"reasoning", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "iteration", b"iteration", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "iteration", b"iteration", "reasoning", b"reasoning", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

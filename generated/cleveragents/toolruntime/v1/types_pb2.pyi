@@ -324,6 +324,57 @@ class Usage(_message.Message):
 Global___Usage: _TypeAlias = Usage  # noqa: Y015
 
 @_typing.final
+class Reasoning(_message.Message):
+    """Reasoning is what a reasoning model returned besides its answer: a readable
+    summary for people watching the run, and the provider's own items, which the
+    next LLM call passes back (also after a restart, from the run's log).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROVIDER_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    ITEMS_OMITTED_FIELD_NUMBER: _builtins.int
+    ITEMS_BYTES_FIELD_NUMBER: _builtins.int
+    provider: _builtins.str
+    """The provider API whose items these are ("openai_responses"); only a caller
+    of that API passes them back.
+    """
+    summary: _builtins.str
+    """The reasoning summary the provider gave, if any ("" when it gave none, as
+    encrypted reasoning often is).
+    """
+    items: _builtins.str
+    """UTF-8 JSON array text: the provider's output items of this answer (its
+    reasoning items, encrypted_content included, and the items that followed
+    them), opaque and passed back verbatim; "" when items_omitted.
+    """
+    items_omitted: _builtins.bool
+    """True when items were left out because the event would not otherwise fit
+    in one message (max_message_bytes): a run resumed from the log then sends
+    that turn without its reasoning, as a turn the API did not produce.
+    """
+    items_bytes: _builtins.int
+    """With items_omitted, the size in bytes of the items left out."""
+    def __init__(
+        self,
+        *,
+        provider: _builtins.str = ...,
+        summary: _builtins.str = ...,
+        items: _builtins.str = ...,
+        items_omitted: _builtins.bool = ...,
+        items_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "items_bytes", b"items_bytes", "items_omitted", b"items_omitted", "provider", b"provider", "summary", b"summary"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Reasoning: _TypeAlias = Reasoning  # noqa: Y015
+
+@_typing.final
 class Message(_message.Message):
     """Message is one entry in the conversation sent to the model."""
 

@@ -33,7 +33,8 @@ _PROFILE_KEYS = {
 }
 _PROFILE_KEYS["openai"] |= {"stream", "strict_tools"}
 _PROFILE_KEYS["openai_responses"] = _PROFILE_KEYS["openai"]
-_PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"] - {"strict_tools"} | {"cache_prompt"}
+_PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"] | {"cache_prompt"}
+_PROFILE_KEYS["openai"] = _PROFILE_KEYS["openai"] | {"stream_usage"}  # Chat Completions only
 #: Settings that are tables or lists, each read on its own.
 _TABLES = (
     "profiles", "tool_modules", "sandbox_roots", "automation_profiles", "tool_limits", "clients",
@@ -205,6 +206,7 @@ def _provider_profile(name: str, kind: str, table: dict[str, Any]) -> ProfileCon
         stream=typed("stream", "bool", True),
         strict_tools=typed("strict_tools", "bool", False),
         cache_prompt=typed("cache_prompt", "bool", False),
+        stream_usage=typed("stream_usage", "bool", True),
     )
 
 

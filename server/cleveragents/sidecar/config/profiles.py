@@ -31,7 +31,9 @@ class ProfileConfig:
     ``ANTHROPIC_API_KEY``; empty: send no key), the per-request ``timeout_s``, ``max_retries``
     and ``params``, generation parameters copied into every request. ``stream`` asks for the
     answer as it is generated (server-sent events); ``strict_tools`` marks tool schemas
-    ``strict`` (OpenAI kinds); ``cache_prompt`` adds Anthropic prompt-caching breakpoints.
+    ``strict`` (every provider kind); ``cache_prompt`` adds Anthropic prompt-caching breakpoints.
+    ``stream_usage`` (kind ``openai``) asks a stream for its usage with ``stream_options``;
+    false leaves that field out, for servers that refuse it.
 
     ``stream_delay_s`` (scripted profiles): a number streams each scripted turn as deltas,
     that many seconds apart, as a provider would (``None``: each turn comes whole). The
@@ -51,11 +53,13 @@ class ProfileConfig:
     strict_tools: bool = False
     cache_prompt: bool = False
     stream_delay_s: float | None = None
+    stream_usage: bool = True
 
     def __post_init__(self) -> None:
         where = f"profiles.{self.name}"
-        if self.strict_tools and self.kind == "anthropic":
-            raise ConfigError(f"{where}.strict_tools is for the OpenAI kinds; unset it here")
+        if not self.stream_usage and self.kind != "openai":
+            raise ConfigError(f"{where}.stream_usage is for kind 'openai' (only Chat "
+                              "Completions sends stream_options); unset it here")  # fmt: skip
         if self.cache_prompt and self.kind != "anthropic":
             raise ConfigError(f"{where}.cache_prompt is for kind 'anthropic' (OpenAI caches "
                               "prompts by itself); unset it here")  # fmt: skip

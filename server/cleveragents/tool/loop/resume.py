@@ -1,7 +1,8 @@
 """Resuming a run from its logged events: the conversation, counters and calls in flight.
 
 A run's log holds what its loop needs to go on after a restart: the prompt, every LLM
-response, every tool record. ``replay`` folds those events into a fresh ``RunState`` (the
+response (with the provider's reasoning items, passed back on the next turn), every tool
+record. ``replay`` folds those events into a fresh ``RunState`` (the
 same messages the loop had built) and says where the loop takes over: the batch of calls the
 last response asked for, if some have no record yet, and whether the run had already ended.
 """
@@ -22,7 +23,7 @@ from cleveragents.tool.events import (
 )
 from cleveragents.tool.loop.batch import feedback
 from cleveragents.tool.loop.run_state import RunState
-from cleveragents.tool.messages import LLMResponse, Message, Role, ToolCall
+from cleveragents.tool.messages import LLMResponse, ToolCall
 from cleveragents.tool.records import StopReason, ToolCallRecord
 
 __all__ = ["INTERRUPTED", "PendingBatch", "Replayed", "Resumption", "replay"]
@@ -124,12 +125,13 @@ def _responded(
     max_iterations: int,
 ) -> None:
     state.iterations = event.iteration
-    state.add_response(LLMResponse(event.content, list(event.tool_calls), event.usage))
+    response = LLMResponse(event.content, list(event.tool_calls), event.usage, event.reasoning)
+    state.add_response(response)
     if out.stop is not None or not event.tool_calls:  # a summary, or the final answer
         out.final = event.content
         return
     calls = [route(call) for call in event.tool_calls]
-    state.messages.append(Message(Role.ASSISTANT, event.content, calls))
+    state.messages.append(response.turn(calls))  # its reasoning too, as the live loop had it
     over = budget.check(state.usage.total_tokens, state.tool_calls, len(calls))
     allowed = len(calls) if over is None else over.allowed
     # A budget stop always refuses calls and ends the loop; so does the iteration limit.

@@ -313,11 +313,11 @@ class ToolCallingRuntime:
             response = await self._call_llm(state, tools, iteration, emit)
             state.iterations = iteration
             state.add_response(response)
-            emit(LLMResponded(iteration, response.content, response.tool_calls, response.usage))
+            emit(LLMResponded.of(iteration, response))
             if not response.tool_calls:
                 return state.result(StopReason.FINAL_ANSWER, content=response.content)
             calls = [route(call) for call in response.tool_calls]
-            state.messages.append(Message(Role.ASSISTANT, response.content, calls))
+            state.messages.append(response.turn(calls))
             over = budget.check(state.usage.total_tokens, state.tool_calls, len(calls))
             allowed = len(calls) if over is None else over.allowed
             refusal = "" if over is None else over.refusal
@@ -351,7 +351,7 @@ class ToolCallingRuntime:
         response = await self._call_llm(state, (), iteration, emit)
         state.iterations = iteration
         state.add_response(response)
-        emit(LLMResponded(iteration, response.content, (), response.usage))
+        emit(LLMResponded(iteration, response.content, (), response.usage, response.reasoning))
         return state.result(stop, content=response.content)
 
     async def _call_llm(
