@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, SidecarClient, StreamedEvent
+from cleveragents.client._session import SessionLogic
 from cleveragents.sidecar import ClientConfig, ConfigError, Sidecar, SidecarConfig
 from cleveragents.tool import RunCancelled, RunCompleted, ToolCallCompleted, ToolCallStarted
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2_grpc, session_pb2, types_pb2
@@ -316,3 +317,21 @@ async def test_leaving_a_sync_session_early_cancels_the_run_at_once_despite_the_
 def test_session_reattach_s_must_be_zero_or_a_finite_number_of_seconds(value: float) -> None:
     with pytest.raises(ConfigError, match="session_reattach_s must be 0"):
         SidecarConfig(session_reattach_s=value)
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "retried"),
+    [
+        # gRPC's own status for a call whose answer was written as its connection dropped
+        (grpc.StatusCode.INTERNAL, "INTERNAL: Internal error from Core", True),
+        (grpc.StatusCode.INTERNAL, "INTERNAL: the sidecar failed", False),
+        (grpc.StatusCode.UNAVAILABLE, "UNAVAILABLE: run 'r' runs on sidecar 'a'", True),
+        (grpc.StatusCode.NOT_FOUND, "NOT_FOUND: no run with id 'r'", False),
+    ],
+)
+def test_a_client_reattaches_after_a_write_broken_by_the_drop_but_not_after_a_sidecar_error(
+    code: grpc.StatusCode, details: str, retried: bool
+) -> None:
+    logic = SessionLogic("go", tools=(), llm=None, approver=None, options={})
+    logic.run_id = "r"  # an event was seen: the run exists
+    assert (logic.retry_after(code, details, 0) is not None) is retried
