@@ -105,16 +105,17 @@ async def _reattach(
         await asyncio.sleep(BACKOFF_S)  # the client's backoff between attempts
 
 
-def _fleet(
+async def _fleet(
     serve_sidecar: ServeSidecar, redis_server: RedisServer, reattach_s: float
 ) -> list[ServedSidecar]:
-    return [
-        serve_sidecar(
-            event_store=redis_server.url, sidecar_id=name, event_store_lease_s=1.0,
-            session_reattach_s=reattach_s,
+    """Sidecars alpha and beta on one Redis (a lease of 1 s), started side by side."""
+    return list(await asyncio.gather(*(
+        asyncio.to_thread(
+            serve_sidecar, event_store=redis_server.url, sidecar_id=name,
+            event_store_lease_s=1.0, session_reattach_s=reattach_s,
         )
         for name in ("alpha", "beta")
-    ]  # fmt: skip
+    )))  # fmt: skip
 
 
 async def _watch(client: AsyncSidecarClient, run_id: str) -> list[StreamedEvent]:
@@ -132,7 +133,7 @@ async def test_a_session_run_adopted_from_a_killed_sidecar_gets_its_owed_call_on
     serve_sidecar: ServeSidecar, redis_server: RedisServer
 ) -> None:
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
-    alpha, beta = _fleet(serve_sidecar, redis_server, 30.0)
+    alpha, beta = await _fleet(serve_sidecar, redis_server, 30.0)
     async with asyncio.timeout(LONG_S), AsyncSidecarClient(beta.address) as client:
         before, invocation, watcher = await _killed_mid_call(
             alpha, _start(tools, "s", _calling("remote")), client
@@ -164,7 +165,7 @@ async def test_an_adopted_session_runs_call_not_idempotent_is_interrupted_its_la
 ) -> None:
     tools = [types_pb2.ToolSpec(name="remote"), types_pb2.ToolSpec(name="other")]
     script = _calling("remote", "other")
-    alpha, beta = _fleet(serve_sidecar, redis_server, 30.0)
+    alpha, beta = await _fleet(serve_sidecar, redis_server, 30.0)
     async with asyncio.timeout(LONG_S), AsyncSidecarClient(beta.address) as client:
         before, _, watcher = await _killed_mid_call(alpha, _start(tools, "p", script), client)
         async with grpc.aio.insecure_channel(beta.address) as channel:
@@ -194,7 +195,7 @@ async def test_an_adopted_session_run_nobody_reattaches_to_fails_saying_so(
     serve_sidecar: ServeSidecar, redis_server: RedisServer
 ) -> None:
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
-    alpha, beta = _fleet(serve_sidecar, redis_server, 0.5)
+    alpha, beta = await _fleet(serve_sidecar, redis_server, 0.5)
     async with asyncio.timeout(LONG_S), AsyncSidecarClient(beta.address) as client:
         start = _start(tools, "gone", _calling("remote"))
         before, _, watcher = await _killed_mid_call(alpha, start, client)
@@ -205,3 +206,27 @@ async def test_an_adopted_session_run_nobody_reattaches_to_fails_saying_so(
     assert isinstance(end, RunFailed)
     assert "no client re-attached within session_reattach_s (0.5 s)" in end.message
     assert info.state == "failed"
+
+
+async def test_reattaching_to_another_sidecar_after_the_run_ended_sends_the_rest_of_its_log(
+    serve_sidecar: ServeSidecar, redis_server: RedisServer
+) -> None:
+    tools = [types_pb2.ToolSpec(name="remote")]
+    alpha, beta = await _fleet(serve_sidecar, redis_server, 30.0)
+    events: list[events_pb2.RunEvent] = []
+    async with asyncio.timeout(LONG_S):
+        async with grpc.aio.insecure_channel(alpha.address) as channel:
+            call: Call = Stub(channel).Session()
+            await call.write(_start(tools, "ended", _calling("remote")))
+            invocation = await _read(call, events)
+            assert invocation is not None
+            await call.write(_answer(invocation.call_id, "{}"))
+            assert await _read(call, events) is None
+        async with grpc.aio.insecure_channel(beta.address) as channel:
+            call = Stub(channel).Session()
+            await call.write(_start(tools, "ended", _calling("remote"), 2))
+            rest: list[events_pb2.RunEvent] = []
+            assert await _read(call, rest) is None
+            assert await call.code() is grpc.StatusCode.OK
+    assert [e.sequence for e in rest] == [e.sequence for e in events[2:]]
+    assert rest[-1].HasField("run_completed")
