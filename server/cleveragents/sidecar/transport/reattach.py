@@ -60,10 +60,9 @@ async def reattach(
     missed (``None``: the run has ended; its log has the rest). ``SidecarError`` says why it
     cannot (``NOT_FOUND`` for a run of another identity, as for an unknown id)."""
     caller = current_caller()
-    elsewhere = await _elsewhere(service, start.reattach_run_id, caller.name)
-    if elsewhere is not None:
-        return elsewhere, None
-    run = service.manager.require(start.reattach_run_id, lambda r: r.owner == caller.name)
+    run = await _elsewhere(service, start.reattach_run_id, caller.name) or (
+        service.manager.require(start.reattach_run_id, lambda r: r.owner == caller.name)
+    )
     after = start.after_sequence
     if after > run.last_sequence:
         raise SidecarError.invalid(
