@@ -91,10 +91,11 @@ Spawn = Callable[..., SidecarProcess]
 @pytest.fixture
 def spawn(event_store: str) -> Iterator[Spawn]:
     """Start ``serve`` processes on ``event_store``; keyword arguments are settings, given as
-    their environment variables (``resume_runs="false"``)."""
+    their environment variables (``resume_runs="false"``); ``listen`` the address (a free
+    port by default; a restarted one may take its predecessor's)."""
     processes: list[SidecarProcess] = []
 
-    def start(**settings: str) -> SidecarProcess:
+    def start(listen: str = "127.0.0.1:0", **settings: str) -> SidecarProcess:
         # The same id each time: a restarted sidecar takes its own live runs back at once.
         env = dict(
             os.environ,
@@ -104,7 +105,7 @@ def spawn(event_store: str) -> Iterator[Spawn]:
         env.update({f"CLEVERAGENTS_SIDECAR_{k.upper()}": v for k, v in settings.items()})
         command = [
             sys.executable, "-m", "cleveragents.sidecar.cli", "serve",
-            "--listen", "127.0.0.1:0", "--log-level", "warning",
+            "--listen", listen, "--log-level", "warning",
         ]  # fmt: skip
         process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
         assert process.stdout is not None

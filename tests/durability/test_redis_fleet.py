@@ -1,12 +1,12 @@
 """Several sidecars on one Redis: each serves the others' runs (GetRun, ListRuns, WatchRun,
 FollowRun, live), CancelRun and DecideApproval reach the sidecar that runs the run, and the live
-runs of a sidecar killed with SIGKILL are adopted by another once its lease expires."""
+runs of a sidecar killed with SIGKILL are adopted by another once its lease expires (see
+``test_fleet_kill`` and ``test_session_adoption``)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -21,12 +21,10 @@ from cleveragents.tool import (
     RunCancelled,
     RunCompleted,
     RunFailed,
-    RunResumed,
-    ToolCallCompleted,
     ToolCallStarted,
     ToolRegistry,
 )
-from tests.conftest import ServedSidecar, ServeSidecar
+from tests.conftest import ServeSidecar
 from tests.redis_server import RedisServer
 
 NAP: list[dict[str, Any]] = [
@@ -34,10 +32,6 @@ NAP: list[dict[str, Any]] = [
     {"tool_calls": [{"id": "nap", "name": "sleep", "arguments": {"seconds": 60}}]},
 ]
 TERMINAL = (RunCompleted, RunFailed, RunCancelled)
-
-
-#: NAP, and an answer once the nap is over (or interrupted).
-NAP_THEN_DONE: list[dict[str, Any]] = [*NAP, {"content": "woke"}]
 
 
 async def _start_napping(
@@ -145,50 +139,6 @@ async def test_an_approval_decided_on_another_sidecar_reaches_the_run(
     assert [(d.approved, d.reason) for d in decided] == [(True, "from other")]
     assert ran == ["prod"]
     assert isinstance(events[-1], RunCompleted)
-
-
-@pytest.mark.timeout(120)
-async def test_the_live_runs_of_a_killed_sidecar_are_adopted_resumed_and_end_exactly_once(
-    serve_sidecar: ServeSidecar, redis_server: RedisServer
-) -> None:
-    alpha, beta = _two(serve_sidecar, redis_server, event_store_lease_s=1.0)
-    run_ids = [f"run-{i}" for i in range(10)]
-    seen = dict(zip(run_ids, await asyncio.gather(
-        *(_start_napping(alpha.address, run_id, NAP_THEN_DONE) for run_id in run_ids)
-    ), strict=True))  # fmt: skip
-    async with AsyncSidecarClient(beta.address) as client:
-        watched: list[StreamedEvent] = []
-
-        async def watch() -> None:
-            async for streamed in client.watch("run-0"):
-                watched.append(streamed)
-
-        watcher = asyncio.create_task(watch())
-        _kill(alpha)
-        await asyncio.wait_for(watcher, 60)  # beta adopts run-0 and finishes it
-        logs = {run_id: [e async for e in client.watch(run_id)] for run_id in run_ids}
-        states = {run_id: (await client.get_run(run_id)).state for run_id in run_ids}
-    assert set(states.values()) == {"completed"}
-    for run_id, log in logs.items():
-        assert [e.sequence for e in log] == list(range(1, len(log) + 1)), run_id
-        assert [e.event for e in log[: len(seen[run_id])]] == [e.event for e in seen[run_id]]
-        assert sum(isinstance(e.event, TERMINAL) for e in log) == 1, run_id
-        [resumed] = [e.event for e in log if isinstance(e.event, RunResumed)]
-        assert resumed.interrupted_call_ids == ("nap",)  # sleep is not idempotent: not rerun
-        [nap] = [
-            e.event.record for e in log
-            if isinstance(e.event, ToolCallCompleted) and e.event.record.call_id == "nap"
-        ]  # fmt: skip
-        assert nap.error is not None
-        assert "interrupted" in nap.error
-        assert isinstance(log[-1].event, RunCompleted)
-        assert log[-1].event.result.content == "woke"
-    assert [e.event for e in watched] == [e.event for e in logs["run-0"]]
-
-
-def _kill(sidecar: ServedSidecar) -> None:
-    sidecar.process.send_signal(signal.SIGKILL)
-    sidecar.process.wait(10)
 
 
 async def test_the_id_of_a_run_another_sidecar_runs_is_refused_and_a_finished_one_replaced(

@@ -7,12 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 
 import grpc
+import pytest
 
 from cleveragents.client import AsyncSidecarClient, StreamedEvent
-from cleveragents.tool import RunCompleted, RunResumed, ToolCallCompleted, ToolCallStarted
+from cleveragents.tool import (
+    LLMRequest,
+    LLMResponded,
+    LLMResponse,
+    RunCompleted,
+    RunResumed,
+    ToolCall,
+    ToolCallCompleted,
+    ToolCallStarted,
+    ToolRegistry,
+)
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2_grpc, session_pb2, types_pb2
+from tests.redis_server import free_port
 
 from .conftest import SidecarProcess, Spawn
 
@@ -127,3 +140,128 @@ async def test_a_call_owed_at_a_kill_of_a_tool_not_idempotent_gets_the_interrupt
     (record,) = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
     assert not record.success
     assert "interrupted by a sidecar restart" in (record.error or "")
+
+
+def _llm_start(run_id: str, after: int = 0) -> session_pb2.SessionRequest:
+    start = session_pb2.SessionStart(
+        spec=types_pb2.RunSpec(prompt="go", run_id=run_id), client_llm=True
+    )
+    if after:
+        start.reattach_run_id, start.after_sequence = run_id, after
+    return session_pb2.SessionRequest(start=start)
+
+
+async def _asked(
+    call: grpc.aio.StreamStreamCall[session_pb2.SessionRequest, session_pb2.SessionResponse],
+    events: list[events_pb2.RunEvent],
+) -> session_pb2.LlmInvocation:
+    """Events into ``events`` until the sidecar asks the client's LLM (returned)."""
+    while (response := await call.read()) is not grpc.aio.EOF:
+        assert isinstance(response, session_pb2.SessionResponse)
+        events.extend([response.event] if response.HasField("event") else response.events)
+        if response.HasField("llm_invocation"):
+            return response.llm_invocation
+    raise AssertionError("the session ended before its LLM was asked")
+
+
+def _llm_answer(
+    request_id: str, content: str = "", *calls: types_pb2.ToolCall
+) -> session_pb2.SessionRequest:
+    result = session_pb2.LlmResult(request_id=request_id, content=content, tool_calls=calls)
+    return session_pb2.SessionRequest(llm_result=result)
+
+
+@pytest.mark.parametrize("event_store", ["sqlite"], indirect=True)
+async def test_a_client_llm_call_in_flight_at_a_kill_is_asked_again_after_the_client_reattaches(
+    spawn: Spawn,
+) -> None:
+    first = spawn()
+    echo = types_pb2.ToolCall(id="e1", name="echo", arguments='{"text": "hi"}')
+    before: list[events_pb2.RunEvent] = []
+    async with asyncio.timeout(LONG_S):
+        async with grpc.aio.insecure_channel(first.address) as channel:
+            call = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
+            await call.write(_llm_start("m"))
+            asked = await _asked(call, before)
+            await call.write(_llm_answer(asked.request_id, "echo first", echo))
+            in_flight = await _asked(call, before)  # after the echo: never answered
+            first.kill()
+        second = spawn(session_reattach_s="60")
+        async with (
+            grpc.aio.insecure_channel(second.address) as channel,
+            AsyncSidecarClient(second.address) as client,
+        ):
+            call = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
+            await call.write(_llm_start("m", before[-1].sequence))
+            after: list[events_pb2.RunEvent] = []
+            again = await _asked(call, after)
+            await call.write(_llm_answer(again.request_id, "done"))
+            while await call.read() is not grpc.aio.EOF:
+                pass
+            assert await call.code() is grpc.StatusCode.OK
+            log = [e async for e in client.watch("m")]
+
+    assert (asked.request_id, in_flight.request_id, again.request_id) == ("llm_1", "llm_2", "llm_2")
+    assert list(again.messages) == list(in_flight.messages)  # the conversation rebuilt
+    assert in_flight.messages[-1].tool_call_id == "e1"
+    resumed = _check(log, before)
+    assert (resumed.rerun_call_ids, resumed.interrupted_call_ids) == ((), ())
+    responses = [e.event for e in log if isinstance(e.event, LLMResponded)]
+    assert [r.content for r in responses] == ["echo first", "done"]
+    assert sum(isinstance(e.event, ToolCallStarted) for e in log) == 1  # echo ran once
+    assert isinstance(log[-1].event, RunCompleted)
+    assert log[-1].event.result.content == "done"
+
+
+class _PlannedLLM:
+    """The client's LLM: asks for ``remote`` first, then answers; counts what it was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+
+    async def call(self, request: LLMRequest) -> LLMResponse:
+        self.sent.append(len(request.messages))
+        if request.iteration == 1:
+            return LLMResponse("", [ToolCall("r1", "remote", {})])
+        return LLMResponse("done")
+
+
+@pytest.mark.parametrize("event_store", ["sqlite"], indirect=True)
+async def test_the_python_client_hosting_its_llm_reattaches_to_a_restarted_sidecar_and_finishes(
+    spawn: Spawn,
+) -> None:
+    address = f"127.0.0.1:{free_port()}"  # the restarted sidecar takes the same address
+    tools, running, release, ran = ToolRegistry(), asyncio.Event(), asyncio.Event(), [0]
+
+    @tools.tool(idempotent=True)
+    async def remote() -> dict[str, int]:
+        """Runs until released."""
+        ran[0] += 1
+        running.set()
+        await release.wait()
+        return {"n": 1}
+
+    llm = _PlannedLLM()
+    first = spawn(listen=address)
+    async with asyncio.timeout(LONG_S), AsyncSidecarClient(address) as client:
+        stream = client.session("go", tools=tools, llm=llm, run_id="py", reattach=True)
+        session = asyncio.create_task(_collect(stream))
+        await running.wait()
+        first.kill()
+        release.set()  # its answer is lost with the stream, and sent again after re-attaching
+        spawn(listen=address, session_reattach_s="60")
+        seen = await session
+        log = [e async for e in client.watch("py")]
+
+    assert [e.sequence for e in seen] == [e.sequence for e in log]
+    resumed = _check(log, [])
+    assert resumed.rerun_call_ids == ("r1",)
+    assert ran == [1]  # asked again, answered from what the client kept
+    # The restarted sidecar sent the whole conversation again; the client took it whole.
+    assert llm.sent == [1, 3]
+    assert isinstance(log[-1].event, RunCompleted)
+    assert log[-1].event.result.content == "done"
+
+
+async def _collect(stream: AsyncIterator[StreamedEvent]) -> list[StreamedEvent]:
+    return [streamed async for streamed in stream]

@@ -13,9 +13,11 @@ import grpc
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, SidecarClient, StreamedEvent
+from cleveragents.client._session import SessionLogic
 from cleveragents.sidecar import ClientConfig, ConfigError, Sidecar, SidecarConfig
 from cleveragents.tool import RunCancelled, RunCompleted, ToolCallCompleted, ToolCallStarted
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2_grpc, session_pb2, types_pb2
+from cleveragents.wire import Conversation
 
 from .conftest import (
     WAIT_S,
@@ -316,3 +318,34 @@ async def test_leaving_a_sync_session_early_cancels_the_run_at_once_despite_the_
 def test_session_reattach_s_must_be_zero_or_a_finite_number_of_seconds(value: float) -> None:
     with pytest.raises(ConfigError, match="session_reattach_s must be 0"):
         SidecarConfig(session_reattach_s=value)
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "retried"),
+    [
+        # gRPC's own status for a call whose answer was written as its connection dropped
+        (grpc.StatusCode.INTERNAL, "INTERNAL: Internal error from Core", True),
+        (grpc.StatusCode.INTERNAL, "INTERNAL: the sidecar failed", False),
+        (grpc.StatusCode.UNAVAILABLE, "UNAVAILABLE: run 'r' runs on sidecar 'a'", True),
+        (grpc.StatusCode.NOT_FOUND, "NOT_FOUND: no run with id 'r'", False),
+    ],
+)
+def test_a_client_reattaches_after_a_write_broken_by_the_drop_but_not_after_a_sidecar_error(
+    code: grpc.StatusCode, details: str, retried: bool
+) -> None:
+    logic = SessionLogic("go", tools=(), llm=None, approver=None, options={})
+    logic.run_id = "r"  # an event was seen: the run exists
+    assert (logic.retry_after(code, details, 0) is not None) is retried
+
+
+def test_a_reattached_clients_conversation_restarts_from_an_invocation_carrying_all_of_it() -> None:
+    # A sidecar that restarted (or adopted the run) has no record of what the client holds:
+    # its first LLM invocation carries the whole conversation again, at offset 0.
+    conversation = Conversation()
+    hello = types_pb2.Message(content="hi")
+    conversation.request(session_pb2.LlmInvocation(iteration=1, messages=[hello]))
+    whole = [hello, types_pb2.Message(content="a"), types_pb2.Message(content="b")]
+    request = conversation.request(session_pb2.LlmInvocation(iteration=2, messages=whole))
+    assert [m.content for m in request.messages] == ["hi", "a", "b"]
+    more = session_pb2.LlmInvocation(iteration=3, message_offset=3, messages=[hello])
+    assert len(conversation.request(more).messages) == 4  # and goes on from there

@@ -63,6 +63,8 @@ LEAVING = session_pb2.SessionRequest(
 _ANSWERS_KEPT = 1024
 #: Waits between re-attach attempts: from a blink to a second.
 _BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+#: The details of the status gRPC gives a call whose write failed on a broken connection.
+_CORE_SEND_FAILED = "Internal error from Core"
 
 #: Decides an approval request in a session: ``True``/``False``, or an ``ApprovalDecision``
 #: (for a reason), returned directly or awaited.
@@ -185,6 +187,9 @@ class SessionLogic:
         if not self.run_id:  # not one event seen: the run may not even exist
             return None
         lost = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+        # An answer written just as the connection dropped: gRPC's own failure to send,
+        # which it reports as the call's status (the sidecar's INTERNAL says more).
+        lost = lost or (code is grpc.StatusCode.INTERNAL and details.endswith(_CORE_SEND_FAILED))
         # The sidecar may not have noticed yet that the old stream is gone.
         held = code is grpc.StatusCode.FAILED_PRECONDITION and "not waiting" in details
         if not (lost or held):

@@ -335,6 +335,9 @@ export class SessionRun {
     try {
       // Before any await: invocations extend the conversation in the order they arrive.
       const offset = invocation.message_offset ?? 0;
+      // At 0 it carries the whole conversation (a sidecar that restarted, or took the run
+      // over, sends it again to a re-attached client): it replaces what was held.
+      if (offset === 0) this.#conversation = [];
       if (offset !== this.#conversation.length) {
         throw new Error(
           `the sidecar's LLM invocation continues its conversation at message ${offset}, ` +

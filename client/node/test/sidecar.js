@@ -18,15 +18,17 @@ export const SIDECAR_BIN = path.join(REPO_ROOT, '.venv/bin/cleveragents-sidecar'
  * Start `cleveragents-sidecar serve` on a free port and wait for its "listening" line.
  *
  * @param {string[]} [args]  extra command-line flags
- * @returns {Promise<{address: string, stop: () => Promise<void>, stderr: () => string}>}
+ * @param {Record<string, string>} [extraEnv]  settings as environment variables
+ * @returns {Promise<{address: string, stop: () => Promise<void>, kill: () => Promise<void>,
+ *   stderr: () => string}>}
  */
-export async function startSidecar(args = []) {
+export async function startSidecar(args = [], extraEnv = {}) {
   if (!existsSync(SIDECAR_BIN)) {
     throw new Error(`${SIDECAR_BIN} is missing: run 'make install' at the repository root first`);
   }
   // Runs may use sandbox roots under the temporary directory only (a sidecar allows none
   // unless its operator says so).
-  const env = { CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS: realpathSync(os.tmpdir()), ...process.env };
+  const env = { CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS: realpathSync(os.tmpdir()), ...process.env, ...extraEnv };
   const child = spawn(SIDECAR_BIN, ['serve', '--listen', '127.0.0.1:0', '--log-level', 'warning', ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env,
@@ -59,6 +61,12 @@ export async function startSidecar(args = []) {
   return {
     address: match[1],
     stderr: () => stderr,
+    /** `kill -9`: no shutdown, no flush (a crash). */
+    async kill() {
+      process.off('exit', orphanGuard);
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await exited;
+    },
     async stop() {
       process.off('exit', orphanGuard);
       if (child.exitCode === null && child.signalCode === null) {

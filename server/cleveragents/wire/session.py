@@ -165,8 +165,12 @@ class Conversation:
         """The ``LLMRequest`` a client-hosted LLM receives: the whole conversation so far.
 
         Its ``messages`` is this conversation's live list, as in the core runtime. Raises
-        ``ValueError`` if the invocation does not continue the messages held.
+        ``ValueError`` if the invocation does not continue the messages held. One at offset 0
+        carries the whole conversation (a sidecar that restarted, or took the run over, sends
+        it again to a re-attached client): it replaces what was held.
         """
+        if invocation.message_offset == 0 and self.messages:
+            self.messages = []  # a request still answering keeps the list it was given
         if invocation.message_offset != len(self.messages):
             raise ValueError(
                 f"the sidecar's LLM invocation continues its conversation at message "

@@ -61,6 +61,7 @@ class RunManager:
         observers: Sequence[RunObserver] = (),
         frame_limit: int = 0,
         session_reattach_s: float = 0.0,
+        policy_of: Callable[[str], Policy | None] = lambda name: None,
     ) -> None:
         self.store: EventStore = store if store is not None else MemoryEventStore()
         self.observers = list(observers)
@@ -86,6 +87,9 @@ class RunManager:
         self.watchers = Watchers(self.stats, watcher_queue_size)
         self._finished: collections.OrderedDict[str, Run] = collections.OrderedDict()
         self.quotas = RunQuotas()
+        #: The governance policy a stored run names (``None``: gone): a run taken back counts
+        #: against its owner's quotas under it.
+        self._policy_of = policy_of
         #: Other sidecars' runs, with a store they share (see ``stores.share``).
         self.shared: SharedRuns | None = None
         self._resumer: Resumer | None = None
@@ -139,7 +143,7 @@ class RunManager:
             crashed(run, "it was stored without what resuming it needs")
             return False
         if info.hosted != "server":
-            return self._park_restored(run)
+            return self._park_restored(run, self._policy_of(info.policy))
         if not info.detach:
             crashed(run, "it was not detached, so it ended with the call that started it")
             return False
@@ -150,10 +154,11 @@ class RunManager:
             crashed(run, f"it could not resume: {exc.message}")
             return False
         self._launch(run, assembled, None, None, {}, resumption)
+        self.quotas.count(run, run.owner, self._policy_of(info.policy))
         run.logger.warning("run resumed", after_sequence=resumption.after_sequence)
         return True
 
-    def _park_restored(self, run: Run) -> bool:
+    def _park_restored(self, run: Run, policy: Policy | None) -> bool:
         """Let a Session run live at a restart wait for its client (``resume_parked``)."""
         window = self.parked.window_s
         if window <= 0:
@@ -162,6 +167,7 @@ class RunManager:
         self._live[run.run_id] = run
         why = f"no client re-attached within session_reattach_s ({window:g} s) of the restart"
         self.parked.park(run, None, lambda: self._give_up(run, why))
+        self.quotas.count(run, run.owner, policy)
         return True
 
     def resume_parked(

@@ -5,6 +5,8 @@ token). Its policy's ``max_concurrent_runs`` counts its runs that have not finis
 stops counting once its terminal event is stored, the moment its client can see it ended.
 ``runs_per_minute`` is a token bucket of that many tokens, refilled at ``runs_per_minute / 60``
 per second: a burst of that many starts, then one every ``60 / runs_per_minute`` seconds.
+A run taken back from a durable store (resumed, adopted, waiting for its client) counts
+against its owner's concurrency quota like one started here.
 """
 
 from __future__ import annotations
@@ -91,6 +93,14 @@ class RunQuotas:
         if policy.max_concurrent_runs:
             self._live.setdefault(principal, []).append(run)
             self._principal_of[run.run_id] = principal
+
+    def count(self, run: Run, principal: str, policy: Policy | None) -> None:
+        """Count ``run``, taken back from the store (resumed at a restart, adopted, or waiting
+        for its client), against ``principal``'s concurrency quota (``policy``'s; ``None``: it
+        is gone) without refusing it: it exists already, and new runs are refused while it
+        lives. No start token is taken."""
+        if policy is not None:
+            self.admit(run, principal, policy, None)
 
     def release(self, run: Run) -> None:
         """``run`` is over: forget it (its finish already stopped it counting)."""

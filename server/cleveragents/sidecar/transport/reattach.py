@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import grpc
+
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.runs import Run
@@ -22,6 +24,7 @@ from cleveragents.sidecar.runs.resume import ResumeInfo, resumption_of
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context
 from cleveragents.sidecar.transport.opening import read_opening
+from cleveragents.tool import LLMResponded, Resumption, ToolCallCompleted, ToolCallStarted
 from cleveragents.toolruntime.v1 import session_pb2
 
 if TYPE_CHECKING:
@@ -57,7 +60,9 @@ async def reattach(
     missed (``None``: the run has ended; its log has the rest). ``SidecarError`` says why it
     cannot (``NOT_FOUND`` for a run of another identity, as for an unknown id)."""
     caller = current_caller()
-    run = service.manager.require(start.reattach_run_id, lambda r: r.owner == caller.name)
+    run = await _elsewhere(service, start.reattach_run_id, caller.name) or (
+        service.manager.require(start.reattach_run_id, lambda r: r.owner == caller.name)
+    )
     after = start.after_sequence
     if after > run.last_sequence:
         raise SidecarError.invalid(
@@ -91,6 +96,28 @@ async def reattach(
     return run, await _rebuilt(service, run, start)
 
 
+async def _elsewhere(service: ToolRuntimeService, run_id: str, owner: str) -> Run | None:
+    """With a shared store, the run ``run_id`` of ``owner`` that another sidecar ran and
+    ended (its log is sent as for a local one); ``UNAVAILABLE`` while another sidecar runs it:
+    the client retries, and once that sidecar's lease expires the run is adopted and waits for
+    it. ``None``: the run is this sidecar's, or unknown (``require`` says so)."""
+    shared = service.manager.shared
+    if shared is None or service.manager.get(run_id) is not None:
+        return None
+    found = await shared.get(run_id)
+    if found is None or found[0].owner != owner:
+        return None
+    run, sidecar = found
+    if run.finished:
+        return run
+    raise SidecarError(
+        grpc.StatusCode.UNAVAILABLE,
+        f"run {run_id!r} runs on sidecar {sidecar!r}, not this one: re-attach there, or retry "
+        "here (once that sidecar's store lease, event_store_lease_s, expires, a sidecar of "
+        "the fleet adopts the run, and it waits session_reattach_s for its client)",
+    )
+
+
 async def _rebuilt(
     service: ToolRuntimeService, run: Run, start: session_pb2.SessionStart
 ) -> ClientHost:
@@ -104,9 +131,26 @@ async def _rebuilt(
     resumption = resumption_of(run.log.frames)
     assembled = service.reassemble(run, info, resumption, (opening, host))
     service.manager.parked.unpark(run.run_id)
+    for call_id in _in_flight(resumption):  # answered late by the client: not a violation
+        host.forget("tool", call_id)
     host.attach(run.log)
     for item in run.log.frames[start.after_sequence :]:
         host.outbox.push(item)
     answers = opening.handles_approvals
     service.manager.resume_parked(run, assembled, host.outbox, resumption, answers)
     return host
+
+
+def _in_flight(resumption: Resumption) -> list[str]:
+    """The ids of the calls of the run's last response that started and never ended: their
+    client may still answer them (a rerun is asked again; another's answer comes too late)."""
+    started: list[str] = []
+    ended: set[str] = set()
+    for event in resumption.events:
+        if isinstance(event, LLMResponded):
+            started, ended = [], set()
+        elif isinstance(event, ToolCallStarted):
+            started.append(event.call_id)
+        elif isinstance(event, ToolCallCompleted):
+            ended.add(event.record.call_id)
+    return [call_id for call_id in started if call_id not in ended]

@@ -106,6 +106,7 @@ class Sidecar:
             observers=observers,
             frame_limit=event_limit(config.max_message_bytes),
             session_reattach_s=config.session_reattach_s,
+            policy_of=lambda name: config.policies.get(name) if name else config.policy,
         )
         share(store, self.manager)
         #: Calls refused for their credentials (counted, and logged at most once an interval).
