@@ -9,10 +9,12 @@ from cleveragents.client import AsyncSidecarClient
 from cleveragents.client._requests import EventDecoder
 from cleveragents.tool import (
     ErrorKind,
+    LLMResponded,
     RunCompleted,
     ToolCallCompleted,
     ToolCallRecord,
     ToolCallRunResult,
+    Usage,
 )
 from cleveragents.toolruntime.v1 import events_pb2
 
@@ -75,3 +77,15 @@ def test_an_empty_object_decodes_to_a_new_dict_each_time() -> None:
     first["changed"] = True
 
     assert convert.parse_json_object("{}", "output") == {}
+
+
+def test_a_logged_llm_responded_keeps_a_provider_total_above_input_plus_output() -> None:
+    # A resumed run rebuilds its token count from the log: Gemini-style thinking tokens,
+    # counted only in the provider's total, must survive it.
+    usage = Usage(input_tokens=10, output_tokens=5, reported_total_tokens=40)
+    pb = events_pb2.RunEvent(run_id="r1", sequence=3)
+    convert.event_to_pb(LLMResponded(1, "hi", (), usage), pb, failure_code=0)
+    decoded = convert.event_from_pb(events_pb2.RunEvent.FromString(pb.SerializeToString()))
+
+    assert isinstance(decoded, LLMResponded)
+    assert decoded.usage == usage

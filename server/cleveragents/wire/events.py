@@ -124,6 +124,7 @@ def event_to_pb(
             if event.usage is not None:
                 responded.usage.input_tokens = event.usage.input_tokens
                 responded.usage.output_tokens = event.usage.output_tokens
+                responded.usage.reported_total_tokens = event.usage.reported_total_tokens
             if (reasoning := event.reasoning) is not None:
                 pb_reasoning = responded.reasoning
                 pb_reasoning.provider, pb_reasoning.summary = reasoning.provider, reasoning.summary
