@@ -885,7 +885,9 @@ type LlmInvocation struct {
 	Iteration int32 `protobuf:"varint,4,opt,name=iteration,proto3" json:"iteration,omitempty"`
 	// The position in the conversation of messages[0]: always 0 without
 	// SessionStart.incremental_messages; with it, the number of messages sent
-	// before, which the client must already hold.
+	// before, which the client must already hold. After a re-attach to a
+	// restarted sidecar (or to one that adopted the run) it may be 0 again, the
+	// whole conversation sent afresh: the client then replaces what it held.
 	MessageOffset int32 `protobuf:"varint,5,opt,name=message_offset,json=messageOffset,proto3" json:"message_offset,omitempty"`
 	// Moment after which the server stops waiting for the answer and fails the
 	// run with DEADLINE_EXCEEDED (the sidecar's client_llm_timeout_s); a later

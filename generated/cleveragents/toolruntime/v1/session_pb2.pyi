@@ -444,7 +444,9 @@ class LlmInvocation(_message.Message):
     message_offset: _builtins.int
     """The position in the conversation of messages[0]: always 0 without
     SessionStart.incremental_messages; with it, the number of messages sent
-    before, which the client must already hold.
+    before, which the client must already hold. After a re-attach to a
+    restarted sidecar (or to one that adopted the run) it may be 0 again, the
+    whole conversation sent afresh: the client then replaces what it held.
     """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Message]:
