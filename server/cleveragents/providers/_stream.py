@@ -34,6 +34,8 @@ _encode = Encoder(separators=(",", ":"))
 #: above httpx2's default of 1 MiB, but bounded, so that a stream without line ends cannot
 #: fill the sidecar's memory.
 MAX_EVENT_BYTES = 16 * 1024 * 1024
+#: The share of a stream's idle timeout by which its timer is re-armed late (see ``_attempt``).
+_IDLE_SLACK = 0.01
 
 #: Takes one event of the stream; returns ``True`` when the stream is complete (``[DONE]``,
 #: ``message_stop``…), after which the rest of the body is not read.
@@ -108,14 +110,21 @@ async def _attempt(
                 return transport.reply(response, request_id)
             response.encoding = "utf-8"
             loop, seen = asyncio.get_running_loop(), 0
+            # Re-armed only once this much of the idle time is used, to a deadline this much
+            # later than the timeout: never sooner than the timeout after the last event, and
+            # not one timer re-armed per event (a fast stream has hundreds a second).
+            slack = transport.timeout_s * _IDLE_SLACK
             try:
-                async with asyncio.timeout(transport.timeout_s) as idle:
+                async with asyncio.timeout(transport.timeout_s + slack) as idle:
                     source = httpx2.EventSource(response, max_event_size=MAX_EVENT_BYTES)
+                    rearm_at = loop.time() + slack
                     async for event in source:
                         events += 1
                         if sink(event):
                             return Reply({}, status, request_id)
-                        idle.reschedule(loop.time() + transport.timeout_s)
+                        if (now := loop.time()) >= rearm_at:
+                            idle.reschedule(now + transport.timeout_s + slack)
+                            rearm_at = now + slack
                         seen = response.num_bytes_downloaded
             except TimeoutError:
                 kept_alive = response.num_bytes_downloaded > seen
