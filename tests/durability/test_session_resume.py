@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -25,7 +26,6 @@ from cleveragents.tool import (
     ToolRegistry,
 )
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2_grpc, session_pb2, types_pb2
-from tests.redis_server import free_port
 
 from .conftest import SidecarProcess, Spawn
 
@@ -228,9 +228,10 @@ class _PlannedLLM:
 
 @pytest.mark.parametrize("event_store", ["sqlite"], indirect=True)
 async def test_the_python_client_hosting_its_llm_reattaches_to_a_restarted_sidecar_and_finishes(
-    spawn: Spawn,
+    spawn: Spawn, tmp_path: Path
 ) -> None:
-    address = f"127.0.0.1:{free_port()}"  # the restarted sidecar takes the same address
+    # The restarted sidecar takes the same address: a socket file no other test can take.
+    address = f"unix:{tmp_path / 'sidecar.sock'}"
     tools, running, release, ran = ToolRegistry(), asyncio.Event(), asyncio.Event(), [0]
 
     @tools.tool(idempotent=True)
