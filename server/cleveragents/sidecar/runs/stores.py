@@ -60,6 +60,7 @@ def share(store: EventStore | None, manager: RunManager) -> None:
     fleet = store.fleet
     manager.shared = SharedRuns(fleet, manager.stats, manager.frame_limit)
     fleet.on_adopt = manager.take_back
+    fleet.on_lost = manager.lose
 
     def control(request: Control) -> None:
         run = manager.get(request.run_id)
