@@ -21,6 +21,7 @@ from cleveragents.wire import decode_frame
 from tests.conftest import ServeSidecar, captured_logs
 from tests.durability.test_redis_fleet import NAP, TERMINAL
 from tests.redis_server import RedisServer
+from tests.telemetry.conftest import sample, samples, scrape
 
 
 async def _watch(
@@ -59,6 +60,7 @@ async def test_a_stale_owner_can_neither_log_a_new_sequence_nor_end_a_run_claime
         listen="127.0.0.1:0",
         event_store=redis_server.url,
         sidecar_id="stale",
+        metrics_listen="127.0.0.1:0",
         sandbox_roots=(os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],),
     )
     sidecar = Sidecar(config)
@@ -86,6 +88,7 @@ async def test_a_stale_owner_can_neither_log_a_new_sequence_nor_end_a_run_claime
                 state = await client.cancel_run("claimed", reason="from the stale owner")
                 error = await asyncio.wait_for(watcher, 10)
             info = await client.get_run("claimed")
+        _, exposition = await scrape(sidecar.metrics_port)
     finally:
         await sidecar.stop(1.0)
     assert _stored(redis_server.url, "claimed") == before  # nothing written after the claim
@@ -98,6 +101,7 @@ async def test_a_stale_owner_can_neither_log_a_new_sequence_nor_end_a_run_claime
     assert [e.event for e in watched] == before  # only what the store holds reached it
     assert (info.state, info.last_sequence) == ("running", len(before))  # read from the store
     assert any(log["event"].startswith("store lease lost") for log in logs)
+    assert sample(samples(exposition), "cleveragents_store_runs_taken_over_total") == 1
 
 
 #: A nap long enough to be under way when the test stops its sidecar.

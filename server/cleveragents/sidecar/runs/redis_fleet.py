@@ -82,6 +82,10 @@ class RedisFleet:
         self.lost_runs = 0
         self._tasks: list[asyncio.Task[None]] = []
 
+    def counts(self) -> tuple[int, int, int]:
+        """Lease renewals that failed, runs adopted, runs taken over by others (metrics)."""
+        return self.renewal_failures, self.adopted_runs, self.lost_runs
+
     @property
     def lease_ms(self) -> int:
         return max(1, int(self.lease_s * 1000))
