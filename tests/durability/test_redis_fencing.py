@@ -165,3 +165,27 @@ async def test_a_sidecar_woken_after_its_runs_were_adopted_writes_nothing_and_en
     assert "taken over by sidecar 'beta'" in error.details
     assert _stored(redis_server.url, "stalled") == adopted  # alpha wrote nothing once awake
     assert (from_alpha.state, from_alpha.last_sequence) == ("completed", len(adopted))
+
+
+async def test_appends_go_on_after_redis_forgot_the_fencing_script(
+    redis_server: RedisServer,
+) -> None:
+    config = SidecarConfig(
+        listen="127.0.0.1:0",
+        event_store=redis_server.url,
+        sandbox_roots=(os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],),
+    )
+    sidecar = Sidecar(config)
+    await sidecar.start()
+    try:
+        async with AsyncSidecarClient(sidecar.address) as client:
+            await client.run_tool_loop("go", script=[{"content": "one"}], run_id="before")
+            with redis.Redis.from_url(redis_server.url) as other:
+                other.script_flush()  # as a Redis restarted without its script cache
+            result = await client.run_tool_loop("go", script=[{"content": "two"}], run_id="after")
+    finally:
+        await sidecar.stop(1.0)
+    assert result.content == "two"
+    stored = _stored(redis_server.url, "after")
+    assert isinstance(stored[-1], RunCompleted)
+    assert sum(isinstance(event, TERMINAL) for event in stored) == 1

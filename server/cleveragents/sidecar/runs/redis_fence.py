@@ -8,15 +8,19 @@ a long pause) and whose runs another sidecar adopted finds its frames refused, t
 one too, and stops its copy of those runs. Both keys of the script share the run's hash tag,
 so a Redis Cluster runs it on one shard.
 
-The scripts go by ``EVAL`` (Redis caches them by their digest): a Redis restarted without its
-script cache needs nothing loaded again.
+Appends go by the script's digest (``EVALSHA``: the body is not sent with every frame); the
+store sends the body again to a Redis that lost its script cache (restarted). Claims are
+rare and go by ``EVAL``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
-__all__ = ["APPEND", "CLAIM", "FENCED_PREFIX", "WRITTEN", "fenced_by", "taken_over_message"]
+__all__ = [
+    "APPEND", "APPEND_SHA", "CLAIM", "FENCED_PREFIX", "WRITTEN", "fenced_by", "taken_over_message",
+]  # fmt: skip
 
 #: KEYS: the run's stream and hash; ARGV: sequence, frame, sidecar, token, then (sequence 1
 #: only) the owner identity and the resume information. Answers 1 (written), 0 (the stream
@@ -37,6 +41,9 @@ if type(added) == 'table' and added.err then
 end
 return 1
 """
+
+#: The digest Redis knows ``APPEND`` by (``SCRIPT LOAD`` answers the same).
+APPEND_SHA = hashlib.sha1(APPEND.encode(), usedforsecurity=False).hexdigest()
 
 #: KEYS: the run's hash; ARGV: the sidecar claiming it, and the sidecar it must still name.
 #: Answers the new fencing token, or ``false`` (nil) when the run is no longer that sidecar's.

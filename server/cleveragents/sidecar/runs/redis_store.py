@@ -33,11 +33,11 @@ from urllib.parse import urlsplit
 import redis
 import redis.asyncio
 import structlog
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY
-from cleveragents.sidecar.runs.redis_fence import APPEND, WRITTEN, fenced_by
+from cleveragents.sidecar.runs.redis_fence import APPEND, APPEND_SHA, WRITTEN, fenced_by
 from cleveragents.sidecar.runs.redis_fleet import RedisFleet, ended, frames_of
 from cleveragents.sidecar.runs.redis_keys import (
     INDEX_KEY,
@@ -233,11 +233,14 @@ class RedisEventStore:
         for listener in self._listeners:
             listener(None)
 
-    async def _commit(self, batch: list[_Item]) -> list[tuple[LogOwner, int]]:
+    async def _commit(self, batch: list[_Item], again: bool = True) -> list[tuple[LogOwner, int]]:
         """Send ``batch`` in one pipeline (in order, not atomic: each frame is its own
         fenced append, ``redis_fence.APPEND``); returns each owner with the last sequence
         written. A run whose frame the fence refused is another sidecar's now: its frames
-        are not released, and the fleet is told (the manager stops the run here)."""
+        are not released, and the fleet is told (the manager stops the run here).
+
+        The script goes by its digest; a Redis without it (restarted, flushed) is sent it,
+        and the batch again (what the first try wrote is refused as already stored)."""
         now, me, tokens = time.time(), self.fleet.sidecar_id, self.fleet.tokens
         appends: list[tuple[int, LogOwner, int]] = []  # (answer index, owner, sequence)
         async with self._client.pipeline(transaction=False) as pipe:
@@ -261,12 +264,15 @@ class RedisEventStore:
                 appends.append((len(pipe), owner, sequence))
                 if sequence == 1:
                     args = (sequence, frame, me, token, owner.owner, owner.resume_info)
-                    pipe.eval(APPEND, 2, *keys, *args)
+                    pipe.evalsha(APPEND_SHA, 2, *keys, *args)
                     pipe.sadd(runs_of_key(me), run_id)
                     pipe.zadd(INDEX_KEY, {run_id: now})
                 else:
-                    pipe.eval(APPEND, 2, *keys, sequence, frame, me, token)
+                    pipe.evalsha(APPEND_SHA, 2, *keys, sequence, frame, me, token)
             answers = await pipe.execute(raise_on_error=False)
+        if again and any(isinstance(answer, NoScriptError) for answer in answers):
+            await self._client.script_load(APPEND)
+            return await self._commit(batch, again=False)
         for answer in answers:
             if isinstance(answer, ResponseError) and _ALREADY_STORED not in str(answer):
                 if "no such key" in str(answer):  # quarantining a run with no stream left
