@@ -88,6 +88,7 @@ async def test_a_stale_owner_can_neither_log_a_new_sequence_nor_end_a_run_claime
                 state = await client.cancel_run("claimed", reason="from the stale owner")
                 error = await asyncio.wait_for(watcher, 10)
             info = await client.get_run("claimed")
+        assert sidecar.metrics_port
         _, exposition = await scrape(sidecar.metrics_port)
     finally:
         await sidecar.stop(1.0)

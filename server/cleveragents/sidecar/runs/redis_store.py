@@ -77,7 +77,8 @@ class RedisEventStore:
     """Run logs on Redis (``redis://HOST:PORT/DB``, ``rediss://…``, ``unix:///path?db=N``).
 
     ``password`` (from the environment variable ``event_store_password_env`` names) is used
-    when the URL carries none; neither is ever logged.
+    when the URL carries none; neither is ever logged. ``ca_file``: with ``rediss://``, the CA
+    the server's certificate must chain to (``event_store_ca_file``).
     """
 
     def __init__(
@@ -88,6 +89,7 @@ class RedisEventStore:
         retry_interval_s: float = RETRY_INTERVAL_S,
         lease_s: float = LEASE_S,
         sidecar_id: str = "",
+        ca_file: str = "",
     ) -> None:
         self.url = url
         self.shown = redacted(url)
@@ -100,6 +102,8 @@ class RedisEventStore:
         }
         if password and urlsplit(url).password is None:
             options["password"] = password
+        if ca_file:
+            options["ssl_ca_certs"] = ca_file
         self._options = options
         self._listeners: list[StoreListener] = []
         self._pending: list[_Item] = []
@@ -119,6 +123,7 @@ class RedisEventStore:
             raise ConfigError(
                 f"event_store {self.shown} cannot be used as a run store "
                 f"({type(exc).__name__}: {exc}): start Redis there, or fix the URL"
+                + (" or event_store_ca_file (TLS)" if self.url.startswith("rediss://") else "")
             ) from None
         self._writer = asyncio.create_task(self._write_loop(), name="event-store")
         self.fleet.start()
