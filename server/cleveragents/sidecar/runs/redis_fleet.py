@@ -236,9 +236,10 @@ class RedisFleet:
                 pipe.hmget(meta_key(run_id), ["sidecar", "epoch"])
             answers = await pipe.execute()
         for run_id, (sidecar, epoch) in zip(run_ids, answers, strict=True):
-            if sidecar is None:  # its first frame is not written yet, or it was forgotten
+            token = self.tokens.get(run_id)  # none: forgotten while this read was under way
+            if sidecar is None or token is None:  # or its first frame is not written yet
                 continue
-            if sidecar.decode() != self.sidecar_id or int(epoch or 0) != self.tokens[run_id]:
+            if sidecar.decode() != self.sidecar_id or int(epoch or 0) != token:
                 self.lose(run_id, sidecar.decode())
 
     def lose(self, run_id: str, sidecar: str) -> None:
