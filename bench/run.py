@@ -37,9 +37,10 @@ from cleveragents.tool import (
 )
 
 if TYPE_CHECKING:  # mypy runs from the repository root; `python bench/run.py` from bench/
-    from bench import mcp_calls, scenarios_load, stores
+    from bench import failover, mcp_calls, scenarios_load, stores
     from bench.scenarios_load import Figure
 else:
+    import failover
     import mcp_calls
     import scenarios_load
     import stores
@@ -328,6 +329,7 @@ async def main() -> None:
     # Its own sidecar (a short finished-run TTL, so that memory can be seen to come back).
     figures = await scenarios_load.timed("concurrency", scenarios_load.concurrency) + figures
     figures += await scenarios_load.timed("stores", stores.compare)  # memory, SQLite, Redis
+    figures += await scenarios_load.timed("failover", failover.death_to_resume)  # issue 21
     rows[2].met = rows[2].median_us <= 50
     for row in rows[3:]:
         if row.target:

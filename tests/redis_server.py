@@ -31,7 +31,9 @@ class RedisServer:
 
     ``unix_socket``: listen on a socket in ``directory`` only. ``appendfsync`` (``always``,
     ``everysec``, ``no``) turns the append-only file on, so that the data survives a kill;
-    empty: nothing is persisted. ``password``: clients must ``AUTH`` with it.
+    empty: nothing is persisted. ``password``: clients must ``AUTH`` with it. ``tls``: the
+    server's certificate, key and CA files: it serves TLS only (``rediss://``), and asks
+    clients for no certificate.
     """
 
     def __init__(
@@ -41,6 +43,7 @@ class RedisServer:
         unix_socket: bool = False,
         appendfsync: str = "",
         password: str = "",
+        tls: tuple[Path, Path, Path] | None = None,
     ) -> None:
         self.binary = shutil.which("redis-server")
         if self.binary is None:
@@ -52,6 +55,7 @@ class RedisServer:
         self.directory = directory
         self.appendfsync = appendfsync
         self.password = password
+        self.tls = tls
         self.socket_path = directory / "redis.sock" if unix_socket else None
         self.port = 0 if unix_socket else free_port()
         self.process: subprocess.Popen[str] | None = None
@@ -61,6 +65,8 @@ class RedisServer:
     def url(self) -> str:
         if self.socket_path is not None:
             return f"unix://{self.socket_path}?db=0"
+        if self.tls is not None:
+            return f"rediss://127.0.0.1:{self.port}/0"
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
@@ -75,6 +81,13 @@ class RedisServer:
             command += ["--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
         if self.password:
             command += ["--requirepass", self.password]
+        if self.tls is not None:
+            cert, key, ca = map(str, self.tls)
+            command[command.index("--port") + 1] = "0"
+            command += [
+                "--tls-port", str(self.port), "--tls-cert-file", cert, "--tls-key-file", key,
+                "--tls-ca-cert-file", ca, "--tls-auth-clients", "no",
+            ]  # fmt: skip
         if self.appendfsync:
             command += ["--appendonly", "yes", "--appendfsync", self.appendfsync]
         else:

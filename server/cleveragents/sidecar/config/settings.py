@@ -128,6 +128,9 @@ class SidecarConfig:
     #: With a shared store: how long a sidecar's lease lasts unrenewed (renewed three times a
     #: lease); once it expires, another sidecar adopts its live runs.
     event_store_lease_s: float = 10.0
+    #: With a ``rediss://`` (TLS) ``event_store``: the CA certificate file (PEM) that the
+    #: Redis server's certificate must chain to (empty: the system's trusted CAs).
+    event_store_ca_file: str = ""
     #: How long a Session run whose client went away (its stream ended, or the sidecar
     #: restarted on a durable store with ``resume_runs``) waits for the client to re-attach
     #: (``SessionStart.reattach_run_id``) before it fails; 0: no wait (it is cancelled, or
@@ -218,6 +221,8 @@ class SidecarConfig:
                 "max_client_tool_timeout_s must be at least default_tool_timeout_s, which "
                 "client tools without their own timeout get"
             )
+        if self.event_store_ca_file and not self.event_store.startswith("rediss://"):
+            raise ConfigError("event_store_ca_file is for a rediss:// event_store (Redis over TLS)")
         if not (self.session_reattach_s >= 0 and math.isfinite(self.session_reattach_s)):
             raise ConfigError("session_reattach_s must be 0 (no wait) or a number of seconds")
         if self.watcher_queue_size < 1 or self.max_finished_runs < 0:

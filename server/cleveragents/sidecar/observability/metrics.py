@@ -115,6 +115,12 @@ class MetricsObserver:
         scrape time."""
         self.registry.register(_McpCollector(states))
 
+    def track_fleet(self, counts: Callable[[], tuple[int, int, int]]) -> None:
+        """Expose a shared store's lease figures, read from ``counts`` (lease renewals that
+        failed, runs adopted from expired sidecars, runs other sidecars took over) when
+        scraped."""
+        self.registry.register(_FleetCollector(counts))
+
     def run_started(self, run: Run, metadata: Mapping[str, str]) -> None:
         """Nothing to count yet: live runs are read from the manager when scraped."""
 
@@ -255,6 +261,44 @@ class _McpCollector:
             up.add_metric([name], 1.0 if is_up else 0.0)
             failures.add_metric([name], count)
         return [up, failures]
+
+
+class _FleetCollector:
+    """This sidecar's lease on a store several sidecars share (Redis)."""
+
+    def __init__(self, counts: Callable[[], tuple[int, int, int]]) -> None:
+        self.counts = counts
+
+    def describe(self) -> Iterable[Metric]:
+        """The metric names, so the registry can refuse a clash at registration."""
+        return self._families((0, 0, 0))
+
+    def collect(self) -> Iterable[Metric]:
+        """The current values."""
+        return self._families(self.counts())
+
+    @staticmethod
+    def _families(counts: tuple[int, int, int]) -> list[Metric]:
+        failures, adopted, lost = counts
+        return [
+            CounterMetricFamily(
+                "cleveragents_store_lease_renewal_failures",
+                "Renewals of this sidecar's lease on the shared run store that failed: Redis "
+                "unreachable, or the lease had expired (other sidecars may adopt its runs).",
+                value=failures,
+            ),
+            CounterMetricFamily(
+                "cleveragents_store_adopted_runs",
+                "Live runs this sidecar adopted from sidecars whose leases expired.",
+                value=adopted,
+            ),
+            CounterMetricFamily(
+                "cleveragents_store_runs_taken_over",
+                "Runs this sidecar stopped because another sidecar took them over while its "
+                "lease was expired.",
+                value=lost,
+            ),
+        ]
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

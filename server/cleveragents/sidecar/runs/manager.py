@@ -82,7 +82,6 @@ class RunManager:
         self.store_changed = asyncio.Event()
         self._hurry = asyncio.Event()
         self._live: dict[str, Run] = {}
-        #: Every watcher's cursor, with its run.
         #: The watchers' cursors (``follow``, ``unfollow``, ``drop_stalled``).
         self.watchers = Watchers(self.stats, watcher_queue_size)
         self._finished: collections.OrderedDict[str, Run] = collections.OrderedDict()
@@ -195,8 +194,6 @@ class RunManager:
         if self.shared is not None:
             await self.shared.close()
         await self.store.close()
-
-    # -- finding runs --------------------------------------------------------------------------
 
     @property
     def live_count(self) -> int:
@@ -336,6 +333,17 @@ class RunManager:
         run.emit(RunFailed(message, partial_result(run.run_id, run.log.frames), error))
         run.task.cancel(message)  # the loop stops; what it logs now is ignored
 
+    def lose(self, run_id: str, message: str) -> None:
+        """Stop (and forget) the run ``run_id``, which another sidecar took over (``Run.lose``)."""
+        run = self._live.get(run_id) or self._finished.get(run_id)
+        if run is None or not run.lose(message):
+            return
+        if self._finished.pop(run_id, None) is not None:  # its loop ended; its end not stored
+            self.finished_bytes -= _size(run)
+        elif run.task is None:  # parked: no loop to end
+            self.parked.unpark(run_id)
+            self._retire(run)
+
     def hurry(self) -> None:
         """End a drain's grace period now (a second Ctrl-C): its live runs are cancelled."""
         self._hurry.set()
@@ -362,12 +370,10 @@ class RunManager:
             for run in list(self._live.values()):
                 self.fail(run, message)
 
-    # -- retention -----------------------------------------------------------------------------
-
     def _retire(self, run: Run) -> None:
         self._live.pop(run.run_id, None)
         self.quotas.release(run)
-        if self.max_finished_runs > 0:
+        if self.max_finished_runs > 0 and run.lost is None:  # a lost run is another's now
             self._keep(run)
         self._expire()
 

@@ -6,10 +6,12 @@ the sidecar that runs it, so a run's lease is its sidecar's: held while that key
 renewal that fails is logged and counted (``renewal_failures``); the store keeps trying.
 
 When a sidecar's lease expires (it died, or lost Redis for a whole lease), one other sidecar
-takes its adopter key (``SET NX``) and *adopts* its live runs: they become that sidecar's, and
-``on_adopt`` gets their logs, and the run manager takes them back as a restart does: they
-resume from their logs where they can, else end with ``run_failed`` (exactly once: only the
-adopter writes it).
+takes its adopter key (``SET NX``) and *adopts* its live runs: it claims each (a new fencing
+token, ``redis_fence.py``) before it reads its log, ``on_adopt`` gets the logs, and the run
+manager takes them back as a restart does: they resume from their logs where they can, else
+end with ``run_failed`` (exactly once: only the adopter writes it). A sidecar that finds its
+lease expired (it stalled) checks its runs: ``on_lost`` is told each one another sidecar
+claimed, as the store is told of a frame the fence refused, and the manager stops it here.
 
 Other sidecars read this one's runs from the streams (``SharedLog``), and send it cancels
 and approval decisions on its *control stream*, which ``on_control`` gets.
@@ -29,6 +31,7 @@ import structlog
 from redis.exceptions import RedisError
 
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY
+from cleveragents.sidecar.runs.redis_fence import CLAIM, taken_over_message
 from cleveragents.sidecar.runs.redis_keys import (
     INDEX_KEY,
     SIDECARS_KEY,
@@ -68,10 +71,20 @@ class RedisFleet:
         self.on_adopt: Callable[[list[StoredRun]], object] | None = None
         #: Told each control request other sidecars sent for this sidecar's runs.
         self.on_control: Callable[[Control], None] | None = None
+        #: Told each live run another sidecar took over, and why (the manager stops it).
+        self.on_lost: Callable[[str, str], None] | None = None
+        #: The fencing token this sidecar claimed each of its runs with (``redis_fence``).
+        self.tokens: dict[str, int] = {}
         #: Lease renewals that failed (Redis unreachable, or the lease had expired).
         self.renewal_failures = 0
+        #: Runs adopted from sidecars whose leases expired; runs lost to other sidecars.
         self.adopted_runs = 0
+        self.lost_runs = 0
         self._tasks: list[asyncio.Task[None]] = []
+
+    def counts(self) -> tuple[int, int, int]:
+        """Lease renewals that failed, runs adopted, runs taken over by others (metrics)."""
+        return self.renewal_failures, self.adopted_runs, self.lost_runs
 
     @property
     def lease_ms(self) -> int:
@@ -91,13 +104,21 @@ class RedisFleet:
             alive = pipe.execute()
         return {other for other, live in zip(others, alive, strict=True) if live}
 
-    def claim_sync(self, client: redis.Redis, run_ids: list[str]) -> None:
-        """Make the runs ``run_ids`` (taken back at start-up) this sidecar's."""
+    def claim_sync(self, client: redis.Redis, runs: list[tuple[str, str]]) -> list[str]:
+        """Make the runs ``runs`` (id, the sidecar that ran it), taken back at start-up, this
+        sidecar's; returns the ids claimed (not those another sidecar claimed first)."""
         with client.pipeline(transaction=False) as pipe:
-            for run_id in run_ids:
-                pipe.hset(meta_key(run_id), "sidecar", self.sidecar_id)
-                pipe.sadd(runs_of_key(self.sidecar_id), run_id)
-            pipe.execute()
+            for run_id, sidecar in runs:
+                pipe.eval(CLAIM, 1, meta_key(run_id), self.sidecar_id, sidecar)
+            tokens = pipe.execute()
+        return self._claimed(client, [run for run, _ in runs], tokens)
+
+    def _claimed(self, client: redis.Redis, run_ids: list[str], tokens: list[Any]) -> list[str]:
+        claimed = [run_id for run_id, token in zip(run_ids, tokens, strict=True) if token]
+        self.tokens.update((r, int(t)) for r, t in zip(run_ids, tokens, strict=True) if t)
+        if claimed:
+            client.sadd(runs_of_key(self.sidecar_id), *claimed)
+        return claimed
 
     def start(self) -> None:
         """Start renewing the lease and reading the control stream (``close`` stops both)."""
@@ -194,6 +215,8 @@ class RedisFleet:
                     lease_s=self.lease_s,
                 )
                 await self.client.set(lease_key(self.sidecar_id), "1", px=self.lease_ms)
+                await self.client.sadd(SIDECARS_KEY, self.sidecar_id)  # an adopter removed it
+                await self._check_claims()
             return True
         except RedisError as exc:
             self.renewal_failures += 1
@@ -204,6 +227,30 @@ class RedisFleet:
                 failures=self.renewal_failures,
             )
             return False
+
+    async def _check_claims(self) -> None:
+        """Find the runs another sidecar claimed while this one's lease was expired."""
+        run_ids = list(self.tokens)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hmget(meta_key(run_id), ["sidecar", "epoch"])
+            answers = await pipe.execute()
+        for run_id, (sidecar, epoch) in zip(run_ids, answers, strict=True):
+            token = self.tokens.get(run_id)  # none: forgotten while this read was under way
+            if sidecar is None or token is None:  # or its first frame is not written yet
+                continue
+            if sidecar.decode() != self.sidecar_id or int(epoch or 0) != token:
+                self.lose(run_id, sidecar.decode())
+
+    def lose(self, run_id: str, sidecar: str) -> None:
+        """Another sidecar (``sidecar``) claimed ``run_id``: tell ``on_lost`` (once)."""
+        if self.tokens.pop(run_id, None) is None:
+            return
+        self.lost_runs += 1
+        message = taken_over_message(run_id, self.sidecar_id, sidecar)
+        log.error("store lease lost: a run was taken over", run_id=run_id, by=sidecar)
+        if self.on_lost is not None:
+            self.on_lost(run_id, message)
 
     async def _adopt_expired(self) -> None:
         """Adopt the live runs of each sidecar whose lease expired (one adopter each)."""
@@ -217,14 +264,13 @@ class RedisFleet:
             if not taken:
                 continue
             runs = cast("set[bytes]", await self.client.smembers(runs_of_key(other)))
-            run_ids = sorted(m.decode() for m in runs)
-            found = await self.read_runs(run_ids)
+            found = await self.read_runs(sorted(m.decode() for m in runs))
             # Only what the dead sidecar still ran: an id it once ran may be another's now.
-            live = [f.stored for f in found if f.sidecar == other and not ended(f.stored.frames)]
+            run_ids = [
+                f.stored.run_id for f in found if f.sidecar == other and not ended(f.stored.frames)
+            ]
+            live = await self._claim(run_ids, other)
             async with self.client.pipeline(transaction=False) as pipe:
-                for stored in live:
-                    pipe.hset(meta_key(stored.run_id), "sidecar", self.sidecar_id)
-                    pipe.sadd(runs_of_key(self.sidecar_id), stored.run_id)
                 pipe.delete(runs_of_key(other), control_key(other))
                 pipe.srem(SIDECARS_KEY, other)
                 await pipe.execute()
@@ -236,6 +282,19 @@ class RedisFleet:
             )
             if live and self.on_adopt is not None:
                 self.on_adopt(live)
+
+    async def _claim(self, run_ids: list[str], sidecar: str) -> list[StoredRun]:
+        """Claim the runs ``run_ids`` of ``sidecar``, then read their logs: a frame the old
+        owner wrote is in them, and it can write none after the claim."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.eval(CLAIM, 1, meta_key(run_id), self.sidecar_id, sidecar)
+            tokens = await pipe.execute()
+        claimed = [run_id for run_id, token in zip(run_ids, tokens, strict=True) if token]
+        self.tokens.update((r, int(t)) for r, t in zip(run_ids, tokens, strict=True) if t)
+        if claimed:
+            await self.client.sadd(runs_of_key(self.sidecar_id), *claimed)
+        return [f.stored for f in await self.read_runs(claimed) if not ended(f.stored.frames)]
 
     async def _control_loop(self) -> None:
         key, last = control_key(self.sidecar_id), "0-0"

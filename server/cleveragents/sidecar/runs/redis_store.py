@@ -33,10 +33,11 @@ from urllib.parse import urlsplit
 import redis
 import redis.asyncio
 import structlog
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY
+from cleveragents.sidecar.runs.redis_fence import APPEND, APPEND_SHA, WRITTEN, fenced_by
 from cleveragents.sidecar.runs.redis_fleet import RedisFleet, ended, frames_of
 from cleveragents.sidecar.runs.redis_keys import (
     INDEX_KEY,
@@ -76,7 +77,8 @@ class RedisEventStore:
     """Run logs on Redis (``redis://HOST:PORT/DB``, ``rediss://…``, ``unix:///path?db=N``).
 
     ``password`` (from the environment variable ``event_store_password_env`` names) is used
-    when the URL carries none; neither is ever logged.
+    when the URL carries none; neither is ever logged. ``ca_file``: with ``rediss://``, the CA
+    the server's certificate must chain to (``event_store_ca_file``).
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class RedisEventStore:
         retry_interval_s: float = RETRY_INTERVAL_S,
         lease_s: float = LEASE_S,
         sidecar_id: str = "",
+        ca_file: str = "",
     ) -> None:
         self.url = url
         self.shown = redacted(url)
@@ -99,6 +102,8 @@ class RedisEventStore:
         }
         if password and urlsplit(url).password is None:
             options["password"] = password
+        if ca_file:
+            options["ssl_ca_certs"] = ca_file
         self._options = options
         self._listeners: list[StoreListener] = []
         self._pending: list[_Item] = []
@@ -118,6 +123,7 @@ class RedisEventStore:
             raise ConfigError(
                 f"event_store {self.shown} cannot be used as a run store "
                 f"({type(exc).__name__}: {exc}): start Redis there, or fix the URL"
+                + (" or event_store_ca_file (TLS)" if self.url.startswith("rediss://") else "")
             ) from None
         self._writer = asyncio.create_task(self._write_loop(), name="event-store")
         self.fleet.start()
@@ -129,13 +135,17 @@ class RedisEventStore:
     def _take_back(self, client: redis.Redis) -> list[StoredRun]:
         """The runs this sidecar keeps: every finished one, and the live ones that are its
         own (same ``sidecar_id``) or whose sidecar's lease expired (adopted: the manager ends
-        them as a restart does); another live sidecar's runs stay its own."""
+        them as a restart does); another live sidecar's runs stay its own. Each live one is
+        claimed (a new fencing token) and then read again: its log as the claim found it."""
         me = self.fleet.sidecar_id
         alive = self.fleet.register(client)
         adopted: dict[str, bool] = {}  # a dead sidecar's id: whether this one adopts its runs
-        runs, claimed = [], []
+        runs, claims = [], []
         for stored, sidecar in _load(client):
-            if not ended(stored.frames) and sidecar != me and sidecar:
+            if ended(stored.frames):
+                runs.append(stored)
+                continue
+            if sidecar != me and sidecar:
                 if sidecar in alive:
                     continue  # another sidecar runs it now
                 if sidecar not in adopted:
@@ -143,10 +153,9 @@ class RedisEventStore:
                     adopted[sidecar] = bool(client.set(key, me, px=px, nx=True))
                 if not adopted[sidecar]:
                     continue
-            if not ended(stored.frames):
-                claimed.append(stored.run_id)
-            runs.append(stored)
-        self.fleet.claim_sync(client, claimed)
+            claims.append((stored.run_id, sidecar))
+        claimed = set(self.fleet.claim_sync(client, claims))
+        runs += [stored for stored, _ in _load(client, [r for r, _ in claims if r in claimed])]
         for sidecar in (sidecar for sidecar, won in adopted.items() if won):
             client.srem(SIDECARS_KEY, sidecar)
             client.delete(runs_of_key(sidecar), control_key(sidecar))
@@ -193,7 +202,7 @@ class RedisEventStore:
             batch, self._pending = unwritten + self._pending, []
             if batch:
                 try:
-                    await self._commit(batch)
+                    written = await self._commit(batch)
                 except Exception as exc:  # any failed pipeline is a store failure, told
                     if not unwritten:
                         self._failed(f"{type(exc).__name__}: {exc}")
@@ -206,7 +215,7 @@ class RedisEventStore:
                 if unwritten:
                     unwritten = []
                     self._recovered()
-                _release_all(_marks(batch))
+                _release_all(written)
             if self._stopping and not self._pending:
                 return
 
@@ -229,32 +238,46 @@ class RedisEventStore:
         for listener in self._listeners:
             listener(None)
 
-    async def _commit(self, batch: list[_Item]) -> None:
-        """Send ``batch`` in one pipeline (in order, not atomic: each frame is its own XADD)."""
-        now = time.time()
+    async def _commit(self, batch: list[_Item], again: bool = True) -> list[tuple[LogOwner, int]]:
+        """Send ``batch`` in one pipeline (in order, not atomic: each frame is its own
+        fenced append, ``redis_fence.APPEND``); returns each owner with the last sequence
+        written. A run whose frame the fence refused is another sidecar's now: its frames
+        are not released, and the fleet is told (the manager stops the run here).
+
+        The script goes by its digest; a Redis without it (restarted, flushed) is sent it,
+        and the batch again (what the first try wrote is refused as already stored)."""
+        now, me, tokens = time.time(), self.fleet.sidecar_id, self.fleet.tokens
+        appends: list[tuple[int, LogOwner, int]] = []  # (answer index, owner, sequence)
         async with self._client.pipeline(transaction=False) as pipe:
             for item in batch:
                 if len(item) == 2:
                     run_id, action = item
+                    tokens.pop(run_id, None)
                     if action == "forget":
                         pipe.delete(log_key(run_id), meta_key(run_id))
-                        pipe.srem(runs_of_key(self.fleet.sidecar_id), run_id)
+                        pipe.srem(runs_of_key(me), run_id)
                     else:
                         pipe.rename(log_key(run_id), quarantine_key(run_id))
                         pipe.sadd(QUARANTINE_KEY, run_id)
                     pipe.zrem(INDEX_KEY, run_id)
                     continue
                 owner, sequence, frame = item
-                pipe.xadd(log_key(owner.run_id), {"f": frame}, id=f"{sequence}-0")
+                run_id = owner.run_id
                 if sequence == 1:
-                    me = self.fleet.sidecar_id
-                    meta: dict[Any, Any] = {
-                        "owner": owner.owner, "sidecar": me, "resume": owner.resume_info
-                    }  # fmt: skip
-                    pipe.hset(meta_key(owner.run_id), mapping=meta)
-                    pipe.sadd(runs_of_key(me), owner.run_id)
-                    pipe.zadd(INDEX_KEY, {owner.run_id: now})
+                    tokens[run_id] = WRITTEN
+                keys, token = (log_key(run_id), meta_key(run_id)), tokens.get(run_id, 0)
+                appends.append((len(pipe), owner, sequence))
+                if sequence == 1:
+                    args = (sequence, frame, me, token, owner.owner, owner.resume_info)
+                    pipe.evalsha(APPEND_SHA, 2, *keys, *args)
+                    pipe.sadd(runs_of_key(me), run_id)
+                    pipe.zadd(INDEX_KEY, {run_id: now})
+                else:
+                    pipe.evalsha(APPEND_SHA, 2, *keys, sequence, frame, me, token)
             answers = await pipe.execute(raise_on_error=False)
+        if again and any(isinstance(answer, NoScriptError) for answer in answers):
+            await self._client.script_load(APPEND)
+            return await self._commit(batch, again=False)
         for answer in answers:
             if isinstance(answer, ResponseError) and _ALREADY_STORED not in str(answer):
                 if "no such key" in str(answer):  # quarantining a run with no stream left
@@ -262,6 +285,18 @@ class RedisEventStore:
                 raise answer
             if isinstance(answer, Exception) and not isinstance(answer, ResponseError):
                 raise answer
+        written: dict[int, tuple[LogOwner, int]] = {}
+        lost: dict[str, str] = {}
+        for index, owner, sequence in appends:
+            if owner.run_id in lost:
+                continue
+            if (by := fenced_by(answers[index])) is not None:
+                lost[owner.run_id] = by
+            else:
+                written[id(owner)] = (owner, sequence)
+        for run_id, by in lost.items():
+            self.fleet.lose(run_id, by)
+        return list(written.values())
 
 
 def _marks(batch: Iterable[_Item]) -> list[tuple[LogOwner, int]]:
@@ -279,12 +314,14 @@ def _release_all(marks: Iterable[tuple[LogOwner, int]]) -> None:
         owner.release(sequence)
 
 
-def _load(client: redis.Redis) -> list[tuple[StoredRun, str]]:
-    """Every indexed run, oldest first, with its gap-free frames and the sidecar running it."""
-    run_ids = [item.decode() for item in cast("list[bytes]", client.zrange(INDEX_KEY, 0, -1))]
+def _load(client: redis.Redis, only: list[str] | None = None) -> list[tuple[StoredRun, str]]:
+    """Every indexed run (or those of ``only``), oldest first, with its gap-free frames and
+    the sidecar running it."""
+    if only is None:
+        only = [item.decode() for item in cast("list[bytes]", client.zrange(INDEX_KEY, 0, -1))]
     runs: list[tuple[StoredRun, str]] = []
-    for start in range(0, len(run_ids), _LOAD_CHUNK):
-        chunk = run_ids[start : start + _LOAD_CHUNK]
+    for start in range(0, len(only), _LOAD_CHUNK):
+        chunk = only[start : start + _LOAD_CHUNK]
         with client.pipeline(transaction=False) as pipe:
             for run_id in chunk:
                 pipe.xrange(log_key(run_id))

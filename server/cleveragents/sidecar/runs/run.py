@@ -99,6 +99,7 @@ class Run:
         "iterations",
         "log",
         "logger",
+        "lost",
         "observers",
         "owner",
         "request",
@@ -135,6 +136,8 @@ class Run:
         self.finished_at: float | None = None
         self.task: asyncio.Task[None] | None = None
         self.approvals: ApprovalBroker | None = None
+        #: Set when another sidecar sharing the store took the run over (see ``lose``).
+        self.lost: SidecarError | None = None
         self.iterations = 0
         self.tool_calls = 0
         self._terminal: Terminal | None = None
@@ -217,6 +220,22 @@ class Run:
         self.ended = True
         self._terminal = terminal
         self.log.end(item, self._finish)
+
+    def lose(self, message: str) -> bool:
+        """Stop this sidecar's copy of a run another sidecar took over (its lease had expired):
+        nothing more is logged or run here, its streams end (``FAILED_PRECONDITION``,
+        ``message``) and its waiters wake; ``False`` if it had already finished."""
+        if self.finished or self.lost is not None:
+            return False
+        self.lost = SidecarError(grpc.StatusCode.FAILED_PRECONDITION, message)
+        self.ended = True
+        self.log.close()
+        if self.task is not None:
+            self.task.cancel(message)
+        if not self._done.done():
+            self._done.set_result(None)
+        self.logger.error("run taken over by another sidecar; its copy here stopped", error=message)
+        return True
 
     def finish_restored(self, terminal: Terminal) -> None:
         """End a run restored from the store whose log already holds its terminal event."""

@@ -41,9 +41,12 @@ def store_for(config: SidecarConfig, env: Mapping[str, str] | None = None) -> Ev
         password = (os.environ if env is None else env).get(name, "")
         if not password:
             raise ConfigError(f"event_store_password_env names {name!r}, which is unset or empty")
+    if (ca_file := config.event_store_ca_file) and not os.access(ca_file, os.R_OK):
+        raise ConfigError(f"event_store_ca_file {ca_file!r} cannot be read (missing, or no access)")
     return RedisEventStore(
         config.event_store,
         password=password,
+        ca_file=ca_file,
         lease_s=config.event_store_lease_s,
         sidecar_id=config.sidecar_id,
     )
@@ -60,6 +63,7 @@ def share(store: EventStore | None, manager: RunManager) -> None:
     fleet = store.fleet
     manager.shared = SharedRuns(fleet, manager.stats, manager.frame_limit)
     fleet.on_adopt = manager.take_back
+    fleet.on_lost = manager.lose
 
     def control(request: Control) -> None:
         run = manager.get(request.run_id)

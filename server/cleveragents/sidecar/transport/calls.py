@@ -3,7 +3,7 @@ reading a ``RunSpec`` as a request."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
@@ -12,9 +12,12 @@ from cleveragents.sidecar.status import status_of
 from cleveragents.toolruntime.v1 import types_pb2
 from cleveragents.wire import RunRequest, run_request_from_pb
 
+if TYPE_CHECKING:
+    from cleveragents.sidecar.runs import Run
+
 __all__ = [
-    "DEADLINE_SLACK_S", "MAX_STATUS_MESSAGE", "Context", "abort", "bounded", "read_start",
-    "request_of",
+    "DEADLINE_SLACK_S", "MAX_STATUS_MESSAGE", "Context", "abort", "bounded", "end_if_lost",
+    "read_start", "request_of",
 ]  # fmt: skip
 
 #: A client that gives up this close to its deadline gave up *at* it (clocks differ).
@@ -31,6 +34,13 @@ async def abort(context: Context, error: SidecarError) -> NoReturn:
     """End the call with the status that ``error`` maps to, and its (bounded) message."""
     await context.abort(status_of(error), bounded(error.message))
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+
+async def end_if_lost(run: Run, context: Context) -> None:
+    """End a stream of ``run`` with ``FAILED_PRECONDITION`` if another sidecar took it over
+    (``Run.lose``): its copy here stopped, its log goes on there."""
+    if run.lost is not None:
+        await abort(context, run.lost)
 
 
 async def read_start(context: Context, message_type: Any) -> Any | None:

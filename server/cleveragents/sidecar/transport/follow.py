@@ -23,7 +23,7 @@ import grpc
 
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.runs import LogCursor, Run
-from cleveragents.sidecar.transport.calls import Context, abort, read_start
+from cleveragents.sidecar.transport.calls import Context, abort, end_if_lost, read_start
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import follow_message
 
@@ -141,6 +141,7 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
         raise error from None
     finally:
         service.manager.watchers.unfollow(run, cursor)
+    await end_if_lost(run, context)
     if dropped is not None:
         await context.abort(
             grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -113,6 +113,8 @@ class Sidecar:
         self.rejections = Rejections(config.auth_reject_log_interval_s)
         if self.metrics is not None:
             self.metrics.track(self.manager, self.rejections)
+            if (fleet := getattr(store, "fleet", None)) is not None:  # a shared (Redis) store
+                self.metrics.track_fleet(fleet.counts)
         self.service = ToolRuntimeService(config, self.registry, self.manager)
         #: The MCP servers' connections; the ``mcp`` SDK is imported only when one is set.
         self.mcp: McpServers | None = None

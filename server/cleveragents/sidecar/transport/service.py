@@ -34,6 +34,7 @@ from cleveragents.sidecar.transport.calls import (
     Context,
     abort,
     bounded,
+    end_if_lost,
     request_of,
 )
 from cleveragents.tool import Resumption, ToolRegistry, ToolSpec
@@ -56,15 +57,12 @@ from cleveragents.wire import (
 __all__ = ["ToolRuntimeService"]
 
 _CANCEL_WAIT_S = 5.0
-#: A spec this much under the frame limit cannot make ``run_started`` too large, whatever
-#: the sidecar adds (a run id, an iteration limit, up to thousands of tool names): only a
-#: spec nearer the limit is measured exactly.
+#: A spec this much under the frame limit cannot make ``run_started`` too large, whatever the
+#: sidecar adds (run id, iteration limit, thousands of tool names): nearer, it is measured.
 _SPEC_SLACK = 512 * 1024
-#: Threads opening Sessions: the work is bounded by the schema limits, and two keep one large
-#: opening from queueing the next.
+#: Threads opening Sessions (work bounded by the schema limits; two: a large one queues none).
 _OPENING_WORKERS = 2
-#: A watcher's messages stay this small (unless one event is larger): what gRPC holds for a
-#: watcher whose client stopped reading is about two of them.
+#: A watcher's messages stay this small (unless one event is larger): gRPC holds about two.
 WATCH_BATCH_BYTES = 64 * 1024
 
 
@@ -113,6 +111,7 @@ class ToolRuntimeService:
         except asyncio.CancelledError:
             self.abandoned(run, context, "the client cancelled its RunToolLoop call")
             raise
+        await end_if_lost(run, context)
         result = result_message(run.log.frames[-1])
         if run.state is RunState.FAILED and run.failure is not None and result is not None:
             # The partial result rides along in a binary trailer for clients that want it,
@@ -219,6 +218,7 @@ class ToolRuntimeService:
             run.log.unsubscribe(stream)
             if not finished:
                 self.abandoned(run, context, "the client cancelled its StreamToolLoop call")
+        await end_if_lost(run, context)
 
     async def WatchRun(self, request: service_pb2.WatchRunRequest, context: Context) -> None:
         if not self.config.allow_unacknowledged_watch:
@@ -238,7 +238,7 @@ class ToolRuntimeService:
                 await context.write(batch(items))
         finally:
             self.manager.watchers.unfollow(run, cursor)
-        await self.end_if_dropped(cursor, context)
+        await self.end_if_dropped(run, cursor, context)
 
     async def FollowRun(self, request_iterator: Any, context: Context) -> None:
         await follow.serve(self, context)
@@ -364,8 +364,9 @@ class ToolRuntimeService:
             f"{self.config.watcher_stall_s:g} s)"
         )
 
-    async def end_if_dropped(self, cursor: LogCursor, context: Context) -> None:
-        """End a watcher's call with ``RESOURCE_EXHAUSTED`` if its run dropped it."""
+    async def end_if_dropped(self, run: Run, cursor: LogCursor, context: Context) -> None:
+        """End a watcher's call: ``RESOURCE_EXHAUSTED`` if its run dropped it."""
+        await end_if_lost(run, context)
         if (why := self.dropped_reason(cursor)) is not None:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -18,7 +18,13 @@ from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.runs import FrameQueue, Run
 from cleveragents.sidecar.transport.caller import current_caller
-from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context, abort, read_start
+from cleveragents.sidecar.transport.calls import (
+    DEADLINE_SLACK_S,
+    Context,
+    abort,
+    end_if_lost,
+    read_start,
+)
 from cleveragents.sidecar.transport.opening import read_opening
 from cleveragents.sidecar.transport.reattach import reattach, session_gone
 from cleveragents.toolruntime.v1 import session_pb2
@@ -116,6 +122,7 @@ async def _pump(
             session_gone(service, run, host, context, hosts)
     if host.violation is not None:
         await abort(context, host.violation)
+    await end_if_lost(run, context)
 
 
 async def _went_away(context: Context) -> bool:

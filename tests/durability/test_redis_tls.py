@@ -1,0 +1,93 @@
+"""The Redis run store over TLS (``rediss://``): Debian's redis-server serving TLS only, with
+a certificate from a CA the test makes, and the sidecar told that CA (``event_store_ca_file``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cleveragents.client import AsyncSidecarClient
+from cleveragents.sidecar import Sidecar, SidecarConfig
+from cleveragents.sidecar.errors import ConfigError
+from tests.redis_server import RedisServer
+
+#: EC keys: made in milliseconds (the access tests' RSA keys take seconds on a busy machine).
+_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+
+
+def _openssl(directory: Path, *args: str) -> None:
+    subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA, a server certificate it issued for 127.0.0.1, and an unrelated CA (openssl)."""
+    directory = tmp_path_factory.mktemp("redis-pki")
+    for ca in ("ca", "rogue-ca"):
+        _openssl(directory, "req", "-x509", *_KEY, "-keyout", f"{ca}.key", "-out", f"{ca}.crt",
+                 "-days", "2", "-subj", f"/CN={ca}")  # fmt: skip
+    _openssl(directory, "req", "-new", *_KEY, "-keyout", "server.key", "-out", "server.csr",
+             "-subj", "/CN=server")  # fmt: skip
+    (directory / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    _openssl(directory, "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey",
+             "ca.key", "-CAcreateserial", "-out", "server.crt", "-days", "2",
+             "-extfile", "server.ext")  # fmt: skip
+    return directory
+
+
+@pytest.fixture
+def tls_redis(tmp_path: Path, certificates: Path) -> Iterator[RedisServer]:
+    tls = (certificates / "server.crt", certificates / "server.key", certificates / "ca.crt")
+    server = RedisServer(tmp_path / "redis-tls", tls=tls).start()
+    yield server
+    server.stop()
+
+
+def _config(url: str, ca_file: Path | str) -> SidecarConfig:
+    return SidecarConfig(
+        listen="127.0.0.1:0",
+        event_store=url,
+        event_store_ca_file=str(ca_file),
+        sandbox_roots=(os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],),
+    )
+
+
+async def test_a_sidecar_keeps_its_runs_on_a_tls_redis_it_was_given_the_ca_of(
+    tls_redis: RedisServer, certificates: Path
+) -> None:
+    assert tls_redis.url.startswith("rediss://")
+    sidecar = Sidecar(_config(tls_redis.url, certificates / "ca.crt"))
+    await sidecar.start()
+    try:
+        async with AsyncSidecarClient(sidecar.address) as client:
+            result = await client.run_tool_loop("go", script=[{"content": "hi"}], run_id="tls")
+            listed = [summary.run_id for summary in await client.list_runs()]
+    finally:
+        await sidecar.stop(1.0)
+    assert result.content == "hi"
+    assert listed == ["tls"]
+
+
+async def test_a_tls_redis_whose_certificate_the_ca_did_not_issue_fails_the_start_clearly(
+    tls_redis: RedisServer, certificates: Path
+) -> None:
+    sidecar = Sidecar(_config(tls_redis.url, certificates / "rogue-ca.crt"))
+    with pytest.raises(ConfigError) as refused:
+        await sidecar.start()
+    message = str(refused.value)
+    assert "cannot be used as a run store" in message
+    assert "certificate verify failed" in message
+    assert "event_store_ca_file" in message
+
+
+def test_a_ca_file_is_refused_for_a_store_without_tls_or_when_it_cannot_be_read(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ConfigError, match="event_store_ca_file is for a rediss://"):
+        _config("redis://127.0.0.1:6379/0", tmp_path / "ca.crt")
+    with pytest.raises(ConfigError, match=r"event_store_ca_file .* cannot be read"):
+        Sidecar(_config("rediss://127.0.0.1:6379/0", tmp_path / "missing.crt"))
