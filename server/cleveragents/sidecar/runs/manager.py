@@ -8,9 +8,7 @@ naming the store's error) and new runs are refused, until the store writes again
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -28,6 +26,7 @@ from cleveragents.sidecar.runs.quotas import RunQuotas
 from cleveragents.sidecar.runs.readers import FrameSink
 from cleveragents.sidecar.runs.recovery import crashed, partial_result, restore, settle
 from cleveragents.sidecar.runs.resume import ResumeInfo, Resumer, resumption_of
+from cleveragents.sidecar.runs.retained import RetainedRuns
 from cleveragents.sidecar.runs.run import Run, RunObserver
 from cleveragents.sidecar.runs.shared import SharedRuns
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
@@ -68,10 +67,6 @@ class RunManager:
         self.stats = LogStats()
         self.max_concurrent_runs = max_concurrent_runs
         self.max_finished_runs = max_finished_runs
-        self.finished_run_ttl_s = finished_run_ttl_s
-        self.max_finished_run_bytes = max_finished_run_bytes
-        #: The size of the retained runs' logs together (their frames: all a finished run keeps).
-        self.finished_bytes = 0
         self.watcher_queue_size = watcher_queue_size
         #: The largest frame a run may log, so that one message carries it (0: no limit).
         self.frame_limit = frame_limit
@@ -84,7 +79,13 @@ class RunManager:
         self._live: dict[str, Run] = {}
         #: The watchers' cursors (``follow``, ``unfollow``, ``drop_stalled``).
         self.watchers = Watchers(self.stats, watcher_queue_size)
-        self._finished: collections.OrderedDict[str, Run] = collections.OrderedDict()
+        #: Finished runs kept for GetRun and WatchRun.
+        self._finished = RetainedRuns(
+            self.store,
+            max_runs=max_finished_runs,
+            ttl_s=finished_run_ttl_s,
+            max_bytes=max_finished_run_bytes,
+        )
         self.quotas = RunQuotas()
         #: The governance policy a stored run names (``None``: gone): a run taken back counts
         #: against its owner's quotas under it.
@@ -130,8 +131,8 @@ class RunManager:
                 self.store.quarantine(stored.run_id)
         restored.sort(key=lambda run: run.finished_at or 0.0)
         for run in restored:
-            self._keep(run)
-        self._expire()
+            self._finished.keep(run)
+        self._finished.expire()
         return len(restored)
 
     def _resume(self, run: Run, resumer: Resumer) -> bool:
@@ -187,7 +188,7 @@ class RunManager:
     async def settle(self, timeout_s: float = _SETTLE_TIMEOUT_S) -> None:
         """Wait (at most ``timeout_s``) until the store holds the ``run_failed`` that ``open``
         gave each crashed run (see ``recovery.settle``)."""
-        await settle(list(self._finished.values()), timeout_s)
+        await settle(self._finished.runs(), timeout_s)
 
     async def close(self) -> None:
         """Stop following other sidecars' runs; let the store write what it holds, close it."""
@@ -206,12 +207,12 @@ class RunManager:
 
     def retained_runs(self) -> list[Run]:
         """Finished runs still kept, oldest first."""
-        self._expire()
-        return list(self._finished.values())
+        self._finished.expire()
+        return self._finished.runs()
 
     def get(self, run_id: str) -> Run | None:
         """A live or retained run."""
-        self._expire()
+        self._finished.expire()
         return self._live.get(run_id) or self._finished.get(run_id)
 
     def require(self, run_id: str, allowed: Callable[[Run], bool] | None = None) -> Run:
@@ -263,8 +264,7 @@ class RunManager:
         except SidecarError:
             self.stats.refused_runs += 1
             raise
-        if (previous := self._finished.pop(run_id, None)) is not None:
-            self.finished_bytes -= _size(previous)
+        if self._finished.pop(run_id) is not None:
             self.store.forget(run_id)
         request = dataclasses.replace(assembled.request, run_id=run_id)
         run = Run(
@@ -338,9 +338,8 @@ class RunManager:
         run = self._live.get(run_id) or self._finished.get(run_id)
         if run is None or not run.lose(message):
             return
-        if self._finished.pop(run_id, None) is not None:  # its loop ended; its end not stored
-            self.finished_bytes -= _size(run)
-        elif run.task is None:  # parked: no loop to end
+        # Retained (its loop ended, its end not stored): forgotten; parked: no loop to end.
+        if self._finished.pop(run_id) is None and run.task is None:
             self.parked.unpark(run_id)
             self._retire(run)
 
@@ -374,32 +373,5 @@ class RunManager:
         self._live.pop(run.run_id, None)
         self.quotas.release(run)
         if self.max_finished_runs > 0 and run.lost is None:  # a lost run is another's now
-            self._keep(run)
-        self._expire()
-
-    def _keep(self, run: Run) -> None:
-        self._finished[run.run_id] = run
-        self.finished_bytes += _size(run)
-
-    def _expire(self) -> None:
-        """Forget the oldest finished runs beyond the count, the byte budget, or the age."""
-        horizon = time.time() - self.finished_run_ttl_s
-        while self._finished:
-            oldest = next(iter(self._finished.values()))
-            if (
-                len(self._finished) <= self.max_finished_runs
-                and self.finished_bytes <= self.max_finished_run_bytes
-                and (oldest.finished_at is None or oldest.finished_at > horizon)
-            ):
-                break
-            self._finished.popitem(last=False)
-            self.finished_bytes -= _size(oldest)
-            self._forget(oldest)
-
-    def _forget(self, run: Run) -> None:
-        self.store.forget(run.run_id)
-
-
-def _size(run: Run) -> int:
-    """What a finished run's log holds, in bytes (its frames no longer change)."""
-    return sum(map(len, run.log.frames))
+            self._finished.keep(run)
+        self._finished.expire()
