@@ -24,7 +24,13 @@ from cleveragents.sidecar.runs.resume import ResumeInfo, resumption_of
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context
 from cleveragents.sidecar.transport.opening import read_opening
-from cleveragents.tool import LLMResponded, Resumption, ToolCallCompleted, ToolCallStarted
+from cleveragents.tool import (
+    IterationStarted,
+    LLMResponded,
+    Resumption,
+    ToolCallCompleted,
+    ToolCallStarted,
+)
 from cleveragents.toolruntime.v1 import session_pb2
 
 if TYPE_CHECKING:
@@ -131,8 +137,11 @@ async def _rebuilt(
     resumption = resumption_of(run.log.frames)
     assembled = service.reassemble(run, info, resumption, (opening, host))
     service.manager.parked.unpark(run.run_id)
-    for call_id in _in_flight(resumption):  # answered late by the client: not a violation
+    tools, llm = _in_flight(resumption)
+    for call_id in tools:  # answered late by the client: not a violation
         host.forget("tool", call_id)
+    if llm is not None:  # asked again under its id: one more answer to it is ignored
+        host.forget("llm", llm)
     host.attach(run.log)
     for item in run.log.frames[start.after_sequence :]:
         host.outbox.push(item)
@@ -141,16 +150,20 @@ async def _rebuilt(
     return host
 
 
-def _in_flight(resumption: Resumption) -> list[str]:
-    """The ids of the calls of the run's last response that started and never ended: their
-    client may still answer them (a rerun is asked again; another's answer comes too late)."""
+def _in_flight(resumption: Resumption) -> tuple[list[str], str | None]:
+    """The ids of the calls of the run's last response that started and never ended, and the
+    request id of an LLM call started and never answered: their client may still answer them
+    (a rerun is asked again under the same id; another's answer comes too late)."""
     started: list[str] = []
     ended: set[str] = set()
+    llm: str | None = None
     for event in resumption.events:
-        if isinstance(event, LLMResponded):
-            started, ended = [], set()
+        if isinstance(event, IterationStarted):
+            llm = f"llm_{event.iteration}"  # the request id ClientLLMCaller gives it
+        elif isinstance(event, LLMResponded):
+            started, ended, llm = [], set(), None
         elif isinstance(event, ToolCallStarted):
             started.append(event.call_id)
         elif isinstance(event, ToolCallCompleted):
             ended.add(event.record.call_id)
-    return [call_id for call_id in started if call_id not in ended]
+    return [call_id for call_id in started if call_id not in ended], llm
