@@ -42,7 +42,7 @@ from cleveragents.sidecar.runs.redis_keys import (
     meta_key,
     runs_of_key,
 )
-from cleveragents.sidecar.runs.shared import Control, SharedRun
+from cleveragents.sidecar.runs.shared import Control, SharedHead, SharedRun
 from cleveragents.sidecar.runs.store import StoredRun
 from cleveragents.tool import RunCancelled, RunCompleted, RunFailed
 from cleveragents.wire import decode_frame
@@ -162,6 +162,16 @@ class RedisFleet:
                 stored = StoredRun(run_id, frames, name, resume.decode() if resume else "")
                 found.append(SharedRun(stored, sidecar.decode() if sidecar else ""))
         return found
+
+    async def read_head(self, run_id: str) -> SharedHead | None:
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.exists(log_key(run_id))
+            pipe.hmget(meta_key(run_id), ["owner", "sidecar", "resume"])
+            exists, (owner, sidecar, resume) = await pipe.execute()
+        if not exists:
+            return None
+        name = owner.decode() if owner else DEFAULT_IDENTITY.name
+        return SharedHead(name, (sidecar or b"").decode(), (resume or b"").decode())
 
     async def recent_run_ids(self, limit: int) -> list[str]:
         members = await self.client.zrevrange(INDEX_KEY, 0, max(0, limit - 1))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -27,7 +27,7 @@ from cleveragents.sidecar.status import status_from_code
 from cleveragents.tool import LLMResponded, RunCancelled, RunCompleted, RunFailed, ToolCallCompleted
 from cleveragents.wire import RunState, check_frame, decode_frame, request_of_started
 
-__all__ = ["Control", "SharedLog", "SharedRun", "SharedRuns", "mirror"]
+__all__ = ["Control", "SharedHead", "SharedLog", "SharedRun", "SharedRuns", "mirror"]
 
 log = structlog.get_logger("cleveragents.sidecar.shared")
 
@@ -46,6 +46,16 @@ class SharedRun:
 
     stored: StoredRun
     sidecar: str
+
+
+@dataclass(frozen=True, slots=True)
+class SharedHead:
+    """What the shared store's hash of a run says without its log: the identity that owns
+    it, the sidecar that runs (or ran) it and its ``resume_info``."""
+
+    owner: str
+    sidecar: str
+    resume_info: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +83,11 @@ class SharedLog(Protocol):
         """The stored runs of ``run_ids`` there are (unknown ones left out)."""
         ...
 
+    async def read_head(self, run_id: str) -> SharedHead | None:
+        """The hash of ``run_id`` (``None``: no such run), read without its log: an owner
+        check costs one small read, however long the log."""
+        ...
+
     async def recent_run_ids(self, limit: int) -> list[str]:
         """The ``limit`` runs started last, newest first."""
         ...
@@ -91,7 +106,7 @@ def mirror(stored: StoredRun, stats: LogStats, frame_limit: int = 0) -> Run:
     for sequence, item in enumerate(stored.frames, 1):
         check_frame(item, stored.run_id, sequence)
     first = decode_frame(stored.frames[0])
-    run_log = RunLog(stored.run_id, MemoryEventStore(), stats, stored.owner)
+    run_log = RunLog(stored.run_id, MemoryEventStore(), stats, stored.owner, stored.resume_info)
     run = Run(
         request_of_started(stored.frames[0]),
         run_log,
@@ -138,11 +153,25 @@ class SharedRuns:
         self._keep_until: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def get(self, run_id: str) -> tuple[Run, str] | None:
-        """The mirror of ``run_id`` and the sidecar running it, or ``None`` if not stored."""
-        self._keep_until[run_id] = time.monotonic() + KEEP_S
+    async def head(self, run_id: str) -> SharedHead | None:
+        """The hash of ``run_id`` (owner, sidecar, resume info), or ``None`` if not stored."""
+        return await _read(self.shared.read_head(run_id))
+
+    async def get(
+        self, run_id: str, may: Callable[[str], bool] = lambda owner: True
+    ) -> tuple[Run, str] | None:
+        """The mirror of ``run_id`` and the sidecar running it, or ``None`` if not stored or
+        its owner is not one the caller ``may`` see: that is checked on the run's hash first,
+        so a refused caller makes the sidecar read no log and follow nothing."""
         if (followed := self._followed.get(run_id)) is not None:
+            if not may(followed[0].owner):
+                return None
+            self._keep_until[run_id] = time.monotonic() + KEEP_S
             return followed
+        head = await self.head(run_id)
+        if head is None or not may(head.owner):
+            return None
+        self._keep_until[run_id] = time.monotonic() + KEEP_S
         found = await _read(self.shared.read_runs([run_id]))
         if not found:
             self._keep_until.pop(run_id, None)
@@ -165,16 +194,20 @@ class SharedRuns:
         or it still runs. While the store cannot be read, the run starts, and the store's
         failure rules apply to it."""
         try:
-            found = await self.get(run_id)
+            head = await self.head(run_id)  # another's run: its log is not read
         except SidecarError:
             return
-        if found is None:
-            return
-        if found[0].owner != owner:
+        if head is not None and head.owner != owner:
             raise SidecarError(
                 grpc.StatusCode.ALREADY_EXISTS,
                 f"run_id {run_id!r} is taken by another client's run; choose another run_id",
             )
+        try:
+            found = None if head is None else await self.get(run_id)
+        except SidecarError:
+            return
+        if found is None:
+            return
         if not found[0].finished:
             raise SidecarError(
                 grpc.StatusCode.ALREADY_EXISTS,

@@ -24,7 +24,13 @@ from cleveragents.sidecar.runs.resume import ResumeInfo, resumption_of
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context
 from cleveragents.sidecar.transport.opening import read_opening
-from cleveragents.tool import LLMResponded, Resumption, ToolCallCompleted, ToolCallStarted
+from cleveragents.tool import (
+    IterationStarted,
+    LLMResponded,
+    Resumption,
+    ToolCallCompleted,
+    ToolCallStarted,
+)
 from cleveragents.toolruntime.v1 import session_pb2
 
 if TYPE_CHECKING:
@@ -72,13 +78,10 @@ async def reattach(
         return run, None
     parked = service.manager.parked.get(run.run_id)
     if parked is None:
-        info = ResumeInfo.from_json(run.log.resume_info)
-        what = "a Session run" if info is not None and info.hosted == "session" else "it"
+        _refuse_server_hosted(run)
         raise SidecarError.out_of_order(
-            f"run {run.run_id!r} is not waiting for a client: {what} is attached to another "
-            "stream (a run has one client at a time; watch it with FollowRun meanwhile)"
-            if what != "it"
-            else f"run {run.run_id!r} is not a Session run: watch it with FollowRun or WatchRun"
+            f"run {run.run_id!r} is not waiting for a client: a Session run is attached to "
+            "another stream (a run has one client at a time; watch it with FollowRun meanwhile)"
         )
     if isinstance(parked.host, ClientHost):  # its stream dropped; the run went on
         host = parked.host
@@ -100,22 +103,34 @@ async def _elsewhere(service: ToolRuntimeService, run_id: str, owner: str) -> Ru
     """With a shared store, the run ``run_id`` of ``owner`` that another sidecar ran and
     ended (its log is sent as for a local one); ``UNAVAILABLE`` while another sidecar runs it:
     the client retries, and once that sidecar's lease expires the run is adopted and waits for
-    it. ``None``: the run is this sidecar's, or unknown (``require`` says so)."""
+    it (``FAILED_PRECONDITION`` for a server-hosted run, which no client takes over). ``None``:
+    the run is this sidecar's, unknown or another identity's (``require`` says so)."""
     shared = service.manager.shared
     if shared is None or service.manager.get(run_id) is not None:
         return None
-    found = await shared.get(run_id)
-    if found is None or found[0].owner != owner:
+    found = await shared.get(run_id, lambda o: o == owner)  # another's log is not read
+    if found is None:
         return None
     run, sidecar = found
     if run.finished:
         return run
+    _refuse_server_hosted(run)  # retrying would not help: it never waits for a client
     raise SidecarError(
         grpc.StatusCode.UNAVAILABLE,
         f"run {run_id!r} runs on sidecar {sidecar!r}, not this one: re-attach there, or retry "
         "here (once that sidecar's store lease, event_store_lease_s, expires, a sidecar of "
         "the fleet adopts the run, and it waits session_reattach_s for its client)",
     )
+
+
+def _refuse_server_hosted(run: Run) -> None:
+    """``FAILED_PRECONDITION`` if ``run`` (live, here or on another sidecar) is not a Session
+    run: no client can take it over, it is only watched."""
+    info = ResumeInfo.from_json(run.log.resume_info)
+    if info is None or info.hosted != "session":
+        raise SidecarError.out_of_order(
+            f"run {run.run_id!r} is not a Session run: watch it with FollowRun or WatchRun"
+        )
 
 
 async def _rebuilt(
@@ -131,8 +146,11 @@ async def _rebuilt(
     resumption = resumption_of(run.log.frames)
     assembled = service.reassemble(run, info, resumption, (opening, host))
     service.manager.parked.unpark(run.run_id)
-    for call_id in _in_flight(resumption):  # answered late by the client: not a violation
+    tools, llm = _in_flight(resumption)
+    for call_id in tools:  # answered late by the client: not a violation
         host.forget("tool", call_id)
+    if llm is not None:  # asked again under its id: one more answer to it is ignored
+        host.forget("llm", llm)
     host.attach(run.log)
     for item in run.log.frames[start.after_sequence :]:
         host.outbox.push(item)
@@ -141,16 +159,20 @@ async def _rebuilt(
     return host
 
 
-def _in_flight(resumption: Resumption) -> list[str]:
-    """The ids of the calls of the run's last response that started and never ended: their
-    client may still answer them (a rerun is asked again; another's answer comes too late)."""
+def _in_flight(resumption: Resumption) -> tuple[list[str], str | None]:
+    """The ids of the calls of the run's last response that started and never ended, and the
+    request id of an LLM call started and never answered: their client may still answer them
+    (a rerun is asked again under the same id; another's answer comes too late)."""
     started: list[str] = []
     ended: set[str] = set()
+    llm: str | None = None
     for event in resumption.events:
-        if isinstance(event, LLMResponded):
-            started, ended = [], set()
+        if isinstance(event, IterationStarted):
+            llm = f"llm_{event.iteration}"  # the request id ClientLLMCaller gives it
+        elif isinstance(event, LLMResponded):
+            started, ended, llm = [], set(), None
         elif isinstance(event, ToolCallStarted):
             started.append(event.call_id)
         elif isinstance(event, ToolCallCompleted):
             ended.add(event.record.call_id)
-    return [call_id for call_id in started if call_id not in ended]
+    return [call_id for call_id in started if call_id not in ended], llm

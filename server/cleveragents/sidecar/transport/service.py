@@ -391,10 +391,11 @@ class ToolRuntimeService:
             return self.require(run_id, access), ""
         except SidecarError as exc:
             missing = exc
-        try:
-            found = await self.manager.shared.get(run_id) if self.manager.shared else None
+        caller, shared = current_caller(), self.manager.shared  # another's log is never read:
+        try:  # the owner is checked on the run's hash first
+            found = await shared.get(run_id, lambda o: caller.may(access, o)) if shared else None
         except SidecarError as exc:
             await abort(context, exc)
-        if found is None or not current_caller().may(access, found[0].owner):
+        if found is None:
             await abort(context, missing)
         return found
