@@ -24,6 +24,7 @@ import grpc
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.runs import LogCursor, Run
 from cleveragents.sidecar.transport.calls import Context, abort, end_if_lost, read_start
+from cleveragents.sidecar.transport.dropped import dropped_reason
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import follow_message
 
@@ -201,7 +202,8 @@ class _Follower:
             # Counted first: the client may ack it before this write returns.
             flow.wrote(cursor.cursor, len(message), asked=ask)
             await self.context.write(message)
-        return self.service.dropped_reason(cursor)
+        manager, config = self.service.manager, self.service.config
+        return dropped_reason(cursor, manager.watcher_queue_size, config.watcher_stall_s)
 
     async def take_owed_ack(self) -> None:
         """Before the call ends: the ack asked for, if it comes in time."""

@@ -16,8 +16,6 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-import grpc
-
 from cleveragents.sidecar.assembly import AssembledRun, RunAssembler
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
@@ -37,6 +35,7 @@ from cleveragents.sidecar.transport.calls import (
     end_if_lost,
     request_of,
 )
+from cleveragents.sidecar.transport.dropped import end_if_dropped
 from cleveragents.tool import Resumption, ToolRegistry, ToolSpec
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import (
@@ -238,7 +237,9 @@ class ToolRuntimeService:
                 await context.write(batch(items))
         finally:
             self.manager.watchers.unfollow(run, cursor)
-        await self.end_if_dropped(run, cursor, context)
+        await end_if_dropped(
+            run, cursor, context, self.manager.watcher_queue_size, self.config.watcher_stall_s
+        )
 
     async def FollowRun(self, request_iterator: Any, context: Context) -> None:
         await follow.serve(self, context)
@@ -352,26 +353,6 @@ class ToolRuntimeService:
             run.approvals is None or run.approvals.refusal(caller.name) is None
         )
         return run, self.manager.watchers.follow(run, after, decides=decides)
-
-    def dropped_reason(self, cursor: LogCursor) -> str | None:
-        """Why the run dropped the watcher of ``cursor``; ``None`` if it did not."""
-        if not cursor.dropped or cursor.read_all:  # it was sent the whole log all the same
-            return None
-        if not cursor.stalled:
-            return f"this watcher fell more than {self.manager.watcher_queue_size} events behind"
-        return (
-            f"this watcher's client stopped reading (a write waited over "
-            f"{self.config.watcher_stall_s:g} s)"
-        )
-
-    async def end_if_dropped(self, run: Run, cursor: LogCursor, context: Context) -> None:
-        """End a watcher's call: ``RESOURCE_EXHAUSTED`` if its run dropped it."""
-        await end_if_lost(run, context)
-        if (why := self.dropped_reason(cursor)) is not None:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{why} and was dropped; reconnect with after_sequence={cursor.cursor}",
-            )
 
     def require(self, run_id: str, access: Access = Access.READ) -> Run:
         """The run ``run_id``, if the calling identity may ``access`` it (it owns it, or has a
