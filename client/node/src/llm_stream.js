@@ -90,8 +90,8 @@ export async function streamAnswer(stream, requestId, send, signal) {
       signal.throwIfAborted(); // no more is taken once nobody waits for the answer
       const next = Promise.resolve(iterator.next());
       next.then(
-        ({ done }) => {
-          if (done) open = false;
+        (step) => {
+          if (step?.done) open = false;
         },
         () => {
           open = false;
