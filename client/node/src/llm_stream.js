@@ -1,5 +1,6 @@
 // A client-hosted LLM that streams: an async generator (or any async iterable) whose pieces
 // go to the sidecar as `llm_delta` messages before its answer.
+import { untilAborted } from './abort.js';
 
 /**
  * @typedef {string | {text?: string, tool_call_index?: number | null, tool_call_id?: string,
@@ -15,7 +16,22 @@ export function streams(value) {
   return value !== null && typeof value === 'object' && typeof value[Symbol.asyncIterator] === 'function';
 }
 
-/** The wire fields of one yielded piece, or a TypeError saying what is wrong with it. */
+/** `piece[key]` when it is a string, '' when absent; a TypeError naming the piece otherwise. */
+function stringField(piece, key, index) {
+  const value = piece[key];
+  if (value === undefined || value === null) return '';
+  if (typeof value === 'string') return value;
+  const kind = Array.isArray(value) ? 'an array' : `${/^[aeiou]/.test(typeof value) ? 'an' : 'a'} ${typeof value}`;
+  const hint = key === 'arguments' ? ' (a fragment of the JSON text: JSON.stringify the object)' : '';
+  const verb = key === 'arguments' ? 'are' : 'is';
+  throw new TypeError(`the LLM stream's piece ${index} has ${key} that ${verb} ${kind}, not a string${hint}`);
+}
+
+/**
+ * The wire fields of one yielded piece, or a TypeError saying what is wrong with it: nothing
+ * a piece says may be lost (text beside a tool call's fragment) or mangled (an object's
+ * `arguments` turned into "[object Object]").
+ */
 function toDelta(piece, index) {
   if (typeof piece === 'string') return { text: piece };
   if (piece === null || typeof piece !== 'object' || Array.isArray(piece)) {
@@ -24,16 +40,23 @@ function toDelta(piece, index) {
   }
   const delta = {};
   const tool = piece.tool_call_index;
+  const said = stringField(piece, 'text', index);
   if (tool !== undefined && tool !== null) {
     if (!Number.isInteger(tool) || tool < 0) {
       throw new TypeError(`the LLM stream's piece ${index} has tool_call_index ${tool}, not an integer >= 0`);
     }
+    if (said) {
+      throw new TypeError(
+        `the LLM stream's piece ${index} has both text and a tool_call_index: yield the text ` +
+          `and the tool call's fragment as pieces of their own`,
+      );
+    }
     delta.tool_call_index = tool;
-    delta.tool_call_id = String(piece.tool_call_id ?? '');
-    delta.tool_name = String(piece.tool_name ?? '');
-    delta.arguments = String(piece.arguments ?? '');
+    delta.tool_call_id = stringField(piece, 'tool_call_id', index);
+    delta.tool_name = stringField(piece, 'tool_name', index);
+    delta.arguments = stringField(piece, 'arguments', index);
   } else {
-    delta.text = String(piece.text ?? '');
+    delta.text = said;
   }
   if (piece.usage) delta.usage = piece.usage;
   return delta;
@@ -45,39 +68,69 @@ function toDelta(piece, index) {
  * each written before the next is taken), and return the answer: what the generator returned
  * (a response or a string) or, when it returns nothing, the answer its pieces spell (the text
  * joined, each tool call's id, name and joined arguments JSON text, the last usage).
- * `ended()` says the session is over: the stream is then closed and no more is sent.
+ *
+ * The stream is closed (`return()`, so a generator's `finally` runs) whenever it is left
+ * before its end: a bad piece, a failed send, or `signal` aborting (the invocation's deadline,
+ * the session's end), which also stops the wait for a piece at once. A generator stalled in an
+ * `await` is closed when that await settles: given the request's signal, its fetch ends then.
+ *
+ * @param {AsyncIterable<any>} stream
+ * @param {string} requestId
+ * @param {(message: object) => Promise<void>} send
+ * @param {AbortSignal} signal
  */
-export async function streamAnswer(stream, requestId, send, ended) {
+export async function streamAnswer(stream, requestId, send, signal) {
   const iterator = stream[Symbol.asyncIterator]();
   const text = [];
   const calls = new Map();
   let usage = null;
-  for (let index = 0; ; index += 1) {
-    const { value, done } = await iterator.next();
-    if (done) {
-      if (value !== undefined && value !== null) return value;
-      const tool_calls = [...calls.keys()].sort((a, b) => a - b).map((key) => {
-        const call = calls.get(key);
-        return { id: call.id, name: call.name, arguments: call.arguments.join('') || '{}' };
-      });
-      return { content: text.join(''), tool_calls, usage };
-    }
-    if (ended()) {
-      await iterator.return?.();
-      throw new Error('the session ended while its LLM was streaming');
-    }
-    const delta = toDelta(value, index);
-    if (delta.tool_call_index === undefined) {
-      text.push(delta.text);
-    } else {
-      let call = calls.get(delta.tool_call_index);
-      if (!call) {
-        call = { id: delta.tool_call_id, name: delta.tool_name, arguments: [] };
-        calls.set(delta.tool_call_index, call);
+  let open = true; // false once the iterator has ended by itself (done, or thrown)
+  try {
+    for (let index = 0; ; index += 1) {
+      signal.throwIfAborted(); // no more is taken once nobody waits for the answer
+      const next = Promise.resolve(iterator.next());
+      next.then(
+        (step) => {
+          if (step?.done) open = false;
+        },
+        () => {
+          open = false;
+        },
+      );
+      const { value, done } = await untilAborted(next, signal);
+      if (done) {
+        if (value !== undefined && value !== null) return value;
+        const tool_calls = [...calls.keys()].sort((a, b) => a - b).map((key) => {
+          const call = calls.get(key);
+          return { id: call.id, name: call.name, arguments: call.arguments.join('') || '{}' };
+        });
+        return { content: text.join(''), tool_calls, usage };
       }
-      call.arguments.push(delta.arguments);
+      const delta = toDelta(value, index);
+      if (delta.tool_call_index === undefined) {
+        text.push(delta.text);
+      } else {
+        let call = calls.get(delta.tool_call_index);
+        if (!call) {
+          call = { id: delta.tool_call_id, name: delta.tool_name, arguments: [] };
+          calls.set(delta.tool_call_index, call);
+        }
+        call.arguments.push(delta.arguments);
+      }
+      if (delta.usage) usage = delta.usage;
+      await send({ llm_delta: { request_id: requestId, index, ...delta } });
     }
-    if (delta.usage) usage = delta.usage;
-    await send({ llm_delta: { request_id: requestId, index, ...delta } });
+  } finally {
+    if (open) await close(iterator, signal);
   }
+}
+
+/**
+ * Close `iterator` early; its own error there is dropped (the reason it is left is the one
+ * that counts). Waited for only until `signal` aborts: a generator still inside an `await`
+ * takes the close once that settles, and the session does not wait on it meanwhile.
+ */
+async function close(iterator, signal) {
+  const closing = Promise.resolve().then(() => iterator.return?.());
+  await untilAborted(closing, signal).catch(() => {});
 }

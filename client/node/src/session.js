@@ -2,6 +2,7 @@
 // bidirectional stream.
 import { once } from 'node:events';
 
+import { abortAt, untilAborted } from './abort.js';
 import { fromTimestamp, normaliseOutput, TERMINAL, wireEvents } from './codec.js';
 import { RunFailedError, SidecarError, ToolError, describeError, toSidecarError } from './errors.js';
 import { RecordsSeen } from './history.js';
@@ -14,6 +15,11 @@ import { streamAnswer, streams } from './llm_stream.js';
  * @property {Array<{role: string, content: string, tool_calls: import('./codec.js').ToolCall[],
  *   tool_call_id: string, is_error: boolean}>} messages  the whole conversation, oldest first
  * @property {import('./codec.js').ToolSpec[]} tools
+ * @property {Date | null} deadline  when the sidecar stops waiting for the answer
+ *   (`client_llm_timeout_s` after it asked)
+ * @property {AbortSignal} signal  aborts at `deadline` or when the session ends: pass it on
+ *   (to `fetch`, say) so that the work stops then. An answer still pending then is abandoned:
+ *   not sent, and a streaming generator is closed (its `finally` runs).
  */
 
 /**
@@ -239,8 +245,9 @@ export class SessionRun {
   }
 
   /**
-   * Do the work for id `key` and send its answer; an answer given already is sent again, and
-   * work under way is not started twice (a re-attached stream is sent what is still owed).
+   * Do the work for id `key` and send its answer (none when the work gives null); an answer
+   * given already is sent again, and work under way is not started twice (a re-attached
+   * stream is sent what is still owed).
    */
   async #answer(key, work) {
     if (this.#working.has(key)) return;
@@ -252,6 +259,7 @@ export class SessionRun {
       } finally {
         this.#working.delete(key);
       }
+      if (answer === null) return; // abandoned: the sidecar no longer waits for it
       this.#answers.set(key, answer);
       if (this.#answers.size > 1024) this.#answers.delete(this.#answers.keys().next().value);
     }
@@ -267,12 +275,8 @@ export class SessionRun {
     const deadline = fromTimestamp(invocation.deadline);
     const controller = new AbortController();
     this.#inflight.add(controller);
-    let timer;
-    if (deadline) {
-      const reason = new ToolError(`the sidecar's deadline for call ${call_id} has passed`);
-      timer = setTimeout(() => controller.abort(reason), Math.max(0, deadline.getTime() - Date.now()));
-      timer.unref();
-    }
+    const reason = new ToolError(`the sidecar's deadline for call ${call_id} has passed`);
+    const timer = abortAt(controller, deadline, reason);
     let answer;
     try {
       const tool = this.#tools.get(tool_name);
@@ -323,14 +327,26 @@ export class SessionRun {
     return this.#answer(`llm:${invocation.request_id}`, () => this.#askLlm(invocation));
   }
 
+  /**
+   * Ask the LLM function and return its answer to send, or null when it was abandoned: it was
+   * still answering at the invocation's deadline or the session's end (its signal aborted).
+   */
   async #askLlm(invocation) {
     const codec = this.#codec;
+    const deadline = fromTimestamp(invocation.deadline);
+    const controller = new AbortController();
+    const { signal } = controller;
     const request = {
       request_id: invocation.request_id,
       iteration: invocation.iteration,
       messages: [],
       tools: invocation.tools.map((t) => codec.decodeToolSpec(t)),
+      deadline,
+      signal,
     };
+    const why = new Error(`the sidecar's deadline for LLM request ${request.request_id} has passed`);
+    this.#inflight.add(controller);
+    const timer = abortAt(controller, deadline, why);
     let answer;
     try {
       // Before any await: invocations extend the conversation in the order they arrive.
@@ -346,10 +362,10 @@ export class SessionRun {
       }
       for (const m of invocation.messages) this.#conversation.push(codec.decodeMessage(m));
       request.messages = [...this.#conversation];
-      let response = await this.#llm(request);
+      let response = await untilAborted(Promise.resolve(this.#llm(request)), signal);
       if (streams(response)) {
         const send = (message) => this.#send(message);
-        response = await streamAnswer(response, request.request_id, send, () => this.#finished);
+        response = await streamAnswer(response, request.request_id, send, signal);
       }
       if (typeof response === 'string') response = { content: response };
       if (!response || typeof response !== 'object') {
@@ -365,8 +381,11 @@ export class SessionRun {
       };
     } catch (err) {
       answer = { request_id: request.request_id, error: describeError(err) };
+    } finally {
+      clearTimeout(timer);
+      this.#inflight.delete(controller);
     }
-    return { llm_result: answer };
+    return signal.aborted ? null : { llm_result: answer };
   }
 
   /** Write messages one after another, waiting for 'drain' when the stream's buffer is full. */

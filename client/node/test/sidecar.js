@@ -241,3 +241,25 @@ export function runId(prefix = 'js') {
   counter += 1;
   return `${prefix}-${process.pid}-${counter}-${Date.now().toString(36)}`;
 }
+
+/** `promise`, or a rejection saying `what` did not happen within `ms` (a bound, not a sync). */
+export async function within(promise, ms, what) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not happen within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** A promise and the function that resolves it. */
+export function signalled() {
+  let resolve;
+  const promise = new Promise((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}

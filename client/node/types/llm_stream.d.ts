@@ -14,9 +14,18 @@ export function streams(value: any): boolean;
  * each written before the next is taken), and return the answer: what the generator returned
  * (a response or a string) or, when it returns nothing, the answer its pieces spell (the text
  * joined, each tool call's id, name and joined arguments JSON text, the last usage).
- * `ended()` says the session is over: the stream is then closed and no more is sent.
+ *
+ * The stream is closed (`return()`, so a generator's `finally` runs) whenever it is left
+ * before its end: a bad piece, a failed send, or `signal` aborting (the invocation's deadline,
+ * the session's end), which also stops the wait for a piece at once. A generator stalled in an
+ * `await` is closed when that await settles: given the request's signal, its fetch ends then.
+ *
+ * @param {AsyncIterable<any>} stream
+ * @param {string} requestId
+ * @param {(message: object) => Promise<void>} send
+ * @param {AbortSignal} signal
  */
-export function streamAnswer(stream: any, requestId: any, send: any, ended: any): Promise<any>;
+export function streamAnswer(stream: AsyncIterable<any>, requestId: string, send: (message: object) => Promise<void>, signal: AbortSignal): Promise<any>;
 /**
  * one piece a
  *   streaming LLM function yields: a string (text), or an object shaped like an `llm_delta`

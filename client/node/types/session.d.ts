@@ -5,6 +5,11 @@
  * @property {Array<{role: string, content: string, tool_calls: import('./codec.js').ToolCall[],
  *   tool_call_id: string, is_error: boolean}>} messages  the whole conversation, oldest first
  * @property {import('./codec.js').ToolSpec[]} tools
+ * @property {Date | null} deadline  when the sidecar stops waiting for the answer
+ *   (`client_llm_timeout_s` after it asked)
+ * @property {AbortSignal} signal  aborts at `deadline` or when the session ends: pass it on
+ *   (to `fetch`, say) so that the work stops then. An answer still pending then is abandoned:
+ *   not sent, and a streaming generator is closed (its `finally` runs).
  */
 /**
  * @typedef {object} LlmResponse  what a client-hosted LLM function returns (or a string: the
@@ -90,6 +95,17 @@ export type LlmRequest = {
         is_error: boolean;
     }>;
     tools: import("./codec.js").ToolSpec[];
+    /**
+     * when the sidecar stops waiting for the answer
+     * (`client_llm_timeout_s` after it asked)
+     */
+    deadline: Date | null;
+    /**
+     * aborts at `deadline` or when the session ends: pass it on
+     * (to `fetch`, say) so that the work stops then. An answer still pending then is abandoned:
+     * not sent, and a streaming generator is closed (its `finally` runs).
+     */
+    signal: AbortSignal;
 };
 /**
  * what a client-hosted LLM function returns (or a string: the
