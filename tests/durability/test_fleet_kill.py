@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, StreamedEvent
+from cleveragents.sidecar.runs.resume import ADOPTION_REASON
 from cleveragents.tool import (
     RunCancelled,
     RunCompleted,
@@ -197,6 +198,7 @@ async def test_fifty_live_runs_of_a_killed_sidecar_are_adopted_and_each_ends_exa
         assert isinstance(log[-1].event, RunCompleted), run_id
         assert log[-1].event.result.content == f"{_tag(run_id)} done"
         [resumed] = [e.event for e in log if isinstance(e.event, RunResumed)]
+        assert resumed.reason == ADOPTION_REASON, run_id
         [record] = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
         if "idem" in run_id:  # ran again on beta, with its result
             assert (resumed.rerun_call_ids, resumed.interrupted_call_ids) == (("w1",), ())

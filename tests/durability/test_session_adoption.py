@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 
 from cleveragents.client import AsyncSidecarClient, StreamedEvent
+from cleveragents.sidecar.runs.resume import ADOPTION_REASON
 from cleveragents.tool import (
     RunCompleted,
     RunFailed,
@@ -153,6 +154,7 @@ async def test_a_session_run_adopted_from_a_killed_sidecar_gets_its_owed_call_on
     _whole(log, before)
     assert [e.event for e in watched] == [e.event for e in log]
     [resumed] = [e.event for e in log if isinstance(e.event, RunResumed)]
+    assert resumed.reason == ADOPTION_REASON
     assert resumed.rerun_call_ids == ("r1",)
     records = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
     assert [(r.call_id, r.success, r.output) for r in records] == [("r1", True, {"n": 1})]
@@ -204,7 +206,7 @@ async def test_an_adopted_session_run_nobody_reattaches_to_fails_saying_so(
     _whole(watched, before)
     end = watched[-1].event
     assert isinstance(end, RunFailed)
-    assert "no client re-attached within session_reattach_s (0.5 s)" in end.message
+    assert "no client re-attached within session_reattach_s (0.5 s) of its adoption" in end.message
     assert info.state == "failed"
 
 

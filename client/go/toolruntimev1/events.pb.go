@@ -1258,7 +1258,8 @@ type RunResumed struct {
 	AfterSequence uint64 `protobuf:"varint,1,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
 	// The iteration of the last LLM response the log holds (0: none yet).
 	Iteration int32 `protobuf:"varint,2,opt,name=iteration,proto3" json:"iteration,omitempty"`
-	// Why the run resumed (e.g. "the sidecar restarted").
+	// Why the run resumed: "the sidecar restarted", or, on a shared store, "its
+	// sidecar stopped renewing its lease and this sidecar adopted it".
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Calls that were in flight at the stop and run again: their tools are
 	// idempotent (ToolSpec.idempotent), or they had not begun executing.

@@ -643,7 +643,9 @@ class RunResumed(_message.Message):
     iteration: _builtins.int
     """The iteration of the last LLM response the log holds (0: none yet)."""
     reason: _builtins.str
-    """Why the run resumed (e.g. "the sidecar restarted")."""
+    """Why the run resumed: "the sidecar restarted", or, on a shared store, "its
+    sidecar stopped renewing its lease and this sidecar adopted it".
+    """
     @_builtins.property
     def rerun_call_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Calls that were in flight at the stop and run again: their tools are

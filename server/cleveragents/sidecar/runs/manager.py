@@ -25,7 +25,7 @@ from cleveragents.sidecar.runs.parked import ParkedRuns
 from cleveragents.sidecar.runs.quotas import RunQuotas
 from cleveragents.sidecar.runs.readers import FrameSink
 from cleveragents.sidecar.runs.recovery import crashed, partial_result, restore, settle
-from cleveragents.sidecar.runs.resume import ResumeInfo, Resumer, resumption_of
+from cleveragents.sidecar.runs.resume import RESTART_REASON, ResumeInfo, Resumer, resumption_of
 from cleveragents.sidecar.runs.retained import RetainedRuns
 from cleveragents.sidecar.runs.run import Run, RunObserver
 from cleveragents.sidecar.runs.shared import SharedRuns
@@ -107,8 +107,9 @@ class RunManager:
         self._resumer = resumer
         return self.take_back(self.store.open())
 
-    def take_back(self, stored_runs: Sequence[StoredRun]) -> int:
-        """Keep the stored runs (see ``recovery``); returns how many.
+    def take_back(self, stored_runs: Sequence[StoredRun], reason: str = RESTART_REASON) -> int:
+        """Keep the stored runs (see ``recovery``); returns how many. ``reason`` is why they
+        came back (their ``run_resumed`` says it): a restart, or an adoption.
 
         With a ``resumer``, each run that was live resumes (``resume``); without one, or when
         it cannot, it ends with ``run_failed``. A run whose log cannot be decoded is
@@ -120,7 +121,7 @@ class RunManager:
                 run = restore(
                     stored, self.store, self.stats, self.frame_limit, keep_live=resumer is not None
                 )
-                if resumer is None or run.ended or not self._resume(run, resumer):
+                if resumer is None or run.ended or not self._resume(run, resumer, reason):
                     restored.append(run)
             except Exception as exc:  # one bad row must not keep the others from starting
                 log.warning(
@@ -135,7 +136,7 @@ class RunManager:
         self._finished.expire()
         return len(restored)
 
-    def _resume(self, run: Run, resumer: Resumer) -> bool:
+    def _resume(self, run: Run, resumer: Resumer, reason: str) -> bool:
         """Start ``run`` again from its log; ``False`` (the run then failed, saying why) when
         it cannot: a Session run, a run not detached, or one that no longer assembles."""
         info = ResumeInfo.from_json(run.log.resume_info)
@@ -143,11 +144,11 @@ class RunManager:
             crashed(run, "it was stored without what resuming it needs")
             return False
         if info.hosted != "server":
-            return self._park_restored(run, self._policy_of(info.policy))
+            return self._park_restored(run, self._policy_of(info.policy), reason)
         if not info.detach:
             crashed(run, "it was not detached, so it ended with the call that started it")
             return False
-        resumption = resumption_of(run.log.frames)
+        resumption = resumption_of(run.log.frames, reason)
         try:
             assembled = resumer.reassemble(run, info, resumption)
         except SidecarError as exc:
@@ -158,15 +159,16 @@ class RunManager:
         run.logger.warning("run resumed", after_sequence=resumption.after_sequence)
         return True
 
-    def _park_restored(self, run: Run, policy: Policy | None) -> bool:
+    def _park_restored(self, run: Run, policy: Policy | None, reason: str) -> bool:
         """Let a Session run live at a restart wait for its client (``resume_parked``)."""
         window = self.parked.window_s
         if window <= 0:
             crashed(run, "a Session run does not resume here (session_reattach_s is 0)")
             return False
         self._live[run.run_id] = run
-        why = f"no client re-attached within session_reattach_s ({window:g} s) of the restart"
-        self.parked.park(run, None, lambda: self._give_up(run, why))
+        event = "the restart" if reason == RESTART_REASON else "its adoption"
+        why = f"no client re-attached within session_reattach_s ({window:g} s) of {event}"
+        self.parked.park(run, None, lambda: self._give_up(run, why), reason)
         self.quotas.count(run, run.owner, policy)
         return True
 

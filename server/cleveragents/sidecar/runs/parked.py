@@ -30,6 +30,8 @@ class ParkedRun:
     run: Run
     host: object | None
     timer: asyncio.TimerHandle
+    #: Why it waits here: the ``run_resumed`` reason once its client re-attaches.
+    reason: str = ""
 
 
 class ParkedRuns:
@@ -42,8 +44,11 @@ class ParkedRuns:
         #: Set each time a run parks (whoever waits for one clears it first).
         self.parked_one = asyncio.Event()
 
-    def park(self, run: Run, host: object | None, expire: Callable[[], None]) -> None:
-        """Let ``run`` wait the window; ``expire`` runs if nobody claims it by then."""
+    def park(
+        self, run: Run, host: object | None, expire: Callable[[], None], reason: str = ""
+    ) -> None:
+        """Let ``run`` wait the window; ``expire`` runs if nobody claims it by then. ``reason``
+        says why a run rebuilt from its log waits (a restart, an adoption)."""
 
         def expired() -> None:
             if self._parked.get(run.run_id) is entry:
@@ -52,7 +57,7 @@ class ParkedRuns:
                     expire()
 
         timer = asyncio.get_running_loop().call_later(self.window_s, expired)
-        entry = ParkedRun(run, host, timer)
+        entry = ParkedRun(run, host, timer, reason)
         self.unpark(run.run_id)
         self._parked[run.run_id] = entry
         self.parked_one.set()

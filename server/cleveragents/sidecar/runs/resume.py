@@ -21,10 +21,19 @@ if TYPE_CHECKING:
     from cleveragents.sidecar.assembly import AssembledRun
     from cleveragents.sidecar.runs.run import Run
 
-__all__ = ["RESTART_REASON", "ResumeInfo", "Resumer", "responses_logged", "resumption_of"]
+__all__ = [
+    "ADOPTION_REASON",
+    "RESTART_REASON",
+    "ResumeInfo",
+    "Resumer",
+    "responses_logged",
+    "resumption_of",
+]
 
 #: Why a run resumes at start-up (``RunResumed.reason``).
 RESTART_REASON = "the sidecar restarted"
+#: Why a run another sidecar (on a shared store) ran is resumed here.
+ADOPTION_REASON = "its sidecar stopped renewing its lease and this sidecar adopted it"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import structlog
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError, SidecarError
 from cleveragents.sidecar.runs.manager import RunManager
+from cleveragents.sidecar.runs.resume import ADOPTION_REASON
 from cleveragents.sidecar.runs.shared import Control, SharedRuns
 from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
 from cleveragents.sidecar.runs.store import EventStore
@@ -62,7 +63,7 @@ def share(store: EventStore | None, manager: RunManager) -> None:
     assert isinstance(store, RedisEventStore)
     fleet = store.fleet
     manager.shared = SharedRuns(fleet, manager.stats, manager.frame_limit)
-    fleet.on_adopt = manager.take_back
+    fleet.on_adopt = lambda runs: manager.take_back(runs, ADOPTION_REASON)
     fleet.on_lost = manager.lose
 
     def control(request: Control) -> None:

@@ -20,7 +20,7 @@ import grpc
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.runs import Run
-from cleveragents.sidecar.runs.resume import ResumeInfo, resumption_of
+from cleveragents.sidecar.runs.resume import RESTART_REASON, ResumeInfo, resumption_of
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context
 from cleveragents.sidecar.transport.opening import read_opening
@@ -141,9 +141,10 @@ async def _rebuilt(
         start.spec.prompt = run.request.prompt
     opening, host = await read_opening(start, service.config, service.frame_limit, service.openings)
     info = ResumeInfo.from_json(run.log.resume_info)
-    if service.manager.parked.get(run.run_id) is None or info is None:  # its window ended
+    parked = service.manager.parked.get(run.run_id)
+    if parked is None or info is None:  # its window ended
         raise SidecarError.not_found(f"run {run.run_id!r} stopped waiting for its client")
-    resumption = resumption_of(run.log.frames)
+    resumption = resumption_of(run.log.frames, parked.reason or RESTART_REASON)
     assembled = service.reassemble(run, info, resumption, (opening, host))
     service.manager.parked.unpark(run.run_id)
     tools, llm = _in_flight(resumption)
