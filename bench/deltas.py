@@ -77,12 +77,15 @@ async def session_run(
     sender: asyncio.Task[None] | None = None
 
     async def send(request_id: str) -> None:
+        sent = []
         for index in range(count):
             text = f"{time.perf_counter():.9f} "
+            sent.append(text)
             delta = session_pb2.LlmResultDelta(request_id=request_id, index=index, text=text)
             await call.write(session_pb2.SessionRequest(llm_delta=delta))
             await asyncio.sleep(interval_s)
-        result = session_pb2.LlmResult(request_id=request_id, content="done")
+        # The sidecar checks that an answer's deltas spell it.
+        result = session_pb2.LlmResult(request_id=request_id, content="".join(sent))
         await call.write(session_pb2.SessionRequest(llm_result=result))
 
     async for response in call:
