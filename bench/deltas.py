@@ -53,8 +53,9 @@ def rss_mib(pid: int) -> float:
 
 
 def pct(samples: list[float], q: float) -> float:
+    """The ``q`` quantile of ``samples`` (NaN for none)."""
     ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 async def session_run(

@@ -24,11 +24,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc, types_pb2
+
+if TYPE_CHECKING:  # mypy runs from the repository root; `python bench/X.py` from bench/
+    from bench.deltas import cpu_seconds, pct, rss_mib
+else:
+    from deltas import cpu_seconds, pct, rss_mib
 
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
@@ -43,23 +48,6 @@ PLAIN = int(os.environ.get("BENCH_LOAD_PLAIN", "0"))
 FIRST_S = float(os.environ.get("BENCH_LOAD_FIRST_S", "2"))
 #: This client process's first and last delta received (perf_counter).
 RECEIVED = [float("inf"), 0.0]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 # -- a client process ----------------------------------------------------------------------------

@@ -19,22 +19,22 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import httpx2
 
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc, types_pb2
 
+if TYPE_CHECKING:  # mypy runs from the repository root; `python bench/X.py` from bench/
+    from bench.deltas import pct
+else:
+    from deltas import pct
+
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
 COUNT = int(os.environ.get("BENCH_SSE_COUNT", "500"))
 INTERVAL_S = 0.002
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def sse_config(port: int, directory: str) -> Path:
