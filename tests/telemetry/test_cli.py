@@ -177,23 +177,24 @@ class _Writes(io.StringIO):
         return super().write(text)
 
 
-async def test_watch_prints_the_model_text_as_it_streams(
-    make_sidecar: SidecarFactory, tools: Tools
-) -> None:
+async def _watched_answer(
+    make_sidecar: SidecarFactory, tools: Tools, answer: str, run_id: str
+) -> _Writes:
+    """What ``watch`` wrote following a run whose model streams ``answer`` (after a gated
+    tool call) while it follows it."""
     sidecar = await make_sidecar(
         profiles={"slow": ProfileConfig("slow", "scripted", stream_delay_s=0.01)}
     )
-    words = [f"w{i} " for i in range(20)]
-    script = [turn("", call("g1", "gate")), turn("".join(words).strip())]
+    script = [turn("", call("g1", "gate")), turn(answer)]
     out = _Writes()
 
     def follow() -> int:
         with SidecarClient(sidecar.address) as client:
-            return watch(client, "talk", 0, out)
+            return watch(client, run_id, 0, out)
 
     async with AsyncSidecarClient(sidecar.address) as client:
         stream = client.stream_tool_loop(
-            "go", script=script, profile="slow", run_id="talk", detach=True
+            "go", script=script, profile="slow", run_id=run_id, detach=True
         )
         async with asyncio.timeout(WAIT_S):
             await anext(stream)  # run_started: the run exists
@@ -204,6 +205,14 @@ async def test_watch_prints_the_model_text_as_it_streams(
         tools.release.set()  # the answer streams while the watcher follows
         async with asyncio.timeout(WAIT_S):
             assert await watching == 0
+    return out
+
+
+async def test_watch_prints_the_model_text_as_it_streams(
+    make_sidecar: SidecarFactory, tools: Tools
+) -> None:
+    words = [f"w{i} " for i in range(20)]
+    out = await _watched_answer(make_sidecar, tools, "".join(words).strip(), "talk")
 
     assert "  model: " + "".join(words).strip() + "\n" in out.getvalue()
     pieces = [w for w in out.writes if w.startswith("w")]
@@ -213,30 +222,8 @@ async def test_watch_prints_the_model_text_as_it_streams(
 async def test_watch_shows_control_characters_in_the_model_text_as_escapes(
     make_sidecar: SidecarFactory, tools: Tools
 ) -> None:
-    sidecar = await make_sidecar(
-        profiles={"slow": ProfileConfig("slow", "scripted", stream_delay_s=0.01)}
-    )
     answer = "safe\x1b[2J\x1b]0;owned\x07 line\roverwritten\ttab\nnext \x9b31m end"
-    script = [turn("", call("g1", "gate")), turn(answer)]
-    out = _Writes()
-
-    def follow() -> int:
-        with SidecarClient(sidecar.address) as client:
-            return watch(client, "ctl", 0, out)
-
-    async with AsyncSidecarClient(sidecar.address) as client:
-        stream = client.stream_tool_loop(
-            "go", script=script, profile="slow", run_id="ctl", detach=True
-        )
-        async with asyncio.timeout(WAIT_S):
-            await anext(stream)  # run_started: the run exists
-            await tools.gate_started.wait()
-        await stream.aclose()
-        watching = asyncio.create_task(asyncio.to_thread(follow))
-        assert await asyncio.to_thread(out.header.wait, WAIT_S)
-        tools.release.set()  # the answer streams while the watcher follows
-        async with asyncio.timeout(WAIT_S):
-            assert await watching == 0
+    out = await _watched_answer(make_sidecar, tools, answer, "ctl")
 
     printed = out.getvalue()
     model = printed[printed.index("  model: ") : printed.index(" end") + 4]
