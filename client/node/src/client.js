@@ -1,12 +1,13 @@
 // SidecarClient: every RPC of ToolRuntimeService, with JSON fields as plain values.
 import grpc from '@grpc/grpc-js';
 
-import { Codec, normaliseTools, wireEvents } from './codec.js';
+import { Codec, wireEvents } from './codec.js';
 import { DeltaDedup } from './deltas.js';
 import { RunFailedError, Status, toSidecarError } from './errors.js';
 import { RecordsSeen, pagedEvents, withRecords } from './history.js';
 import { loadService } from './proto.js';
 import { SessionRun } from './session.js';
+import { normaliseTools } from './tools.js';
 
 /** Trailing metadata under which `RunToolLoop` returns a failed run's partial result. */
 export const RESULT_TRAILER = 'cleveragents-result-bin';
@@ -262,7 +263,7 @@ export class SidecarClient {
    * a watcher, the DecideApproval RPC or the CLI.
    *
    * @param {import('./codec.js').RunSpecInput & {
-   *   tools?: Record<string, import('./codec.js').ToolLike> | import('./codec.js').ToolLike[],
+   *   tools?: Record<string, import('./tools.js').ToolLike> | import('./tools.js').ToolLike[],
    *   llm?: import('./codec.js').RunSpecInput['llm']
    *     | ((request: import('./session.js').LlmRequest) => any)
    *     | ((request: import('./session.js').LlmRequest) => AsyncIterable<import('./llm_stream.js').LlmDeltaInput>),

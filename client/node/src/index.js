@@ -2,7 +2,8 @@
 export { SidecarClient, RESULT_TRAILER } from './client.js';
 export { SessionRun } from './session.js';
 export { SidecarError, RunFailedError, ToolError, Status, statusName } from './errors.js';
-export { TERMINAL, normaliseOutput } from './codec.js';
+export { TERMINAL } from './codec.js';
+export { normaliseOutput } from './tools.js';
 export { DEFAULT_PROTOS_DIR, LOADER_OPTIONS, loadService } from './proto.js';
 
 import { SidecarClient } from './client.js';

@@ -3,10 +3,12 @@
 import { once } from 'node:events';
 
 import { abortAt, untilAborted } from './abort.js';
-import { fromTimestamp, normaliseOutput, TERMINAL, wireEvents } from './codec.js';
+import { TERMINAL, wireEvents } from './codec.js';
 import { RunFailedError, SidecarError, ToolError, describeError, toSidecarError } from './errors.js';
 import { RecordsSeen } from './history.js';
 import { streamAnswer, streams } from './llm_stream.js';
+import { fromTimestamp } from './time.js';
+import { normaliseOutput } from './tools.js';
 
 /**
  * @typedef {object} LlmRequest  what a client-hosted LLM function receives

@@ -134,7 +134,7 @@ export class SidecarClient {
      * a watcher, the DecideApproval RPC or the CLI.
      *
      * @param {import('./codec.js').RunSpecInput & {
-     *   tools?: Record<string, import('./codec.js').ToolLike> | import('./codec.js').ToolLike[],
+     *   tools?: Record<string, import('./tools.js').ToolLike> | import('./tools.js').ToolLike[],
      *   llm?: import('./codec.js').RunSpecInput['llm']
      *     | ((request: import('./session.js').LlmRequest) => any)
      *     | ((request: import('./session.js').LlmRequest) => AsyncIterable<import('./llm_stream.js').LlmDeltaInput>),
@@ -147,7 +147,7 @@ export class SidecarClient {
      * @returns {SessionRun}
      */
     session(spec: import("./codec.js").RunSpecInput & {
-        tools?: Record<string, import("./codec.js").ToolLike> | import("./codec.js").ToolLike[];
+        tools?: Record<string, import("./tools.js").ToolLike> | import("./tools.js").ToolLike[];
         llm?: import("./codec.js").RunSpecInput["llm"] | ((request: import("./session.js").LlmRequest) => any) | ((request: import("./session.js").LlmRequest) => AsyncIterable<import("./llm_stream.js").LlmDeltaInput>);
         approver?: import("./session.js").Approver;
     }, options?: CallOptions & {

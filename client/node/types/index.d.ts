@@ -6,6 +6,8 @@
  */
 export function connect(target: string, options?: import("./client.js").ClientOptions): SidecarClient;
 export { SessionRun } from "./session.js";
+export { TERMINAL } from "./codec.js";
+export { normaliseOutput } from "./tools.js";
 export type RunEvent = import("./codec.js").RunEvent;
 export type RunSpecInput = import("./codec.js").RunSpecInput;
 export type ToolCallRunResult = import("./codec.js").ToolCallRunResult;
@@ -21,5 +23,4 @@ export type CallOptions = import("./client.js").CallOptions;
 import { SidecarClient } from './client.js';
 export { SidecarClient, RESULT_TRAILER } from "./client.js";
 export { SidecarError, RunFailedError, ToolError, Status, statusName } from "./errors.js";
-export { TERMINAL, normaliseOutput } from "./codec.js";
 export { DEFAULT_PROTOS_DIR, LOADER_OPTIONS, loadService } from "./proto.js";

@@ -1,0 +1,67 @@
+// The tools this process hosts in a session: their definitions.
+
+const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+
+/**
+ * A tool handler's return value as the JSON object the record will hold: objects as they
+ * are, anything else `x` as `{"result": x}` (`undefined` counts as `null`), the rule the
+ * sidecar's own runner applies to server-side tools.
+ *
+ * The sidecar does not apply it to a client's `tool_result.output`: valid JSON that is not
+ * an object (`42`) becomes a failed record there. The Python client normalises before
+ * sending too, so both clients give the same records.
+ */
+export function normaliseOutput(value) {
+  if (value === undefined) value = null;
+  if (value !== null && typeof value === 'object' && !Array.isArray(value)) return value;
+  return { result: value };
+}
+
+/**
+ * @typedef {object} ToolDefinition
+ * @property {string} [name]  defaults to the key (object form) or the function's name
+ * @property {string} [description]
+ * @property {Record<string, any>} [input_schema]  JSON Schema; omitted = any object
+ * @property {number} [timeout]  milliseconds; omitted = the sidecar's default
+ * @property {boolean} [idempotent]  safe to run twice with the same inputs (see the README's
+ *   "Durability")
+ * @property {(inputs: Record<string, any>, call: ToolCallContext) => any} handler
+ */
+
+/**
+ * @typedef {object} ToolCallContext
+ * @property {string} call_id
+ * @property {string} tool_name
+ * @property {number} iteration
+ * @property {Date | null} deadline  when the sidecar stops waiting for this call
+ * @property {string} idempotency_key  `RUN_ID:CALL_ID`, the same each time this call is invoked
+ * @property {AbortSignal} signal  aborted at the deadline or when the session ends
+ */
+
+/** @typedef {((inputs: Record<string, any>, call: ToolCallContext) => any) | ToolDefinition} ToolLike */
+
+/**
+ * Tool definitions by name, from `{name: fn | definition}` or `[fn | definition]`.
+ *
+ * @param {Record<string, ToolLike> | ToolLike[] | undefined} tools
+ * @returns {Map<string, ToolDefinition & {name: string}>}
+ */
+export function normaliseTools(tools) {
+  const out = new Map();
+  if (!tools) return out;
+  /** @type {Array<[string | undefined, ToolLike]>} */
+  const entries = Array.isArray(tools) ? tools.map((t) => [undefined, t]) : Object.entries(tools);
+  for (const [key, tool] of entries) {
+    const def = typeof tool === 'function' ? { handler: tool } : { ...tool };
+    def.name = def.name ?? key ?? (typeof tool === 'function' ? tool.name : undefined);
+    if (typeof def.handler !== 'function') {
+      throw new TypeError(`tool ${def.name ?? '(unnamed)'}: give a function or {handler: function}`);
+    }
+    if (!def.name || !TOOL_NAME.test(def.name)) {
+      throw new TypeError(`tool name ${JSON.stringify(def.name ?? '')} must match ${TOOL_NAME}`);
+    }
+    if (out.has(def.name)) throw new TypeError(`tool ${def.name} is declared twice`);
+    out.set(def.name, def);
+  }
+  return out;
+}

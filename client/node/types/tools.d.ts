@@ -1,0 +1,78 @@
+/**
+ * A tool handler's return value as the JSON object the record will hold: objects as they
+ * are, anything else `x` as `{"result": x}` (`undefined` counts as `null`), the rule the
+ * sidecar's own runner applies to server-side tools.
+ *
+ * The sidecar does not apply it to a client's `tool_result.output`: valid JSON that is not
+ * an object (`42`) becomes a failed record there. The Python client normalises before
+ * sending too, so both clients give the same records.
+ */
+export function normaliseOutput(value: any): any;
+/**
+ * @typedef {object} ToolDefinition
+ * @property {string} [name]  defaults to the key (object form) or the function's name
+ * @property {string} [description]
+ * @property {Record<string, any>} [input_schema]  JSON Schema; omitted = any object
+ * @property {number} [timeout]  milliseconds; omitted = the sidecar's default
+ * @property {boolean} [idempotent]  safe to run twice with the same inputs (see the README's
+ *   "Durability")
+ * @property {(inputs: Record<string, any>, call: ToolCallContext) => any} handler
+ */
+/**
+ * @typedef {object} ToolCallContext
+ * @property {string} call_id
+ * @property {string} tool_name
+ * @property {number} iteration
+ * @property {Date | null} deadline  when the sidecar stops waiting for this call
+ * @property {string} idempotency_key  `RUN_ID:CALL_ID`, the same each time this call is invoked
+ * @property {AbortSignal} signal  aborted at the deadline or when the session ends
+ */
+/** @typedef {((inputs: Record<string, any>, call: ToolCallContext) => any) | ToolDefinition} ToolLike */
+/**
+ * Tool definitions by name, from `{name: fn | definition}` or `[fn | definition]`.
+ *
+ * @param {Record<string, ToolLike> | ToolLike[] | undefined} tools
+ * @returns {Map<string, ToolDefinition & {name: string}>}
+ */
+export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | undefined): Map<string, ToolDefinition & {
+    name: string;
+}>;
+export type ToolDefinition = {
+    /**
+     * defaults to the key (object form) or the function's name
+     */
+    name?: string | undefined;
+    description?: string | undefined;
+    /**
+     * JSON Schema; omitted = any object
+     */
+    input_schema?: Record<string, any> | undefined;
+    /**
+     * milliseconds; omitted = the sidecar's default
+     */
+    timeout?: number | undefined;
+    /**
+     * safe to run twice with the same inputs (see the README's
+     * "Durability")
+     */
+    idempotent?: boolean | undefined;
+    handler: (inputs: Record<string, any>, call: ToolCallContext) => any;
+};
+export type ToolCallContext = {
+    call_id: string;
+    tool_name: string;
+    iteration: number;
+    /**
+     * when the sidecar stops waiting for this call
+     */
+    deadline: Date | null;
+    /**
+     * `RUN_ID:CALL_ID`, the same each time this call is invoked
+     */
+    idempotency_key: string;
+    /**
+     * aborted at the deadline or when the session ends
+     */
+    signal: AbortSignal;
+};
+export type ToolLike = ((inputs: Record<string, any>, call: ToolCallContext) => any) | ToolDefinition;
