@@ -1,5 +1,5 @@
-// AbortSignal helpers for the work a session does for the sidecar: a deadline that aborts it,
-// and waiting on a promise only until its work is aborted.
+// AbortSignal helpers: a deadline that aborts the work a session does for the sidecar, waiting
+// on a promise only until its work is aborted, and a caller's signal that cancels a call.
 
 /** setTimeout's longest delay: a longer one would fire at once (Node's TimeoutOverflowWarning). */
 const LONGEST_MS = 2 ** 31 - 1;
@@ -50,4 +50,22 @@ export async function untilAborted(promise, signal) {
   } finally {
     signal.removeEventListener('abort', onAbort);
   }
+}
+
+/**
+ * @internal
+ * Call `fn` when `signal` aborts (now, if it already has); returns the unsubscriber.
+ *
+ * @param {AbortSignal | undefined} signal
+ * @param {() => void} fn
+ * @returns {() => void}
+ */
+export function onAbort(signal, fn) {
+  if (!signal) return () => {};
+  if (signal.aborted) {
+    queueMicrotask(fn);
+    return () => {};
+  }
+  signal.addEventListener('abort', fn, { once: true });
+  return () => signal.removeEventListener('abort', fn);
 }

@@ -1,10 +1,11 @@
 // SidecarClient: every RPC of ToolRuntimeService, with JSON fields as plain values.
 import grpc from '@grpc/grpc-js';
 
-import { Codec, wireEvents } from './codec.js';
-import { DeltaDedup } from './deltas.js';
-import { RunFailedError, Status, toSidecarError } from './errors.js';
-import { RecordsSeen, pagedEvents, withRecords } from './history.js';
+import { onAbort } from './abort.js';
+import { Codec } from './codec.js';
+import { RunFailedError, toSidecarError } from './errors.js';
+import { eventStream } from './events.js';
+import { pagedEvents, withRecords } from './history.js';
 import { loadService } from './proto.js';
 import { SessionRun } from './session.js';
 import { normaliseTools } from './tools.js';
@@ -362,70 +363,9 @@ export class SidecarClient {
   }
 
   #eventStream(open, current, options, watch) {
-    const codec = this.codec;
     const complete = (result, seen) => this.#complete(result, options, seen);
-    async function* events() {
-      const seen = new RecordsSeen(); // for a result that leaves its records out
-      const detach = onAbort(options.signal, () => current()?.cancel());
-      let fruitless = 0; // reconnections in a row that brought no event
-      const deltas = watch ? new DeltaDedup() : null; // a reconnection resends the call's deltas
-      try {
-        for (;;) {
-          const call = open();
-          deltas?.connected();
-          const start = watch?.state.last;
-          try {
-            for await (const message of call) {
-              // A message may hold a batch: its events are yielded one at a time, and a
-              // watcher's resume point advances with each, so it is always the last event
-              // actually yielded (a drop surfaces only after the batch in hand is yielded).
-              for (const wire of wireEvents(message)) {
-                let event = codec.decodeEvent(wire);
-                if (deltas && event.payload === 'llm_delta') {
-                  event = deltas.admit(event);
-                  if (event === null) continue; // yielded already, before the reconnection
-                }
-                seen.add(event);
-                const terminal = event[event.payload];
-                if (terminal?.result?.history_omitted) terminal.result = await complete(terminal.result, seen);
-                if (watch && event.sequence) watch.state.last = event.sequence; // a delta's is 0
-                yield event;
-              }
-              // Every event of the message is handled: acknowledge them if the sidecar asks.
-              if (watch && message.ack_requested) watch.acknowledge(call, watch.state.last);
-            }
-            return;
-          } catch (err) {
-            const error = toSidecarError(err);
-            if (watch) {
-              fruitless = watch.state.last > start ? 0 : fruitless + 1;
-              const dropped = error.code === Status.RESOURCE_EXHAUSTED;
-              if (watch.resume && dropped && fruitless <= MAX_FRUITLESS && !options.signal?.aborted) {
-                // Dropped for falling behind: reconnect after the last event we have, giving
-                // the run a moment when the last attempt brought nothing.
-                if (fruitless) await sleep(10 * 2 ** fruitless);
-                continue;
-              }
-              error.afterSequence = watch.state.last;
-            }
-            throw error;
-          } finally {
-            call.cancel(); // a no-op once the call has ended; otherwise this run is given up
-          }
-        }
-      } finally {
-        detach();
-      }
-    }
-    const stream = events();
-    return Object.assign(stream, { cancel: () => current()?.cancel() });
+    return eventStream({ open, current, options, watch, codec: this.codec, complete });
   }
-}
-
-const MAX_FRUITLESS = 6;
-
-function sleep(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 function varint(n) {
@@ -436,15 +376,4 @@ function varint(n) {
   }
   bytes.push(n);
   return Buffer.from(bytes);
-}
-
-/** Call `fn` when `signal` aborts (now, if it already has); returns the unsubscriber. */
-function onAbort(signal, fn) {
-  if (!signal) return () => {};
-  if (signal.aborted) {
-    queueMicrotask(fn);
-    return () => {};
-  }
-  signal.addEventListener('abort', fn, { once: true });
-  return () => signal.removeEventListener('abort', fn);
 }

@@ -22,3 +22,12 @@ export function abortAt(controller: AbortController, deadline: Date | null, reas
  * @returns {Promise<T>}
  */
 export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T>;
+/**
+ * @internal
+ * Call `fn` when `signal` aborts (now, if it already has); returns the unsubscriber.
+ *
+ * @param {AbortSignal | undefined} signal
+ * @param {() => void} fn
+ * @returns {() => void}
+ */
+export function onAbort(signal: AbortSignal | undefined, fn: () => void): () => void;
