@@ -24,10 +24,10 @@ export function connect(target, options) {
 /** @typedef {import('./codec.js').ToolCallRunResult} ToolCallRunResult */
 /** @typedef {import('./codec.js').ToolSpec} ToolSpec */
 /** @typedef {import('./codec.js').ApprovalRequest} ApprovalRequest */
-/** @typedef {import('./session.js').ApprovalAnswer} ApprovalAnswer */
-/** @typedef {import('./session.js').Approver} Approver */
-/** @typedef {import('./session.js').LlmRequest} LlmRequest */
-/** @typedef {import('./session.js').LlmResponse} LlmResponse */
+/** @typedef {import('./approvals.js').ApprovalAnswer} ApprovalAnswer */
+/** @typedef {import('./approvals.js').Approver} Approver */
+/** @typedef {import('./hosted_llm.js').LlmRequest} LlmRequest */
+/** @typedef {import('./hosted_llm.js').LlmResponse} LlmResponse */
 /** @typedef {import('./llm_stream.js').LlmDeltaInput} LlmDeltaInput */
 /** @typedef {import('./client.js').ClientOptions} ClientOptions */
 /** @typedef {import('./client.js').CallOptions} CallOptions */

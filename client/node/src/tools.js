@@ -1,4 +1,7 @@
-// The tools this process hosts in a session: their definitions.
+// The tools this process hosts in a session: their definitions, and one invocation run.
+import { abortAt } from './abort.js';
+import { ToolError, describeError } from './errors.js';
+import { fromTimestamp } from './time.js';
 
 const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 
@@ -64,4 +67,47 @@ export function normaliseTools(tools) {
     out.set(def.name, def);
   }
   return out;
+}
+
+/**
+ * @internal
+ * Run `invocation` (a `ToolInvocation`) with the tool it names among `tools`, and return the
+ * `tool_result` message to send: the tool's output, or the error it failed with (no such
+ * tool, bad inputs, a throw). Its signal aborts at the invocation's deadline, and with every
+ * controller in `inflight` when the session ends.
+ *
+ * @param {any} invocation
+ * @param {{tools: Map<string, ToolDefinition & {name: string}>, codec: import('./codec.js').Codec,
+ *   inflight: Set<AbortController>}} host
+ */
+export async function runTool(invocation, { tools, codec, inflight }) {
+  const { call_id, tool_name, iteration } = invocation;
+  const deadline = fromTimestamp(invocation.deadline);
+  const controller = new AbortController();
+  inflight.add(controller);
+  const reason = new ToolError(`the sidecar's deadline for call ${call_id} has passed`);
+  const timer = abortAt(controller, deadline, reason);
+  let answer;
+  try {
+    const tool = tools.get(tool_name);
+    if (!tool) throw new ToolError(`this client hosts no tool named ${tool_name}`);
+    const inputs = codec.parse(invocation.inputs, 'inputs');
+    const idempotency_key = invocation.idempotency_key ?? '';
+    const context = {
+      call_id,
+      tool_name,
+      iteration,
+      deadline,
+      idempotency_key,
+      signal: controller.signal,
+    };
+    const value = await tool.handler(inputs, context);
+    answer = { call_id, output: codec.stringify(normaliseOutput(value), 'output') };
+  } catch (err) {
+    answer = { call_id, error: describeError(err) };
+  } finally {
+    clearTimeout(timer);
+    inflight.delete(controller);
+  }
+  return { tool_result: answer };
 }

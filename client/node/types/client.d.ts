@@ -136,9 +136,9 @@ export class SidecarClient {
      * @param {import('./codec.js').RunSpecInput & {
      *   tools?: Record<string, import('./tools.js').ToolLike> | import('./tools.js').ToolLike[],
      *   llm?: import('./codec.js').RunSpecInput['llm']
-     *     | ((request: import('./session.js').LlmRequest) => any)
-     *     | ((request: import('./session.js').LlmRequest) => AsyncIterable<import('./llm_stream.js').LlmDeltaInput>),
-     *   approver?: import('./session.js').Approver}} spec
+     *     | ((request: import('./hosted_llm.js').LlmRequest) => any)
+     *     | ((request: import('./hosted_llm.js').LlmRequest) => AsyncIterable<import('./llm_stream.js').LlmDeltaInput>),
+     *   approver?: import('./approvals.js').Approver}} spec
      * @param {CallOptions & {reattach?: boolean, reattachTimeoutMs?: number}} [options]
      *   with `reattach: true`, a stream that breaks (the connection dropped, the sidecar
      *   restarted) is opened again for up to `reattachTimeoutMs` (default 60 000) and
@@ -148,8 +148,8 @@ export class SidecarClient {
      */
     session(spec: import("./codec.js").RunSpecInput & {
         tools?: Record<string, import("./tools.js").ToolLike> | import("./tools.js").ToolLike[];
-        llm?: import("./codec.js").RunSpecInput["llm"] | ((request: import("./session.js").LlmRequest) => any) | ((request: import("./session.js").LlmRequest) => AsyncIterable<import("./llm_stream.js").LlmDeltaInput>);
-        approver?: import("./session.js").Approver;
+        llm?: import("./codec.js").RunSpecInput["llm"] | ((request: import("./hosted_llm.js").LlmRequest) => any) | ((request: import("./hosted_llm.js").LlmRequest) => AsyncIterable<import("./llm_stream.js").LlmDeltaInput>);
+        approver?: import("./approvals.js").Approver;
     }, options?: CallOptions & {
         reattach?: boolean;
         reattachTimeoutMs?: number;

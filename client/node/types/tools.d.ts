@@ -37,6 +37,34 @@ export function normaliseOutput(value: any): any;
 export function normaliseTools(tools: Record<string, ToolLike> | ToolLike[] | undefined): Map<string, ToolDefinition & {
     name: string;
 }>;
+/**
+ * @internal
+ * Run `invocation` (a `ToolInvocation`) with the tool it names among `tools`, and return the
+ * `tool_result` message to send: the tool's output, or the error it failed with (no such
+ * tool, bad inputs, a throw). Its signal aborts at the invocation's deadline, and with every
+ * controller in `inflight` when the session ends.
+ *
+ * @param {any} invocation
+ * @param {{tools: Map<string, ToolDefinition & {name: string}>, codec: import('./codec.js').Codec,
+ *   inflight: Set<AbortController>}} host
+ */
+export function runTool(invocation: any, { tools, codec, inflight }: {
+    tools: Map<string, ToolDefinition & {
+        name: string;
+    }>;
+    codec: import("./codec.js").Codec;
+    inflight: Set<AbortController>;
+}): Promise<{
+    tool_result: {
+        call_id: any;
+        output: string;
+        error?: undefined;
+    } | {
+        call_id: any;
+        error: string;
+        output?: undefined;
+    };
+}>;
 export type ToolDefinition = {
     /**
      * defaults to the key (object form) or the function's name

@@ -1,0 +1,112 @@
+/**
+ * @typedef {object} LlmRequest  what a client-hosted LLM function receives
+ * @property {string} request_id
+ * @property {number} iteration
+ * @property {Array<{role: string, content: string, tool_calls: import('./codec.js').ToolCall[],
+ *   tool_call_id: string, is_error: boolean}>} messages  the whole conversation, oldest first
+ * @property {import('./codec.js').ToolSpec[]} tools
+ * @property {Date | null} deadline  when the sidecar stops waiting for the answer
+ *   (`client_llm_timeout_s` after it asked)
+ * @property {AbortSignal} signal  aborts at `deadline` or when the session ends: pass it on
+ *   (to `fetch`, say) so that the work stops then. An answer still pending then is abandoned:
+ *   not sent, and a streaming generator is closed (its `finally` runs).
+ */
+/**
+ * @typedef {object} LlmResponse  what a client-hosted LLM function returns (or a string: the
+ *   content). An async generator function streams instead: it yields `LlmDeltaInput` pieces,
+ *   which reach the run's `streamDeltas` streams as they come, and returns the whole answer, or
+ *   nothing for the answer its pieces spell.
+ * @property {string} [content]
+ * @property {Array<{id: string, name: string, arguments?: Record<string, any> | string}>} [tool_calls]
+ *   `arguments`: an object, or its JSON text (passed on as it is)
+ * @property {{input_tokens: number, output_tokens: number}} [usage]
+ */
+/** @typedef {import('./llm_stream.js').LlmDeltaInput} LlmDeltaInput */
+/**
+ * @internal
+ * The LLM function of one session and the conversation so far: the session asks for
+ * incremental messages, so each invocation brings only the messages added since the last.
+ */
+export class HostedLlm {
+    /**
+     * @param {(request: LlmRequest) => any} llm
+     * @param {import('./codec.js').Codec} codec
+     */
+    constructor(llm: (request: LlmRequest) => any, codec: import("./codec.js").Codec);
+    /**
+     * Ask the LLM function and return its answer to send, or null when it was abandoned: it was
+     * still answering at the invocation's deadline or the session's end (its signal aborted,
+     * with every controller in `inflight`). A streaming answer's pieces go out through `send`.
+     *
+     * @param {any} invocation  an `LlmInvocation`
+     * @param {(message: object) => Promise<void>} send
+     * @param {Set<AbortController>} inflight
+     */
+    ask(invocation: any, send: (message: object) => Promise<void>, inflight: Set<AbortController>): Promise<{
+        llm_result: {
+            request_id: any;
+            content: any;
+            tool_calls: any;
+            usage: any;
+            error?: undefined;
+        } | {
+            request_id: any;
+            error: string;
+            content?: undefined;
+            tool_calls?: undefined;
+            usage?: undefined;
+        };
+    } | null>;
+    #private;
+}
+/**
+ * what a client-hosted LLM function receives
+ */
+export type LlmRequest = {
+    request_id: string;
+    iteration: number;
+    /**
+     * the whole conversation, oldest first
+     */
+    messages: Array<{
+        role: string;
+        content: string;
+        tool_calls: import("./codec.js").ToolCall[];
+        tool_call_id: string;
+        is_error: boolean;
+    }>;
+    tools: import("./codec.js").ToolSpec[];
+    /**
+     * when the sidecar stops waiting for the answer
+     * (`client_llm_timeout_s` after it asked)
+     */
+    deadline: Date | null;
+    /**
+     * aborts at `deadline` or when the session ends: pass it on
+     * (to `fetch`, say) so that the work stops then. An answer still pending then is abandoned:
+     * not sent, and a streaming generator is closed (its `finally` runs).
+     */
+    signal: AbortSignal;
+};
+/**
+ * what a client-hosted LLM function returns (or a string: the
+ *   content). An async generator function streams instead: it yields `LlmDeltaInput` pieces,
+ *   which reach the run's `streamDeltas` streams as they come, and returns the whole answer, or
+ *   nothing for the answer its pieces spell.
+ */
+export type LlmResponse = {
+    content?: string | undefined;
+    /**
+     * `arguments`: an object, or its JSON text (passed on as it is)
+     */
+    tool_calls?: {
+        id: string;
+        name: string;
+        arguments?: Record<string, any> | string;
+    }[] | undefined;
+    usage?: {
+        input_tokens: number;
+        output_tokens: number;
+    } | undefined;
+};
+export type LlmDeltaInput = import("./llm_stream.js").LlmDeltaInput;
