@@ -245,6 +245,7 @@ export class Codec {
       description: tool.description ?? '',
       input_schema: this.stringify(tool.input_schema, `tools[${tool.name}].input_schema`),
       timeout: tool.timeout ? toDuration(tool.timeout) : null,
+      side_effects: Boolean(tool.side_effects),
       idempotent: Boolean(tool.idempotent),
     };
   }

@@ -116,3 +116,25 @@ test('approval_requested events carry their inputs as an object', async () => {
 test('an approver that is not a function is a TypeError', () => {
   assert.throws(() => client.session({ prompt: 'x', approver: 'yes' }), TypeError);
 });
+
+test("a session tool declaring side_effects is gated like the sidecar's own: the approver decides it", async () => {
+  const asked = [];
+  const wrote = [];
+  const run = client.session({
+    prompt: 'Write a note, then read it.',
+    tools: {
+      write_note: { side_effects: true, handler: ({ text }) => wrote.push(text) },
+      read_note: () => ({ text: wrote.join('') }),
+    },
+    llm: script(callTurn('both', ['w', 'write_note', { text: 'hi' }], ['r', 'read_note', {}]), { content: 'done' }),
+    approver: (request) => {
+      asked.push(request.tool_name);
+      return { approved: true, reason: 'notes are fine' };
+    },
+  });
+  const events = await collect(run);
+  assert.deepEqual(asked, ['write_note']);
+  assert.deepEqual(decisions(events).map((d) => [d.call_id, d.approved, d.reason]), [['w', true, 'notes are fine']]);
+  assert.deepEqual(wrote, ['hi']);
+  assert.equal((await run.result).tool_call_history.length, 2);
+});

@@ -119,11 +119,12 @@ export class SidecarClient {
     listTools(options?: {}): Promise<import("./codec.js").ToolSpec[]>;
     /**
      * Run a loop whose tools live in this process. `tools` maps names to plain functions (sync
-     * or async) or to `{description, input_schema, timeout, handler}`; an array of named
-     * functions or definitions works too. A tool receives the inputs object and a call context
-     * (`call_id`, `iteration`, `deadline`, `signal`) and returns any JSON value: an object is the
-     * output, anything else `x` becomes `{"result": x}`. A tool that throws fails its call (a
-     * record with `success: false`), and the loop goes on.
+     * or async) or to `{description, input_schema, timeout, side_effects, idempotent, handler}`;
+     * an array of named functions or definitions works too. A tool receives the inputs object and
+     * a call context (`call_id`, `iteration`, `deadline`, `idempotency_key`, `signal`) and returns
+     * any JSON value: an object is the output, anything else `x` becomes `{"result": x}`. A tool
+     * that throws fails its call (a record with `success: false`), and the loop goes on. A tool
+     * with `side_effects` is gated by the run's automation profile like the sidecar's own.
      *
      * `llm` is either an `LlmSelection` (`{profile, model, script}`, the sidecar's LLM) or a
      * function `(request) => response` (sync or async): then this process is the LLM. An async

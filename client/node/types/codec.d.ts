@@ -196,6 +196,7 @@ export class Codec {
             seconds: number;
             nanos: number;
         } | null;
+        side_effects: boolean;
         idempotent: boolean;
     };
     /** @param {ToolCall} call */

@@ -14,6 +14,8 @@ export function normaliseOutput(value: any): any;
  * @property {string} [description]
  * @property {Record<string, any>} [input_schema]  JSON Schema; omitted = any object
  * @property {number} [timeout]  milliseconds; omitted = the sidecar's default
+ * @property {boolean} [side_effects]  it may change something: an automation profile may then
+ *   ask for approval before it runs (the approver decides), or forbid it
  * @property {boolean} [idempotent]  safe to run twice with the same inputs (see the README's
  *   "Durability")
  * @property {(inputs: Record<string, any>, call: ToolCallContext) => any} handler
@@ -79,6 +81,11 @@ export type ToolDefinition = {
      * milliseconds; omitted = the sidecar's default
      */
     timeout?: number | undefined;
+    /**
+     * it may change something: an automation profile may then
+     * ask for approval before it runs (the approver decides), or forbid it
+     */
+    side_effects?: boolean | undefined;
     /**
      * safe to run twice with the same inputs (see the README's
      * "Durability")
