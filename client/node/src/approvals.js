@@ -7,7 +7,7 @@ import { describeError } from './errors.js';
  */
 
 /**
- * @typedef {(request: import('./codec.js').ApprovalRequest & {run_id: string, signal: AbortSignal})
+ * @typedef {(request: import('./values.js').ApprovalRequest & {run_id: string, signal: AbortSignal})
  *   => ApprovalAnswer | Promise<ApprovalAnswer>} Approver  decides this session's approval
  *   requests; `signal` aborts when the session ends. Anything but `true` or an object with
  *   `approved: true` denies, and so does an approver that throws (saying why).

@@ -34,7 +34,7 @@ export const RESULT_TRAILER = 'cleveragents-result-bin';
  */
 
 /**
- * @typedef {AsyncGenerator<import('./codec.js').RunEvent, void, undefined> & {cancel(): void}} EventStream
+ * @typedef {AsyncGenerator<import('./values.js').RunEvent, void, undefined> & {cancel(): void}} EventStream
  *   The events of a run, ending after its terminal event. `cancel()` (or leaving a `for await`
  *   loop early) cancels the call. A non-OK status is thrown as a `SidecarError`. Messages are
  *   read only as fast as they are consumed (gRPC flow control applies back-pressure). The call
@@ -91,9 +91,9 @@ export class SidecarClient {
    * cancelled run: see `stop_reason`). A failed run rejects with a `RunFailedError` carrying
    * the partial result; a refused request with a `SidecarError`.
    *
-   * @param {string | import('./codec.js').RunSpecInput} spec
+   * @param {string | import('./values.js').RunSpecInput} spec
    * @param {CallOptions} [options]
-   * @returns {Promise<import('./codec.js').ToolCallRunResult>}
+   * @returns {Promise<import('./values.js').ToolCallRunResult>}
    */
   async runToolLoop(spec, options = {}) {
     const request = { spec: this.codec.encodeSpec(spec) };
@@ -112,7 +112,7 @@ export class SidecarClient {
   /**
    * Start a run and stream its events as they happen. The call is made when iteration begins.
    *
-   * @param {string | import('./codec.js').RunSpecInput} spec
+   * @param {string | import('./values.js').RunSpecInput} spec
    * @param {CallOptions} [options]
    * @returns {EventStream}
    */
@@ -174,7 +174,7 @@ export class SidecarClient {
    *
    * @param {string} runId
    * @returns {Promise<{run_id: string, state: string, last_sequence: number,
-   *   result: import('./codec.js').ToolCallRunResult | null}>}
+   *   result: import('./values.js').ToolCallRunResult | null}>}
    */
   async getRun(runId, options = {}) {
     try {
@@ -192,7 +192,7 @@ export class SidecarClient {
    *
    * @param {string} runId
    * @param {CallOptions & {afterSequence?: number, maxBytes?: number}} [options]
-   * @returns {Promise<{events: import('./codec.js').RunEvent[], last_sequence: number, finished: boolean}>}
+   * @returns {Promise<{events: import('./values.js').RunEvent[], last_sequence: number, finished: boolean}>}
    */
   async getRunHistory(runId, options = {}) {
     const request = { run_id: runId, after_sequence: options.afterSequence ?? 0, max_bytes: options.maxBytes ?? 0 };
@@ -210,7 +210,7 @@ export class SidecarClient {
    *
    * @param {string} runId
    * @param {CallOptions & {afterSequence?: number, maxBytes?: number}} [options]
-   * @returns {AsyncGenerator<import('./codec.js').RunEvent, void, undefined>}
+   * @returns {AsyncGenerator<import('./values.js').RunEvent, void, undefined>}
    */
   async *runHistory(runId, options = {}) {
     yield* pagedEvents((after) => this.getRunHistory(runId, { ...options, afterSequence: after }), options.afterSequence ?? 0);
@@ -236,7 +236,7 @@ export class SidecarClient {
   /**
    * The sidecar's own tools.
    *
-   * @returns {Promise<import('./codec.js').ToolSpec[]>}
+   * @returns {Promise<import('./values.js').ToolSpec[]>}
    */
   async listTools(options = {}) {
     try {
@@ -264,9 +264,9 @@ export class SidecarClient {
    * `approver` (sync or async) decides the run's approval requests: without one they wait for
    * a watcher, the DecideApproval RPC or the CLI.
    *
-   * @param {import('./codec.js').RunSpecInput & {
+   * @param {import('./values.js').RunSpecInput & {
    *   tools?: Record<string, import('./tools.js').ToolLike> | import('./tools.js').ToolLike[],
-   *   llm?: import('./codec.js').RunSpecInput['llm']
+   *   llm?: import('./values.js').RunSpecInput['llm']
    *     | ((request: import('./hosted_llm.js').LlmRequest) => any)
    *     | ((request: import('./hosted_llm.js').LlmRequest) => AsyncIterable<import('./llm_stream.js').LlmDeltaInput>),
    *   approver?: import('./approvals.js').Approver}} spec

@@ -1,4 +1,4 @@
-// Between the wire objects of @grpc/proto-loader and the objects of this client's API.
+// Between the wire objects of @grpc/proto-loader and the objects of this client's API (values.js).
 //
 // The wire carries JSON values as JSON text (`inputs`, `output`, `arguments`, `input_schema`,
 // `script`, `resource_bindings`, `project_resources`): the API hands out parsed values and
@@ -10,131 +10,6 @@ import { fromDuration, fromTimestamp, toDuration, toTimestamp } from './time.js'
  * @typedef {{parse: (text: string) => any, stringify: (value: any) => string | undefined}} Json
  *   How JSON text is read and written. The default is the global `JSON`, which turns integers
  *   beyond 2^53 into approximate numbers; plug in a lossless parser if your tools need them.
- */
-
-/** @typedef {{input_tokens: number, output_tokens: number, reported_total_tokens: number}} Usage */
-/**
- * @typedef {{provider: string, summary: string, items: string, items_omitted: boolean,
- *   items_bytes: number}} Reasoning  a reasoning model's summary and its provider's opaque
- *   items (JSON text), as `llm_responded` carries them (see types.proto)
- */
-
-/**
- * @typedef {object} ToolCallRecord
- * @property {string} tool_name
- * @property {Record<string, any>} inputs
- * @property {Record<string, any>} output  `{}` when the call failed
- * @property {number} duration_ms
- * @property {boolean} success
- * @property {string | null} error  `null` when the call succeeded
- * @property {number} iteration
- * @property {string} call_id
- * @property {Date | null} started_at
- * @property {string} error_kind  an `ErrorKind` name, `"ERROR_KIND_UNSPECIFIED"` on success
- */
-
-/**
- * @typedef {object} ToolCallRunResult
- * @property {string} run_id
- * @property {string} content
- * @property {ToolCallRecord[]} tool_call_history
- * @property {number} iterations
- * @property {boolean} terminated_by_limit
- * @property {Usage | null} usage
- * @property {string} stop_reason  a `StopReason` name, such as `"STOP_REASON_FINAL_ANSWER"`
- */
-
-/**
- * @typedef {object} ToolCall
- * @property {string} id
- * @property {string} name
- * @property {Record<string, any>} arguments
- */
-
-/**
- * @typedef {object} ToolSpec
- * @property {string} name
- * @property {string} description
- * @property {Record<string, any>} input_schema  a JSON Schema object
- * @property {number | null} timeout  milliseconds, `null` for the server's default
- * @property {boolean} [side_effects]  whether it may change something (what approvals ask about)
- * @property {string} [origin]  where the sidecar's tool comes from: `mcp:NAME` for an MCP
- *   server's, empty for its own (in `listTools`)
- */
-
-/**
- * @typedef {object} RunEvent
- * @property {string} run_id
- * @property {number} sequence  1, 2, 3… per run, no gaps; 0 for an `llm_delta` (live, not logged)
- * @property {Date | null} time
- * @property {'run_started' | 'iteration_started' | 'llm_delta' | 'llm_responded'
- *   | 'tool_call_started' | 'tool_call_progress' | 'tool_call_completed' | 'approval_requested'
- *   | 'approval_decided' | 'run_completed' | 'run_failed' | 'run_cancelled' | 'run_resumed'} payload
- *   which payload field is set; that field holds the event's data
- * @property {{spec: Record<string, any>}} [run_started]
- * @property {{iteration: number}} [iteration_started]
- * @property {LlmDelta} [llm_delta]  only on a stream that asked for deltas (`streamDeltas`)
- * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null,
- *   reasoning: Reasoning | null}} [llm_responded]  supersedes its iteration's deltas
- * @property {{call_id: string, tool_name: string, inputs: Record<string, any>, iteration: number}} [tool_call_started]
- * @property {ToolCallProgress} [tool_call_progress]
- * @property {{record: ToolCallRecord}} [tool_call_completed]
- * @property {ApprovalRequest & {how_to_answer: string}} [approval_requested]
- * @property {{call_id: string, approved: boolean, reason: string, decided_by: string,
- *   iteration: number, identity: string}} [approval_decided]  `decided_by`: session, rpc,
- *   timeout or policy; `identity`: who decided (empty for timeout and policy)
- * @property {{result: ToolCallRunResult}} [run_completed]
- * @property {{code: number, message: string, result: ToolCallRunResult}} [run_failed]
- * @property {{reason: string, result: ToolCallRunResult}} [run_cancelled]
- * @property {{after_sequence: number, iteration: number, reason: string,
- *   rerun_call_ids: string[], interrupted_call_ids: string[]}} [run_resumed]
- *   the run goes on after its sidecar restarted
- */
-
-/**
- * @typedef {object} ToolCallProgress  how far a call in flight has got (an MCP server's
- *   progress notifications, coalesced by the sidecar)
- * @property {string} call_id
- * @property {string} tool_name
- * @property {number} progress  in the tool's own units
- * @property {number | null} total  where it will be done; `null` when the tool does not know
- * @property {string} message  may be empty
- * @property {number} iteration
- */
-
-/**
- * @typedef {object} LlmDelta  a piece of an LLM answer while it streams (see events.proto)
- * @property {number} iteration
- * @property {string} text  appended to the answer's content (tool_call_index null)
- * @property {number | null} tool_call_index  the tool call it extends, or null for text
- * @property {string} tool_call_id  on each tool call's first delta
- * @property {string} tool_name  on each tool call's first delta
- * @property {string} arguments  a fragment of the call's arguments JSON text
- * @property {Usage | null} usage
- * @property {number} after_sequence  the logged event it follows (its iteration_started)
- * @property {number} index  the position among the call's deltas of the first it holds
- * @property {number} count  how many it holds (more than 1 when the sidecar coalesced them)
- */
-
-/**
- * @typedef {object} ApprovalRequest  a tool call that waits for approval
- * @property {string} call_id
- * @property {string} tool_name
- * @property {Record<string, any>} inputs  what it would run with
- * @property {number} iteration
- * @property {string} reason  why approval is needed (which profile, which rule)
- */
-
-/**
- * @typedef {object} RunSpecInput  a `RunSpec`, with its JSON fields as plain values
- * @property {string} prompt
- * @property {Record<string, any>} [context]  a `ToolActorContext`
- * @property {number} [max_iterations]  0 = the server's default (25)
- * @property {{profile?: string, model?: string, script?: any[] | string}} [llm]
- *   `script`: the scripted LLM's turns, as an array (or its JSON text)
- * @property {string[]} [tool_names]
- * @property {string} [run_id]
- * @property {boolean} [detach]
  */
 
 export const TERMINAL = Object.freeze(['run_completed', 'run_failed', 'run_cancelled']);
@@ -182,7 +57,7 @@ export class Codec {
    * A wire `RunSpec` from a prompt or a `RunSpecInput`. Unknown keys are rejected, so a
    * camelCase `maxIterations` is an error rather than silently ignored.
    *
-   * @param {string | RunSpecInput} input
+   * @param {string | import('./values.js').RunSpecInput} input
    * @param {Set<string>} [extra] keys the caller handles itself
    */
   encodeSpec(input, extra = new Set()) {
@@ -226,7 +101,7 @@ export class Codec {
     };
   }
 
-  /** @param {ToolCallRecord} record */
+  /** @param {import('./values.js').ToolCallRecord} record */
   encodeRecord(record) {
     const wire = {
       ...record,
@@ -250,7 +125,7 @@ export class Codec {
     };
   }
 
-  /** @param {ToolCall} call */
+  /** @param {import('./values.js').ToolCall} call */
   encodeToolCall(call) {
     return {
       id: call.id ?? '',
@@ -261,7 +136,7 @@ export class Codec {
 
   // -- responses ---------------------------------------------------------------------------
 
-  /** @returns {ToolCallRecord} */
+  /** @returns {import('./values.js').ToolCallRecord} */
   decodeRecord(wire) {
     const { _error, ...record } = wire; // `_error`: the synthetic oneof of `optional error`
     return {
@@ -273,13 +148,13 @@ export class Codec {
     };
   }
 
-  /** @returns {ToolCallRunResult | null} */
+  /** @returns {import('./values.js').ToolCallRunResult | null} */
   decodeResult(wire) {
     if (!wire) return null;
     return { ...wire, tool_call_history: wire.tool_call_history.map((r) => this.decodeRecord(r)) };
   }
 
-  /** @returns {ToolSpec} */
+  /** @returns {import('./values.js').ToolSpec} */
   decodeToolSpec(wire) {
     return {
       ...wire,
@@ -288,7 +163,7 @@ export class Codec {
     };
   }
 
-  /** @returns {ToolCall} */
+  /** @returns {import('./values.js').ToolCall} */
   decodeToolCall(wire) {
     return { ...wire, arguments: this.parse(wire.arguments, `${wire.name}.arguments`) };
   }
@@ -312,7 +187,7 @@ export class Codec {
     return spec;
   }
 
-  /** @returns {RunEvent} */
+  /** @returns {import('./values.js').RunEvent} */
   decodeEvent(wire) {
     const { payload } = wire;
     const event = {

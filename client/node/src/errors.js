@@ -29,7 +29,7 @@ export class SidecarError extends Error {
     this.codeName = statusName(code);
     this.details = details;
     this.metadata = metadata;
-    /** @type {import('./codec.js').ToolCallRunResult | null} a run's partial result, if known */
+    /** @type {import('./values.js').ToolCallRunResult | null} a run's partial result, if known */
     this.result = null;
   }
 }
@@ -43,7 +43,7 @@ export class RunFailedError extends SidecarError {
   /**
    * @param {number} code
    * @param {string} details
-   * @param {import('./codec.js').ToolCallRunResult | null} result
+   * @param {import('./values.js').ToolCallRunResult | null} result
    * @param {import('@grpc/grpc-js').Metadata | null} [metadata]
    */
   constructor(code, details, result, metadata = null) {

@@ -19,11 +19,11 @@ export function connect(target, options) {
 }
 
 // The types a TypeScript user names (`import type { RunEvent } from '@cleveragents/sidecar-client'`).
-/** @typedef {import('./codec.js').RunEvent} RunEvent */
-/** @typedef {import('./codec.js').RunSpecInput} RunSpecInput */
-/** @typedef {import('./codec.js').ToolCallRunResult} ToolCallRunResult */
-/** @typedef {import('./codec.js').ToolSpec} ToolSpec */
-/** @typedef {import('./codec.js').ApprovalRequest} ApprovalRequest */
+/** @typedef {import('./values.js').RunEvent} RunEvent */
+/** @typedef {import('./values.js').RunSpecInput} RunSpecInput */
+/** @typedef {import('./values.js').ToolCallRunResult} ToolCallRunResult */
+/** @typedef {import('./values.js').ToolSpec} ToolSpec */
+/** @typedef {import('./values.js').ApprovalRequest} ApprovalRequest */
 /** @typedef {import('./approvals.js').ApprovalAnswer} ApprovalAnswer */
 /** @typedef {import('./approvals.js').Approver} Approver */
 /** @typedef {import('./hosted_llm.js').LlmRequest} LlmRequest */

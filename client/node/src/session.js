@@ -110,7 +110,7 @@ export class SessionRun {
    * rejects with a `RunFailedError` on `run_failed`, and with a `SidecarError` when the
    * stream ends with a non-OK status (its `result` is the partial result if one was sent).
    *
-   * @returns {Promise<import('./codec.js').ToolCallRunResult>}
+   * @returns {Promise<import('./values.js').ToolCallRunResult>}
    */
   get result() {
     return this.#result;
@@ -137,7 +137,7 @@ export class SessionRun {
     setTimeout(() => this.#call.cancel(), 5000).unref(); // should its end never come
   }
 
-  /** @returns {AsyncIterator<import('./codec.js').RunEvent>} */
+  /** @returns {AsyncIterator<import('./values.js').RunEvent>} */
   [Symbol.asyncIterator]() {
     if (this.#iterating) throw new Error('a SessionRun can be iterated only once');
     this.#iterating = true;

@@ -3,7 +3,7 @@
  *   decision: `true`/`false`, or an object with a reason (the model sees a denial's reason)
  */
 /**
- * @typedef {(request: import('./codec.js').ApprovalRequest & {run_id: string, signal: AbortSignal})
+ * @typedef {(request: import('./values.js').ApprovalRequest & {run_id: string, signal: AbortSignal})
  *   => ApprovalAnswer | Promise<ApprovalAnswer>} Approver  decides this session's approval
  *   requests; `signal` aborts when the session ends. Anything but `true` or an object with
  *   `approved: true` denies, and so does an approver that throws (saying why).
@@ -39,7 +39,7 @@ export type ApprovalAnswer = boolean | {
  *   requests; `signal` aborts when the session ends. Anything but `true` or an object with
  *   `approved: true` denies, and so does an approver that throws (saying why).
  */
-export type Approver = (request: import("./codec.js").ApprovalRequest & {
+export type Approver = (request: import("./values.js").ApprovalRequest & {
     run_id: string;
     signal: AbortSignal;
 }) => ApprovalAnswer | Promise<ApprovalAnswer>;

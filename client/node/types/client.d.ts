@@ -24,19 +24,19 @@ export class SidecarClient {
      * cancelled run: see `stop_reason`). A failed run rejects with a `RunFailedError` carrying
      * the partial result; a refused request with a `SidecarError`.
      *
-     * @param {string | import('./codec.js').RunSpecInput} spec
+     * @param {string | import('./values.js').RunSpecInput} spec
      * @param {CallOptions} [options]
-     * @returns {Promise<import('./codec.js').ToolCallRunResult>}
+     * @returns {Promise<import('./values.js').ToolCallRunResult>}
      */
-    runToolLoop(spec: string | import("./codec.js").RunSpecInput, options?: CallOptions): Promise<import("./codec.js").ToolCallRunResult>;
+    runToolLoop(spec: string | import("./values.js").RunSpecInput, options?: CallOptions): Promise<import("./values.js").ToolCallRunResult>;
     /**
      * Start a run and stream its events as they happen. The call is made when iteration begins.
      *
-     * @param {string | import('./codec.js').RunSpecInput} spec
+     * @param {string | import('./values.js').RunSpecInput} spec
      * @param {CallOptions} [options]
      * @returns {EventStream}
      */
-    streamToolLoop(spec: string | import("./codec.js").RunSpecInput, options?: CallOptions): EventStream;
+    streamToolLoop(spec: string | import("./values.js").RunSpecInput, options?: CallOptions): EventStream;
     /**
      * Follow a run by id: the events after `afterSequence` (replayed), then live ones until the
      * run ends. It follows with acknowledgements (FollowRun): an event counts as handled once
@@ -65,13 +65,13 @@ export class SidecarClient {
      *
      * @param {string} runId
      * @returns {Promise<{run_id: string, state: string, last_sequence: number,
-     *   result: import('./codec.js').ToolCallRunResult | null}>}
+     *   result: import('./values.js').ToolCallRunResult | null}>}
      */
     getRun(runId: string, options?: {}): Promise<{
         run_id: string;
         state: string;
         last_sequence: number;
-        result: import("./codec.js").ToolCallRunResult | null;
+        result: import("./values.js").ToolCallRunResult | null;
     }>;
     /**
      * One page of a run's log (GetRunHistory): the events after `afterSequence`, oldest first,
@@ -80,13 +80,13 @@ export class SidecarClient {
      *
      * @param {string} runId
      * @param {CallOptions & {afterSequence?: number, maxBytes?: number}} [options]
-     * @returns {Promise<{events: import('./codec.js').RunEvent[], last_sequence: number, finished: boolean}>}
+     * @returns {Promise<{events: import('./values.js').RunEvent[], last_sequence: number, finished: boolean}>}
      */
     getRunHistory(runId: string, options?: CallOptions & {
         afterSequence?: number;
         maxBytes?: number;
     }): Promise<{
-        events: import("./codec.js").RunEvent[];
+        events: import("./values.js").RunEvent[];
         last_sequence: number;
         finished: boolean;
     }>;
@@ -96,12 +96,12 @@ export class SidecarClient {
      *
      * @param {string} runId
      * @param {CallOptions & {afterSequence?: number, maxBytes?: number}} [options]
-     * @returns {AsyncGenerator<import('./codec.js').RunEvent, void, undefined>}
+     * @returns {AsyncGenerator<import('./values.js').RunEvent, void, undefined>}
      */
     runHistory(runId: string, options?: CallOptions & {
         afterSequence?: number;
         maxBytes?: number;
-    }): AsyncGenerator<import("./codec.js").RunEvent, void, undefined>;
+    }): AsyncGenerator<import("./values.js").RunEvent, void, undefined>;
     /**
      * Cancel a live run; resolves with its state afterwards (`"RUN_STATE_CANCELLED"`, or how it
      * ended if it had already ended).
@@ -114,9 +114,9 @@ export class SidecarClient {
     /**
      * The sidecar's own tools.
      *
-     * @returns {Promise<import('./codec.js').ToolSpec[]>}
+     * @returns {Promise<import('./values.js').ToolSpec[]>}
      */
-    listTools(options?: {}): Promise<import("./codec.js").ToolSpec[]>;
+    listTools(options?: {}): Promise<import("./values.js").ToolSpec[]>;
     /**
      * Run a loop whose tools live in this process. `tools` maps names to plain functions (sync
      * or async) or to `{description, input_schema, timeout, side_effects, idempotent, handler}`;
@@ -134,9 +134,9 @@ export class SidecarClient {
      * `approver` (sync or async) decides the run's approval requests: without one they wait for
      * a watcher, the DecideApproval RPC or the CLI.
      *
-     * @param {import('./codec.js').RunSpecInput & {
+     * @param {import('./values.js').RunSpecInput & {
      *   tools?: Record<string, import('./tools.js').ToolLike> | import('./tools.js').ToolLike[],
-     *   llm?: import('./codec.js').RunSpecInput['llm']
+     *   llm?: import('./values.js').RunSpecInput['llm']
      *     | ((request: import('./hosted_llm.js').LlmRequest) => any)
      *     | ((request: import('./hosted_llm.js').LlmRequest) => AsyncIterable<import('./llm_stream.js').LlmDeltaInput>),
      *   approver?: import('./approvals.js').Approver}} spec
@@ -147,9 +147,9 @@ export class SidecarClient {
      *   running goes on, and one answered already is answered again, not run twice.
      * @returns {SessionRun}
      */
-    session(spec: import("./codec.js").RunSpecInput & {
+    session(spec: import("./values.js").RunSpecInput & {
         tools?: Record<string, import("./tools.js").ToolLike> | import("./tools.js").ToolLike[];
-        llm?: import("./codec.js").RunSpecInput["llm"] | ((request: import("./hosted_llm.js").LlmRequest) => any) | ((request: import("./hosted_llm.js").LlmRequest) => AsyncIterable<import("./llm_stream.js").LlmDeltaInput>);
+        llm?: import("./values.js").RunSpecInput["llm"] | ((request: import("./hosted_llm.js").LlmRequest) => any) | ((request: import("./hosted_llm.js").LlmRequest) => AsyncIterable<import("./llm_stream.js").LlmDeltaInput>);
         approver?: import("./approvals.js").Approver;
     }, options?: CallOptions & {
         reattach?: boolean;
@@ -210,7 +210,7 @@ export type ClientOptions = {
  * asks the sidecar to batch events (`batch_events`); batches are unpacked here, so each step
  * of the iteration is still exactly one event, in sequence order.
  */
-export type EventStream = AsyncGenerator<import("./codec.js").RunEvent, void, undefined> & {
+export type EventStream = AsyncGenerator<import("./values.js").RunEvent, void, undefined> & {
     cancel(): void;
 };
 import { Codec } from './codec.js';

@@ -18,8 +18,8 @@ export class SidecarError extends Error {
     codeName: string;
     details: string;
     metadata: grpc.Metadata | null;
-    /** @type {import('./codec.js').ToolCallRunResult | null} a run's partial result, if known */
-    result: import("./codec.js").ToolCallRunResult | null;
+    /** @type {import('./values.js').ToolCallRunResult | null} a run's partial result, if known */
+    result: import("./values.js").ToolCallRunResult | null;
 }
 /**
  * A run that ended with `run_failed` (its LLM failed, say). `code` is the status of the
@@ -30,10 +30,10 @@ export class RunFailedError extends SidecarError {
     /**
      * @param {number} code
      * @param {string} details
-     * @param {import('./codec.js').ToolCallRunResult | null} result
+     * @param {import('./values.js').ToolCallRunResult | null} result
      * @param {import('@grpc/grpc-js').Metadata | null} [metadata]
      */
-    constructor(code: number, details: string, result: import("./codec.js").ToolCallRunResult | null, metadata?: import("@grpc/grpc-js").Metadata | null);
+    constructor(code: number, details: string, result: import("./values.js").ToolCallRunResult | null, metadata?: import("@grpc/grpc-js").Metadata | null);
 }
 /**
  * Thrown by a tool to fail its call with exactly this message. Any other error fails the

@@ -25,7 +25,7 @@ export function eventStream({ open, current, options, watch, codec, complete }: 
     } | null;
     codec: import("./codec.js").Codec;
     complete: (result: any, seen: RecordsSeen) => Promise<any>;
-}): AsyncGenerator<import("./codec.js").RunEvent, void, unknown> & {
+}): AsyncGenerator<import("./values.js").RunEvent, void, unknown> & {
     cancel: () => any;
 };
 import { RecordsSeen } from './history.js';

@@ -2,9 +2,9 @@
  * @typedef {object} LlmRequest  what a client-hosted LLM function receives
  * @property {string} request_id
  * @property {number} iteration
- * @property {Array<{role: string, content: string, tool_calls: import('./codec.js').ToolCall[],
+ * @property {Array<{role: string, content: string, tool_calls: import('./values.js').ToolCall[],
  *   tool_call_id: string, is_error: boolean}>} messages  the whole conversation, oldest first
- * @property {import('./codec.js').ToolSpec[]} tools
+ * @property {import('./values.js').ToolSpec[]} tools
  * @property {Date | null} deadline  when the sidecar stops waiting for the answer
  *   (`client_llm_timeout_s` after it asked)
  * @property {AbortSignal} signal  aborts at `deadline` or when the session ends: pass it on
@@ -71,11 +71,11 @@ export type LlmRequest = {
     messages: Array<{
         role: string;
         content: string;
-        tool_calls: import("./codec.js").ToolCall[];
+        tool_calls: import("./values.js").ToolCall[];
         tool_call_id: string;
         is_error: boolean;
     }>;
-    tools: import("./codec.js").ToolSpec[];
+    tools: import("./values.js").ToolSpec[];
     /**
      * when the sidecar stops waiting for the answer
      * (`client_llm_timeout_s` after it asked)

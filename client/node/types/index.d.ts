@@ -8,11 +8,11 @@ export function connect(target: string, options?: import("./client.js").ClientOp
 export { SessionRun } from "./session.js";
 export { TERMINAL } from "./codec.js";
 export { normaliseOutput } from "./tools.js";
-export type RunEvent = import("./codec.js").RunEvent;
-export type RunSpecInput = import("./codec.js").RunSpecInput;
-export type ToolCallRunResult = import("./codec.js").ToolCallRunResult;
-export type ToolSpec = import("./codec.js").ToolSpec;
-export type ApprovalRequest = import("./codec.js").ApprovalRequest;
+export type RunEvent = import("./values.js").RunEvent;
+export type RunSpecInput = import("./values.js").RunSpecInput;
+export type ToolCallRunResult = import("./values.js").ToolCallRunResult;
+export type ToolSpec = import("./values.js").ToolSpec;
+export type ApprovalRequest = import("./values.js").ApprovalRequest;
 export type ApprovalAnswer = import("./approvals.js").ApprovalAnswer;
 export type Approver = import("./approvals.js").Approver;
 export type LlmRequest = import("./hosted_llm.js").LlmRequest;

@@ -29,9 +29,9 @@ export class SessionRun {
      * rejects with a `RunFailedError` on `run_failed`, and with a `SidecarError` when the
      * stream ends with a non-OK status (its `result` is the partial result if one was sent).
      *
-     * @returns {Promise<import('./codec.js').ToolCallRunResult>}
+     * @returns {Promise<import('./values.js').ToolCallRunResult>}
      */
-    get result(): Promise<import("./codec.js").ToolCallRunResult>;
+    get result(): Promise<import("./values.js").ToolCallRunResult>;
     /** Ask the sidecar to cancel the run; it ends with `run_cancelled` carrying `reason`. */
     cancel(reason?: string): Promise<void>;
     /**
@@ -40,7 +40,7 @@ export class SessionRun {
      * merely dropped would leave the run waiting for a re-attach, see `session_reattach_s`.)
      */
     abort(): void;
-    /** @returns {AsyncIterator<import('./codec.js').RunEvent>} */
-    [Symbol.asyncIterator](): AsyncIterator<import("./codec.js").RunEvent>;
+    /** @returns {AsyncIterator<import('./values.js').RunEvent>} */
+    [Symbol.asyncIterator](): AsyncIterator<import("./values.js").RunEvent>;
     #private;
 }
