@@ -67,7 +67,7 @@ redis-server:
 
 # The Node.js client's tests start a real sidecar from .venv, hence the install.
 node-test: install
-	@command -v $(NODE) >/dev/null && command -v $(NPM) >/dev/null || { echo "make node-test (part of make test) needs Node.js 18+ and npm for the Node.js client's tests: install them (Debian: apt-get install nodejs npm), or run make lint and $(BIN)/python -m pytest for the Python part alone" >&2; exit 1; }
+	@command -v $(NODE) >/dev/null && command -v $(NPM) >/dev/null || { echo "make node-test (part of make test) needs Node.js 20+ and npm for the Node.js client's tests: install them (Debian: apt-get install nodejs npm), or run make lint and $(BIN)/python -m pytest for the Python part alone" >&2; exit 1; }
 	cd client/node && npm ci --no-audit --no-fund --ignore-scripts && npm test
 
 # The Go client (client/go) builds offline from Debian's Go toolchain, protoc plugins and library

@@ -38,7 +38,7 @@ def test_node_tests_without_npm_name_what_is_missing() -> None:
     result = make("node-test", "NPM=npm-that-is-not-installed")
 
     assert result.returncode != 0
-    assert "needs Node.js 18+ and npm" in result.stderr
+    assert "needs Node.js 20+ and npm" in result.stderr
     assert "apt-get install nodejs npm" in result.stderr
 
 
