@@ -177,12 +177,10 @@ export class SidecarClient {
    *   result: import('./values.js').ToolCallRunResult | null}>}
    */
   async getRun(runId, options = {}) {
-    try {
+    return this.#mapped(async () => {
       const response = await this.#unary('GetRun', { run_id: runId }, options);
       return { ...response, result: await this.#complete(this.codec.decodeResult(response.result), options) };
-    } catch (err) {
-      throw toSidecarError(err);
-    }
+    });
   }
 
   /**
@@ -196,12 +194,8 @@ export class SidecarClient {
    */
   async getRunHistory(runId, options = {}) {
     const request = { run_id: runId, after_sequence: options.afterSequence ?? 0, max_bytes: options.maxBytes ?? 0 };
-    try {
-      const page = await this.#unary('GetRunHistory', request, options);
-      return { ...page, events: page.events.map((e) => this.codec.decodeEvent(e)) };
-    } catch (err) {
-      throw toSidecarError(err);
-    }
+    const page = await this.#mapped(() => this.#unary('GetRunHistory', request, options));
+    return { ...page, events: page.events.map((e) => this.codec.decodeEvent(e)) };
   }
 
   /**
@@ -225,12 +219,8 @@ export class SidecarClient {
    * @returns {Promise<string>}
    */
   async cancelRun(runId, reason = '', options = {}) {
-    try {
-      const response = await this.#unary('CancelRun', { run_id: runId, reason }, options);
-      return response.state;
-    } catch (err) {
-      throw toSidecarError(err);
-    }
+    const response = await this.#mapped(() => this.#unary('CancelRun', { run_id: runId, reason }, options));
+    return response.state;
   }
 
   /**
@@ -239,12 +229,8 @@ export class SidecarClient {
    * @returns {Promise<import('./values.js').ToolSpec[]>}
    */
   async listTools(options = {}) {
-    try {
-      const response = await this.#unary('ListTools', {}, options);
-      return response.tools.map((t) => this.codec.decodeToolSpec(t));
-    } catch (err) {
-      throw toSidecarError(err);
-    }
+    const response = await this.#mapped(() => this.#unary('ListTools', {}, options));
+    return response.tools.map((t) => this.codec.decodeToolSpec(t));
   }
 
   /**
@@ -329,6 +315,15 @@ export class SidecarClient {
     if (options.deadline !== undefined) return { deadline: options.deadline };
     if (options.timeoutMs !== undefined) return { deadline: Date.now() + options.timeoutMs };
     return {};
+  }
+
+  /** What `work` resolves with; a gRPC failure it throws becomes a `SidecarError`. */
+  async #mapped(work) {
+    try {
+      return await work();
+    } catch (err) {
+      throw toSidecarError(err);
+    }
   }
 
   #unary(method, request, options) {

@@ -3,7 +3,7 @@
 import { Answers } from './answers.js';
 import { decide } from './approvals.js';
 import { TERMINAL, wireEvents } from './codec.js';
-import { RunFailedError, SidecarError, ToolError, toSidecarError } from './errors.js';
+import { RunFailedError, SidecarError, Status, ToolError, toSidecarError } from './errors.js';
 import { RecordsSeen } from './history.js';
 import { HostedLlm } from './hosted_llm.js';
 import { Outbox } from './outbox.js';
@@ -90,8 +90,8 @@ export class SessionRun {
 
   /** A stream ended: re-attach after a broken one (with `reattach`), else finish. */
   #onStatus(status) {
-    const lost = status.code === 14 || status.code === 1; // UNAVAILABLE, CANCELLED
-    const held = status.code === 9 && /not waiting/.test(status.details ?? ''); // FAILED_PRECONDITION
+    const lost = status.code === Status.UNAVAILABLE || status.code === Status.CANCELLED;
+    const held = status.code === Status.FAILED_PRECONDITION && /not waiting/.test(status.details ?? '');
     const backoff = [50, 100, 200, 500, 1000][Math.min(this.#attempt, 4)];
     const retry =
       this.#reattachUntil !== null && !this.#terminal && !this.#leaving && this.runId && (lost || held) &&
