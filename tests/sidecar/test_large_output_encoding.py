@@ -16,10 +16,21 @@ import pytest
 
 from cleveragents.client import AsyncSidecarClient
 from cleveragents.sidecar.secrets import REDACTED, RedactingRunner
-from cleveragents.tool import ToolCall, ToolCallCompleted, ToolRegistry, ToolSpec, jsontext
+from cleveragents.tool import (
+    RunCompleted,
+    RunEvent,
+    ToolCall,
+    ToolCallCompleted,
+    ToolCallRecord,
+    ToolCallRunResult,
+    ToolRegistry,
+    ToolSpec,
+    jsontext,
+)
 from cleveragents.tool.loop.batch import feedback
 from cleveragents.toolruntime.v1 import events_pb2
-from cleveragents.wire import EventEncoder, RunRequest, timestamps
+from cleveragents.wire import EventEncoder, RunRequest, event_to_pb, timestamps
+from cleveragents.wire.bounds import fit_frame
 from cleveragents.wire.frames import frame, unframe
 
 from .conftest import ServerTools, SidecarFactory, call, turn
@@ -180,3 +191,51 @@ async def test_a_frame_of_exactly_the_limit_is_kept_and_one_byte_more_is_cut(
     assert pb.output_truncated
     assert pb.output_bytes == len(_compact(output).encode())
     assert _compact(output).startswith(json.loads(pb.output)["truncated_output"])
+
+
+async def _oversized_events(limit: int) -> list[RunEvent]:
+    output = _output("string")
+    registry = ToolRegistry()
+    registry.register(ToolSpec("large", "A large output."), lambda inputs: output)
+    record = await RedactingRunner(registry, secrets=(SECRET,)).run(
+        ToolCall("c1", "large", {}), iteration=1
+    )
+    assert len(_compact(output)) > limit
+    result = ToolCallRunResult("done", (record,), 2, False)
+    return [ToolCallCompleted(record), RunCompleted(result)]
+
+
+async def test_an_oversized_event_is_the_frame_cutting_the_whole_one_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(timestamps, "time", _FixedClock)
+    limit = 64 * 1024
+    encoder = EventEncoder("run-1", RunRequest("go"), limit)
+
+    for event in await _oversized_events(limit):
+        whole = events_pb2.RunEvent(run_id="run-1", sequence=3)
+        timestamps.set_time(whole.time)
+        event_to_pb(event, whole, failure_code=0)
+
+        assert encoder.encode(3, event) == fit_frame(whole, limit)
+
+
+async def test_a_result_whose_records_cannot_fit_is_framed_without_converting_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    limit = 64 * 1024
+    _, completed = await _oversized_events(limit)
+    made: list[str] = []
+    compact = ToolCallRecord.output_json_compact
+
+    def counted(record: ToolCallRecord) -> str:
+        made.append(record.call_id)
+        return compact(record)
+
+    monkeypatch.setattr(ToolCallRecord, "output_json_compact", counted)
+
+    item = EventEncoder("run-1", RunRequest("go"), limit).encode(9, completed)
+
+    result = unframe(item).run_completed.result
+    assert (result.history_omitted, result.tool_call_count, result.content) == (True, 1, "done")
+    assert made == []  # its record's text was neither cut from its spaced text nor copied

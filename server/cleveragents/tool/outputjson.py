@@ -71,6 +71,12 @@ class OutputText:
         parts.append("}")
         return cls("".join(parts), tuple(spans))
 
+    def compact_length(self) -> int | None:
+        """The compact text's length in characters, when known without making it."""
+        if self.spans is not None:  # one character less per separator, two a top-level item
+            return len(self.spaced) - max(2 * len(self.spans) - 1, 0)
+        return None if self._compact is None else len(self._compact)
+
     def compact(self, output: Mapping[str, Any]) -> str:
         """The compact text of ``output`` (the value this text was made from)."""
         spans = self.spans

@@ -77,6 +77,12 @@ class ToolCallRecord:
             object.__setattr__(self, "_text", text)
         return text
 
+    def known_output_size(self) -> int:
+        """At least how many bytes the compact output text has, as far as it is known without
+        encoding the output (0: not known): a frame that must stay under a limit checks it."""
+        text = self._text
+        return 0 if text is None else text.compact_length() or 0
+
     def with_text(self, text: OutputText) -> ToolCallRecord:
         """This record, keeping ``text`` (made from its output) for its output's JSON."""
         object.__setattr__(self, "_text", text)
