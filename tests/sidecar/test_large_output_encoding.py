@@ -190,7 +190,9 @@ async def test_a_frame_of_exactly_the_limit_is_kept_and_one_byte_more_is_cut(
     pb = unframe(cut).tool_call_completed.record
     assert pb.output_truncated
     assert pb.output_bytes == len(_compact(output).encode())
-    assert _compact(output).startswith(json.loads(pb.output)["truncated_output"])
+    kept_text = json.loads(pb.output)["truncated_output"]
+    assert _compact(output).startswith(kept_text)
+    assert pb.output == json.dumps({"truncated_output": kept_text}, ensure_ascii=False)
 
 
 async def _oversized_events(limit: int) -> list[RunEvent]:
@@ -239,3 +241,16 @@ async def test_a_result_whose_records_cannot_fit_is_framed_without_converting_th
     result = unframe(item).run_completed.result
     assert (result.history_omitted, result.tool_call_count, result.content) == (True, 1, "done")
     assert made == []  # its record's text was neither cut from its spaced text nor copied
+
+
+async def test_an_output_cut_to_fit_its_frame_is_not_encoded_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    limit = 64 * 1024
+    completed, _ = await _oversized_events(limit)
+    counting = _CountingEncodes(monkeypatch, limit // 2)
+
+    item = EventEncoder("run-1", RunRequest("go"), limit).encode(3, completed)
+
+    assert unframe(item).tool_call_completed.record.output_truncated
+    assert counting.count == 0  # its kept start is quoted by two replacements, not re-escaped
