@@ -61,16 +61,19 @@ def known_secrets(
     return tuple(sorted((v for v in values if len(v) >= _MIN_SECRET), key=len, reverse=True))
 
 
-def redact(value: Any, secrets: tuple[str, ...]) -> Any:
+def redact(value: Any, secrets: tuple[str, ...], text: str | None = None) -> Any:
     """``value`` (a JSON value) with every secret in its strings and keys replaced.
 
     It works on the value's JSON text, so that no depth of nesting can exhaust the stack (a
     tool may return hundreds of levels); each secret is looked for as JSON writes it.
+    ``text``, when given, is that text (``json.dumps(value, ensure_ascii=False)``) made
+    already: a record's own, so that a large output is not encoded again to be scanned.
     ``ValueError`` if the value cannot be checked (not JSON, or nested beyond what the JSON
     encoder accepts).
     """
     try:
-        text = json.dumps(value, ensure_ascii=False)
+        if text is None:
+            text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"the output could not be checked for secrets ({exc})") from None
     found = False
@@ -132,7 +135,7 @@ class RedactingRunner(ToolRunner):
             for secret in secrets:
                 error = error.replace(secret, REDACTED)
         try:
-            output = redact(record.output, secrets)
+            output = redact(record.output, secrets, _text_of(record))
         except ValueError as exc:  # withheld: a failed record, never one that may leak
             return dataclasses.replace(
                 record, output={}, success=False, error=str(exc), error_kind=ErrorKind.EXCEPTION
@@ -140,6 +143,15 @@ class RedactingRunner(ToolRunner):
         if output is record.output and error == record.error:
             return record
         return dataclasses.replace(record, output=output, error=error)
+
+
+def _text_of(record: ToolCallRecord) -> str | None:
+    """The record's output text (made once, and kept for its later uses), or ``None`` if the
+    output has none: ``redact`` then says why it cannot be checked."""
+    try:
+        return record.output_json()
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def _redacting_progress(sink: ProgressCallback, secrets: tuple[str, ...]) -> ProgressCallback:

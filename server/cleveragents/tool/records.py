@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cleveragents.tool.messages import Usage
+from cleveragents.tool.outputjson import OutputText
 
 __all__ = ["ErrorKind", "StopReason", "ToolCallRecord", "ToolCallRunResult"]
 
@@ -41,7 +42,9 @@ class ToolCallRecord:
     """The outcome of one tool call, successful or not.
 
     ``inputs`` are what the tool received, context keys included; ``output`` is a JSON object
-    (``{}`` on failure); ``started_at`` is a Unix timestamp in seconds.
+    (``{}`` on failure); ``started_at`` is a Unix timestamp in seconds. The output's JSON text
+    is made once, on first use (:meth:`output_json`), and kept with the record: a large output
+    is then not encoded again for each event, result and model message that carries it.
     """
 
     tool_name: str
@@ -54,6 +57,36 @@ class ToolCallRecord:
     call_id: str = ""
     error_kind: ErrorKind | None = None
     started_at: float = 0.0
+    #: Not copied by ``dataclasses.replace``: a record with another output gets its own text.
+    _text: OutputText | None = field(default=None, init=False, repr=False, compare=False)
+
+    def output_json(self) -> str:
+        """The output as ``json.dumps(output, ensure_ascii=False)`` writes it (what the model
+        reads); ``TypeError`` or ``ValueError`` for an output that is not JSON."""
+        return self.output_text().spaced
+
+    def output_json_compact(self) -> str:
+        """The output as compact JSON text (what the wire carries)."""
+        return self.output_text().compact(self.output)
+
+    def output_text(self) -> OutputText:
+        """The output's text, made on first use and kept."""
+        text = self._text
+        if text is None:
+            text = OutputText.of(self.output)
+            object.__setattr__(self, "_text", text)
+        return text
+
+    def known_output_size(self) -> int:
+        """At least how many bytes the compact output text has, as far as it is known without
+        encoding the output (0: not known): a frame that must stay under a limit checks it."""
+        text = self._text
+        return 0 if text is None else text.compact_length() or 0
+
+    def with_text(self, text: OutputText) -> ToolCallRecord:
+        """This record, keeping ``text`` (made from its output) for its output's JSON."""
+        object.__setattr__(self, "_text", text)
+        return self
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ names an event type this module forgets.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import assert_never
@@ -65,7 +66,9 @@ class EventEncoder:
 
     ``accepted`` is the request as the sidecar accepted it: ``run_started`` carries it. A
     frame over ``limit`` bytes (0: no limit) is made to fit (``cleveragents.wire.bounds``);
-    ``OversizedEvent`` when it cannot be. A frame under it costs nothing more.
+    ``OversizedEvent`` when it cannot be. A frame under it costs nothing more. One known to be
+    over it from its outputs' sizes is not serialised whole first, and a result whose records
+    cannot fit is converted without them (the bytes are those the whole one cut gives).
     """
 
     __slots__ = ("_accepted", "_limit", "_run_id")
@@ -79,11 +82,27 @@ class EventEncoder:
         """The frame of ``event``; ``failure_code`` is the status code a ``RunFailed`` carries."""
         pb = events_pb2.RunEvent(run_id=self._run_id, sequence=sequence)
         set_time(pb.time)
+        limit = self._limit
+        if limit and isinstance(event, _TERMINALS):
+            records = event.result.tool_call_history
+            if sum(r.known_output_size() for r in records) > limit:
+                result = dataclasses.replace(event.result, tool_call_history=())
+                event_to_pb(
+                    dataclasses.replace(event, result=result), pb, failure_code=failure_code
+                )
+                omitted = getattr(pb, pb.WhichOneof("payload") or "").result
+                omitted.tool_call_count, omitted.history_omitted = len(records), True
+                return fit_frame(pb, limit)
         event_to_pb(event, pb, failure_code=failure_code, accepted=self._accepted)
+        if limit and type(event) is ToolCallCompleted and event.record.known_output_size() > limit:
+            return fit_frame(pb, limit)
         item = frame(pb)
-        if self._limit and len(item) > self._limit:
-            return fit_frame(pb, self._limit)
+        if limit and len(item) > limit:
+            return fit_frame(pb, limit)
         return item
+
+
+_TERMINALS = (RunCompleted, RunFailed, RunCancelled)
 
 
 def event_to_pb(

@@ -212,7 +212,7 @@ def fill_record(pb: types_pb2.ToolCallRecord, record: ToolCallRecord) -> None:
     """Fill an empty ``pb`` (a field of a message being built) from ``record``."""
     pb.tool_name = record.tool_name
     pb.inputs = dumps(record.inputs)
-    pb.output = dumps(record.output)
+    pb.output = record.output_json_compact()  # encoded once per record, however many uses
     pb.duration_ms = record.duration_ms
     pb.success = record.success
     pb.iteration = record.iteration

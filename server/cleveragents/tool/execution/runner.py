@@ -22,6 +22,7 @@ from cleveragents.tool.execution.limits import ToolLimits
 from cleveragents.tool.execution.registry import RegisteredTool, ToolRegistry, UnknownToolError
 from cleveragents.tool.jsontext import find_surrogate
 from cleveragents.tool.messages import ToolCall
+from cleveragents.tool.outputjson import OutputText, plain_output
 from cleveragents.tool.records import ErrorKind, ToolCallRecord
 from cleveragents.tool.spec import RESERVED_INPUT_KEYS, ToolSpec
 
@@ -167,7 +168,7 @@ class ToolRunner:
         entry = self.registry.get(name)
         if entry is None:
             raise UnknownToolError(f"unknown tool {name!r}")
-        return _as_output(await _invoke(entry, dict(inputs)))
+        return _as_output(await _invoke(entry, dict(inputs)))[0]
 
     @staticmethod
     def thread_context(
@@ -228,6 +229,7 @@ class ToolRunner:
         kind: ErrorKind | None = None
         error: str | None = None
         output: dict[str, Any] = {}
+        text: OutputText | None = None
         report = _no_report if on_progress is None else functools.partial(on_progress, call)
         token = _current.set(CallScope(call, iteration, timeout_s, report, None, run_id))
         try:
@@ -238,7 +240,7 @@ class ToolRunner:
                     first_deadline = scope.when()
                     _current.set(CallScope(call, iteration, timeout_s, report, scope, run_id))
                     raw = await self._invoke(entry, inputs)
-            output = _as_output(raw)
+            output, text = _as_output(raw)
         except TimeoutError as exc:
             if timeout_s is not None and scope.expired():
                 kind = ErrorKind.TIMEOUT
@@ -255,10 +257,11 @@ class ToolRunner:
         finally:
             _current.reset(token)
         duration_ms = (time.perf_counter() - clock) * 1000.0
-        return ToolCallRecord(
+        record = ToolCallRecord(
             call.name, inputs, output, duration_ms, kind is None, error, iteration, call.id, kind,
             started_at,
         )  # fmt: skip
+        return record if text is None else record.with_text(text)
 
     async def _invoke(self, entry: RegisteredTool, inputs: dict[str, Any]) -> Any:
         if self.limits is None:
@@ -336,10 +339,10 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _as_output(value: Any) -> dict[str, Any]:
-    """Normalise a handler's return value to a JSON object (non-objects become ``result``)."""
-    plain = _jsonable(value)
-    return plain if isinstance(plain, dict) else {"result": plain}
+def _as_output(value: Any) -> tuple[dict[str, Any], OutputText]:
+    """Normalise a handler's return value to a JSON object (non-objects become ``result``),
+    with its JSON text: made once here, it serves the record's every later use."""
+    return plain_output(value, _jsonable)
 
 
 _SCALARS = (int, bool, type(None))

@@ -195,10 +195,10 @@ class ToolBatch:
 
 
 def feedback(record: ToolCallRecord) -> Message:
-    """The ``tool`` message that gives the model a call's result: its output as JSON, or
-    ``{"error": ...}`` with ``is_error`` set."""
+    """The ``tool`` message that gives the model a call's result: its output as JSON (the
+    record's own text, made once), or ``{"error": ...}`` with ``is_error`` set."""
     if record.success:
-        return Message(Role.TOOL, _encode(record.output), tool_call_id=record.call_id)
+        return Message(Role.TOOL, record.output_json(), tool_call_id=record.call_id)
     return Message(
         Role.TOOL, _encode({"error": record.error}), tool_call_id=record.call_id, is_error=True
     )
