@@ -116,6 +116,11 @@ class SharedLog(Protocol):
         (``released``: the run is live here now), or ``None`` if none came in time."""
         ...
 
+    def lose(self, run_id: str, sidecar: str) -> None:
+        """Another sidecar (``sidecar``) took over this sidecar's run ``run_id``: stop it here
+        (logged and counted once)."""
+        ...
+
 
 def mirror(stored: StoredRun, stats: LogStats, frame_limit: int = 0) -> Run:
     """The run ``stored`` holds, finished if its log ends, else running (to be fed)."""
@@ -203,6 +208,20 @@ class SharedRuns:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run, found[0].sidecar
+
+    async def taken_over(self, run_id: str) -> bool:
+        """Whether the store says another sidecar runs ``run_id``, this sidecar's (its lease
+        expired while it stalled, and that sidecar took the run over): if so this sidecar's
+        copy is stopped now (``SharedLog.lose``), as its next renewal would. ``False`` too
+        when the store cannot be read (the caller goes on locally)."""
+        try:
+            head = await self.head(run_id)
+        except SidecarError:
+            return False
+        if head is None or head.sidecar in ("", self.shared.sidecar_id):
+            return False
+        self.shared.lose(run_id, head.sidecar)
+        return True
 
     async def claim(self, run_id: str, owner: str, store: EventStore) -> None:
         """Let a new run of ``owner`` take ``run_id``, unknown here: a finished run of its own
