@@ -20,6 +20,7 @@ import redis.asyncio
 
 from cleveragents.client import AsyncSidecarClient, StreamedEvent
 from cleveragents.sidecar import ClientConfig, Sidecar, SidecarConfig
+from cleveragents.sidecar.runs.redis_fence import CLAIM
 from cleveragents.sidecar.runs.redis_keys import control_key, lease_key, meta_key
 from cleveragents.tool import RunCancelled, RunCompleted, RunFailed, RunResumed, ToolCallCompleted
 from cleveragents.toolruntime.v1 import events_pb2, session_pb2, types_pb2
@@ -323,4 +324,33 @@ async def test_a_client_reattaching_at_the_old_sidecar_after_a_handover_is_faile
         "attached to another stream on sidecar 'beta'" in details
         or "handed over to sidecar 'beta'" in details
     )
+    _whole(log)
+
+
+async def test_a_run_handed_over_whose_answer_was_lost_is_taken_at_the_next_reattach(
+    fleet: Start, redis_server: RedisServer
+) -> None:
+    alpha, beta = await fleet("alpha"), await fleet("beta")
+    tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
+    script = _calling("remote")
+    direct = redis.asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with asyncio.timeout(LONG_S):
+            before, _ = await _dropped(alpha.address, _start(tools, "lost", script))
+            await _parked(alpha, "lost")
+            # alpha's claim for beta, and no answer (as if alpha died right after it).
+            assert await direct.eval(CLAIM, 1, meta_key("lost"), "beta", "alpha")
+            async with grpc.aio.insecure_channel(beta.address) as channel:
+                call: Call = Stub(channel).Session(metadata=_auth())
+                await call.write(_start(tools, "lost", script, before[-1].sequence))
+                asked = await _read(call, [])
+                assert asked is not None
+                await call.write(_answer(asked.call_id, "{}"))
+                assert await _read(call, []) is None
+                assert await call.code() is grpc.StatusCode.OK
+            asks = await direct.xlen(control_key("alpha"))
+            log = await _log(beta.address, "lost")
+    finally:
+        await direct.aclose()
+    assert asks == 0  # beta claimed it again itself: the store said it was beta's
     _whole(log)

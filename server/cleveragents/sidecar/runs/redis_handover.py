@@ -10,7 +10,9 @@ that exactly one sidecar writes the run at every moment. It answers ``released``
 token, or ``refused`` saying why (``attached``: a client stream holds the run; ``gone``: it
 is not live there). C reads the log after the claim and takes the run as an adoption does;
 the waiting re-attach goes on at once. An answer that comes after C stopped waiting is taken
-all the same: the run then waits on C for its client.
+all the same: the run then waits on C for its client. A run the store says C runs though C
+does not (the answer was lost: B died, or Redis failed, between the claim and the answer) is
+claimed again by C at the next re-attach, and taken the same way.
 """
 
 from __future__ import annotations
@@ -72,19 +74,35 @@ class RedisHandovers:
     async def ask(self, sidecar: str, run_id: str) -> Control | None:
         """Ask ``sidecar`` to hand ``run_id`` over; its answer (``released``: the run is this
         sidecar's now, taken already), or ``None`` if none came within ``wait_s``."""
-        if not await self.fleet.client.exists(lease_key(sidecar)):
+        fleet = self.fleet
+        if not await fleet.client.exists(lease_key(sidecar)):
             return None  # its lease expired: the fleet adopts the run (ask again then)
         request_id = uuid.uuid4().hex
         future: asyncio.Future[Control] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
         try:
-            await self.fleet.send_control(sidecar, Control(RELEASE, run_id, call_id=request_id))
+            if sidecar == fleet.sidecar_id:  # the store names this sidecar, which lacks it
+                await self._orphan(run_id, request_id)
+            else:
+                await fleet.send_control(sidecar, Control(RELEASE, run_id, call_id=request_id))
             async with asyncio.timeout(self.wait_s):
                 return await future
         except TimeoutError:
             return None
         finally:
             del self._waiting[request_id]
+
+    async def _orphan(self, run_id: str, request_id: str) -> None:
+        """Take a live run the store says this sidecar runs though it does not: handed over
+        to it by a sidecar whose answer never came (it died, or Redis failed in between).
+        It is claimed again (a new token) and taken as a handed-over run is."""
+        me = self.fleet.sidecar_id
+        token = int(await self.fleet.client.eval(CLAIM, 1, meta_key(run_id), me, me) or 0)
+        if token:
+            answer = Control(RELEASED, run_id, call_id=request_id, sender=me, token=token)
+        else:  # no longer this sidecar's: another took it meanwhile
+            answer = Control(REFUSED, run_id, GONE, request_id, sender=me)
+        await self._answered(answer)
 
     async def handle(self, control: Control) -> bool:
         """Act on ``control`` if it is part of a hand-over; ``False`` if it is not."""
