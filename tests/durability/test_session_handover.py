@@ -22,11 +22,19 @@ from cleveragents.client import AsyncSidecarClient, StreamedEvent
 from cleveragents.sidecar import ClientConfig, Sidecar, SidecarConfig
 from cleveragents.sidecar.runs.redis_fence import CLAIM
 from cleveragents.sidecar.runs.redis_keys import control_key, lease_key, meta_key
-from cleveragents.tool import RunCancelled, RunCompleted, RunFailed, RunResumed, ToolCallCompleted
+from cleveragents.tool import (
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunResumed,
+    ToolCallCompleted,
+    ToolCallStarted,
+)
 from cleveragents.toolruntime.v1 import events_pb2, session_pb2, types_pb2
 from tests.conftest import ServeSidecar
 from tests.durability.test_session_adoption import Call, Stub, _answer, _calling, _read, _start
 from tests.redis_server import RedisServer
+from tests.sidecar.conftest import LaggingProxy
 
 LONG_S = 30
 TOKENS = {"alice": "alice-handover-token-1", "bob": "bob-handover-token-22"}
@@ -354,3 +362,53 @@ async def test_a_run_handed_over_whose_answer_was_lost_is_taken_at_the_next_reat
         await direct.aclose()
     assert asks == 0  # beta claimed it again itself: the store said it was beta's
     _whole(log)
+
+
+async def test_the_python_client_behind_a_balancer_gets_its_run_back_from_another_sidecar(
+    fleet: Start,
+) -> None:
+    alpha, beta = await fleet("alpha", identities=False), await fleet("beta", identities=False)
+    balancer = LaggingProxy(alpha.address)
+    await balancer.start()
+    running, release = asyncio.Event(), asyncio.Event()
+    calls: list[str] = []
+
+    async def remote() -> dict[str, str]:
+        """Wait for the test's release.
+
+        Returns:
+            A fixed answer.
+        """
+        calls.append("remote")
+        running.set()
+        await release.wait()
+        return {"answer": "late"}
+
+    seen: list[StreamedEvent] = []
+    try:
+        async with AsyncSidecarClient(balancer.address) as client:
+            session = client.session(
+                "go", tools=[remote], script=_calling("remote"), run_id="lb", reattach=True
+            )
+            async with asyncio.timeout(LONG_S):
+                async for streamed in session:
+                    seen.append(streamed)
+                    if isinstance(streamed.event, ToolCallStarted) and not release.is_set():
+                        await running.wait()
+                        balancer.retarget(beta.address)  # the next connection reaches beta
+                        balancer.cut()  # the connection drops with the call in flight
+                        await _parked(alpha, "lb")
+                        release.set()
+        async with AsyncSidecarClient(beta.address) as direct:
+            log = [e async for e in direct.watch("lb")]
+    finally:
+        await balancer.close()
+    assert calls == ["remote"]  # not idempotent: not run again, its late answer ignored
+    assert [e.sequence for e in seen] == [e.sequence for e in log]
+    _whole(log)
+    [resumed] = [e.event for e in log if isinstance(e.event, RunResumed)]
+    assert (
+        resumed.reason
+        == "sidecar 'alpha' handed it over when its client re-attached to this sidecar"
+    )
+    assert resumed.interrupted_call_ids == ("r1",)
