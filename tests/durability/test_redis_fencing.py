@@ -15,8 +15,8 @@ import redis
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
 from cleveragents.sidecar import Sidecar, SidecarConfig
 from cleveragents.sidecar.runs.redis_fence import CLAIM
-from cleveragents.sidecar.runs.redis_keys import log_key, meta_key
-from cleveragents.tool import RunCompleted, RunResumed, ToolCallStarted
+from cleveragents.sidecar.runs.redis_keys import control_key, lease_key, log_key, meta_key
+from cleveragents.tool import RunCancelled, RunCompleted, RunResumed, ToolCallStarted
 from cleveragents.wire import decode_frame
 from tests.conftest import ServeSidecar, captured_logs
 from tests.durability.test_redis_fleet import NAP, TERMINAL
@@ -84,8 +84,11 @@ async def test_a_stale_owner_can_neither_log_a_new_sequence_nor_end_a_run_claime
             with redis.Redis.from_url(redis_server.url) as other:  # what an adopter does first
                 token = other.eval(CLAIM, 1, meta_key("claimed"), "usurper", "stale")
             with captured_logs() as logs:
-                # The stale owner ends the run (a new sequence, and the terminal event).
-                state = await client.cancel_run("claimed", reason="from the stale owner")
+                # The stale owner ends the run (a new sequence, and the terminal event): told
+                # to on its control stream, as by a sidecar that still takes it for the owner
+                # (a CancelRun sent to the stale owner itself reads the run's hash first).
+                with redis.Redis.from_url(redis_server.url) as other:
+                    other.xadd(control_key("stale"), {"op": "cancel", "run": "claimed"})
                 error = await asyncio.wait_for(watcher, 10)
             info = await client.get_run("claimed")
         assert sidecar.metrics_port
@@ -95,7 +98,6 @@ async def test_a_stale_owner_can_neither_log_a_new_sequence_nor_end_a_run_claime
     assert _stored(redis_server.url, "claimed") == before  # nothing written after the claim
     assert token == 2  # the run's first frame wrote token 1
     assert not any(isinstance(event, TERMINAL) for event in before)
-    assert state == "running"  # not ended here: it is another sidecar's run now
     assert error is not None
     assert error.code is grpc.StatusCode.FAILED_PRECONDITION
     assert "taken over by sidecar 'usurper'" in error.details
@@ -190,3 +192,49 @@ async def test_appends_go_on_after_redis_forgot_the_fencing_script(
     stored = _stored(redis_server.url, "after")
     assert isinstance(stored[-1], RunCompleted)
     assert sum(isinstance(event, TERMINAL) for event in stored) == 1
+
+
+#: Naps twice (``sleep`` is not idempotent: the nap in flight at the adoption is interrupted,
+#: and the resumed run naps again).
+TWO_NAPS: list[dict[str, Any]] = [
+    {"tool_calls": [{"id": f"nap{i}", "name": "sleep", "arguments": {"seconds": 60}}]}
+    for i in (1, 2)
+]
+
+
+async def test_cancel_run_sent_to_a_stale_owner_reaches_the_sidecar_that_took_the_run_over(
+    redis_server: RedisServer,
+) -> None:
+    sidecars = []
+    for name, lease_s in (("stale", 60.0), ("taker", 1.0)):  # stale: no renewal in the test
+        config = SidecarConfig(
+            listen="127.0.0.1:0", event_store=redis_server.url, sidecar_id=name,
+            event_store_lease_s=lease_s,
+            sandbox_roots=(os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],),
+        )  # fmt: skip
+        sidecars.append(Sidecar(config))
+        await sidecars[-1].start()
+    stale, taker = sidecars
+    try:
+        async with asyncio.timeout(30), AsyncSidecarClient(stale.address) as client:
+            stream = client.stream_tool_loop("go", script=TWO_NAPS, run_id="moved", detach=True)
+            async for streamed in stream:
+                if _napping(streamed.event):
+                    break
+            with redis.Redis.from_url(redis_server.url) as other:
+                other.delete(lease_key("stale"))  # as if it had stalled past its lease
+            async with AsyncSidecarClient(taker.address) as watcher:
+                async for streamed in watcher.watch("moved"):  # until the taker naps again
+                    event = streamed.event
+                    if isinstance(event, ToolCallStarted) and event.call_id == "nap2":
+                        break
+                state = await client.cancel_run("moved", reason="sent to the stale owner")
+                assert state == "cancelled"  # not "running", from the stale copy
+                log = [e.event async for e in watcher.watch("moved")]
+    finally:
+        for sidecar in sidecars:
+            await sidecar.stop(0.2)
+    assert sum(isinstance(event, TERMINAL) for event in log) == 1
+    assert isinstance(log[-1], RunCancelled)
+    assert log[-1].reason == "sent to the stale owner"
+    assert _stored(redis_server.url, "moved") == log

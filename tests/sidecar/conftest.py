@@ -477,6 +477,12 @@ class LaggingProxy:
         now = asyncio.get_running_loop().time()
         self._windows.append((now, now + during, seconds))
 
+    def retarget(self, target: str) -> None:
+        """Send the connections made from now on to ``target`` (a load balancer picking another
+        backend); those open stay where they are."""
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+
     def cut(self) -> None:
         """Drop every connection through the proxy at once, as a network failure would (new
         connections are still accepted)."""

@@ -202,7 +202,10 @@ type SessionStart struct {
 	// live when its sidecar restarted on a durable store, waits the sidecar's
 	// session_reattach_s for this. Only the run's owner may re-attach (another
 	// identity gets NOT_FOUND); a run that another stream holds is refused with
-	// FAILED_PRECONDITION. Re-declare the same tools (and client_llm,
+	// FAILED_PRECONDITION. On a Redis fleet any sidecar takes the re-attach: it
+	// has the run's sidecar hand over a parked run (resumed from its log, as an
+	// adopted run is), and answers UNAVAILABLE naming that sidecar if it does not
+	// answer in time (retry). Re-declare the same tools (and client_llm,
 	// handles_approvals); the stream then receives the events after
 	// after_sequence and the invocations still owed, with their original call ids.
 	ReattachRunId string `protobuf:"bytes,8,opt,name=reattach_run_id,json=reattachRunId,proto3" json:"reattach_run_id,omitempty"`

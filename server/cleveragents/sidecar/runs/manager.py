@@ -25,7 +25,13 @@ from cleveragents.sidecar.runs.parked import ParkedRuns
 from cleveragents.sidecar.runs.quotas import RunQuotas
 from cleveragents.sidecar.runs.readers import FrameSink
 from cleveragents.sidecar.runs.recovery import crashed, partial_result, restore, settle
-from cleveragents.sidecar.runs.resume import RESTART_REASON, ResumeInfo, Resumer, resumption_of
+from cleveragents.sidecar.runs.resume import (
+    ADOPTION_REASON,
+    RESTART_REASON,
+    ResumeInfo,
+    Resumer,
+    resumption_of,
+)
 from cleveragents.sidecar.runs.retained import RetainedRuns
 from cleveragents.sidecar.runs.run import Run, RunObserver
 from cleveragents.sidecar.runs.shared import SharedRuns
@@ -43,6 +49,8 @@ log = structlog.get_logger("cleveragents.sidecar.runs")
 
 #: How long start-up waits for the store to hold the end of each run a crash interrupted.
 _SETTLE_TIMEOUT_S = 10.0
+#: What brought a parked run back, for the message of its end if nobody re-attaches.
+_EVENTS = {RESTART_REASON: "the restart", ADOPTION_REASON: "its adoption"}
 
 
 class RunManager:
@@ -166,7 +174,7 @@ class RunManager:
             crashed(run, "a Session run does not resume here (session_reattach_s is 0)")
             return False
         self._live[run.run_id] = run
-        event = "the restart" if reason == RESTART_REASON else "its adoption"
+        event = _EVENTS.get(reason, "its hand-over")
         why = f"no client re-attached within session_reattach_s ({window:g} s) of {event}"
         self.parked.park(run, None, lambda: self._give_up(run, why), reason)
         self.quotas.count(run, run.owner, policy)

@@ -32,6 +32,9 @@ class ParkedRun:
     timer: asyncio.TimerHandle
     #: Why it waits here: the ``run_resumed`` reason once its client re-attaches.
     reason: str = ""
+    #: Handed over for a re-attach under way here: no other client, and no other sidecar's
+    #: hand-over, may take it (that re-attach unparks it next).
+    reserved: bool = False
 
 
 class ParkedRuns:
@@ -48,7 +51,8 @@ class ParkedRuns:
         self, run: Run, host: object | None, expire: Callable[[], None], reason: str = ""
     ) -> None:
         """Let ``run`` wait the window; ``expire`` runs if nobody claims it by then. ``reason``
-        says why a run rebuilt from its log waits (a restart, an adoption)."""
+        says why a run rebuilt from its log waits (a restart, an adoption, a
+        hand-over)."""
 
         def expired() -> None:
             if self._parked.get(run.run_id) is entry:

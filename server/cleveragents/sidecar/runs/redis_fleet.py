@@ -14,7 +14,8 @@ lease expired (it stalled) checks its runs: ``on_lost`` is told each one another
 claimed, as the store is told of a frame the fence refused, and the manager stops it here.
 
 Other sidecars read this one's runs from the streams (``SharedLog``), and send it cancels
-and approval decisions on its *control stream*, which ``on_control`` gets.
+and approval decisions on its *control stream*, which ``on_control`` gets; hand-overs of
+parked Session runs go there too (``redis_handover``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from redis.exceptions import RedisError
 
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY
 from cleveragents.sidecar.runs.redis_fence import CLAIM, taken_over_message
+from cleveragents.sidecar.runs.redis_handover import RedisHandovers
 from cleveragents.sidecar.runs.redis_keys import (
     INDEX_KEY,
     SIDECARS_KEY,
@@ -81,6 +83,8 @@ class RedisFleet:
         self.adopted_runs = 0
         self.lost_runs = 0
         self._tasks: list[asyncio.Task[None]] = []
+        #: Parked Session runs handed over between sidecars (``redis_handover``).
+        self.handovers = RedisHandovers(self)
 
     def counts(self) -> tuple[int, int, int]:
         """Lease renewals that failed, runs adopted, runs taken over by others (metrics)."""
@@ -197,6 +201,7 @@ class RedisFleet:
             "approved": "1" if control.approved else "",
             "identity": control.identity,
             "from": self.sidecar_id,
+            "token": str(control.token),
         }
         await self.client.xadd(
             control_key(sidecar), fields, maxlen=_CONTROL_MAXLEN, approximate=True
@@ -304,7 +309,14 @@ class RedisFleet:
         self.tokens.update((r, int(t)) for r, t in zip(run_ids, tokens, strict=True) if t)
         if claimed:
             await self.client.sadd(runs_of_key(self.sidecar_id), *claimed)
-        return [f.stored for f in await self.read_runs(claimed) if not ended(f.stored.frames)]
+        return await self.claimed_logs(claimed)
+
+    async def claimed_logs(self, run_ids: list[str]) -> list[StoredRun]:
+        """The logs of the live runs ``run_ids`` this sidecar claimed, read after the claim."""
+        return [f.stored for f in await self.read_runs(run_ids) if not ended(f.stored.frames)]
+
+    async def ask_release(self, sidecar: str, run_id: str) -> Control | None:
+        return await self.handovers.ask(sidecar, run_id)
 
     async def _control_loop(self) -> None:
         key, last = control_key(self.sidecar_id), "0-0"
@@ -318,8 +330,17 @@ class RedisFleet:
             for _, entries in answer or ():
                 for entry_id, fields in entries:
                     last = entry_id.decode()
-                    if self.on_control is not None:
-                        self.on_control(_control(fields))
+                    await self._obey(_control(fields))
+
+    async def _obey(self, control: Control) -> None:
+        """Hand ``control`` to the hand-overs or ``on_control`` (one at a time, in order)."""
+        try:
+            if not await self.handovers.handle(control) and self.on_control is not None:
+                self.on_control(control)
+        except RedisError as exc:  # the asker's wait ends unanswered; it retries
+            log.error(
+                "control request failed", op=control.op, run_id=control.run_id, error=repr(exc)
+            )
 
 
 def _control(fields: dict[bytes, bytes]) -> Control:
@@ -328,7 +349,7 @@ def _control(fields: dict[bytes, bytes]) -> Control:
 
     return Control(
         text(b"op"), text(b"run"), text(b"reason"), text(b"call"), bool(fields.get(b"approved")),
-        text(b"identity"),
+        text(b"identity"), text(b"from"), int(text(b"token") or 0),
     )  # fmt: skip
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "RESTART_REASON",
     "ResumeInfo",
     "Resumer",
+    "handover_reason",
     "responses_logged",
     "resumption_of",
 ]
@@ -34,6 +35,11 @@ __all__ = [
 RESTART_REASON = "the sidecar restarted"
 #: Why a run another sidecar (on a shared store) ran is resumed here.
 ADOPTION_REASON = "its sidecar stopped renewing its lease and this sidecar adopted it"
+
+
+def handover_reason(sidecar: str) -> str:
+    """Why a parked Session run that ``sidecar`` handed over (``redis_handover``) resumes here."""
+    return f"sidecar {sidecar!r} handed it over when its client re-attached to this sidecar"
 
 
 @dataclass(frozen=True, slots=True)

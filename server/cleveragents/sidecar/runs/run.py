@@ -222,8 +222,9 @@ class Run:
         self.log.end(item, self._finish)
 
     def lose(self, message: str) -> bool:
-        """Stop this sidecar's copy of a run another sidecar took over (its lease had expired):
-        nothing more is logged or run here, its streams end (``FAILED_PRECONDITION``,
+        """Stop this sidecar's copy of a run another sidecar took over (its lease had expired;
+        the fleet logs that as an error) or was handed (``redis_handover``): nothing more is
+        logged or run here, its streams end (``FAILED_PRECONDITION``,
         ``message``) and its waiters wake; ``False`` if it had already finished."""
         if self.finished or self.lost is not None:
             return False
@@ -234,7 +235,7 @@ class Run:
             self.task.cancel(message)
         if not self._done.done():
             self._done.set_result(None)
-        self.logger.error("run taken over by another sidecar; its copy here stopped", error=message)
+        self.logger.warning("run now runs on another sidecar; its copy here stopped", why=message)
         return True
 
     def finish_restored(self, terminal: Terminal) -> None:

@@ -27,7 +27,10 @@ from cleveragents.sidecar.status import status_from_code
 from cleveragents.tool import LLMResponded, RunCancelled, RunCompleted, RunFailed, ToolCallCompleted
 from cleveragents.wire import RunState, check_frame, decode_frame, request_of_started
 
-__all__ = ["Control", "SharedHead", "SharedLog", "SharedRun", "SharedRuns", "mirror"]
+__all__ = [
+    "ATTACHED", "GONE", "REFUSED", "RELEASE", "RELEASED",
+    "Control", "SharedHead", "SharedLog", "SharedRun", "SharedRuns", "mirror",
+]  # fmt: skip
 
 log = structlog.get_logger("cleveragents.sidecar.shared")
 
@@ -38,6 +41,10 @@ BLOCK_MS = 1000
 #: A mirror nobody watches is still followed this long after it was asked for (a CancelRun
 #: waits on it).
 KEEP_S = 10.0
+#: The control ops of a hand-over (``redis_handover``): the ask, and its two answers.
+RELEASE, RELEASED, REFUSED = "release", "released", "refused"
+#: Why an owner refuses a hand-over: a client stream holds the run; it is not live there.
+ATTACHED, GONE = "attached", "gone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +67,10 @@ class SharedHead:
 
 @dataclass(frozen=True, slots=True)
 class Control:
-    """A request for the sidecar that runs ``run_id``: ``cancel``, or ``decide`` a call (as
-    ``identity``, whose decision the owner records and checks against the run's policy)."""
+    """A request for the sidecar that runs ``run_id``: ``cancel``, ``decide`` a call (as
+    ``identity``, whose decision the owner records and checks against the run's policy), or
+    a hand-over's ask and answer (``release``; ``released`` with the new fencing ``token``,
+    or ``refused``: see ``redis_handover``). ``sender`` is the sidecar that sent it."""
 
     op: str
     run_id: str
@@ -69,6 +78,8 @@ class Control:
     call_id: str = ""
     approved: bool = False
     identity: str = ""
+    sender: str = ""
+    token: int = 0
 
 
 class SharedLog(Protocol):
@@ -98,6 +109,16 @@ class SharedLog(Protocol):
 
     async def send_control(self, sidecar: str, control: Control) -> None:
         """Queue ``control`` for ``sidecar`` (its control stream)."""
+        ...
+
+    async def ask_release(self, sidecar: str, run_id: str) -> Control | None:
+        """Ask ``sidecar`` to hand its parked run ``run_id`` over to this sidecar: its answer
+        (``released``: the run is live here now), or ``None`` if none came in time."""
+        ...
+
+    def lose(self, run_id: str, sidecar: str) -> None:
+        """Another sidecar (``sidecar``) took over this sidecar's run ``run_id``: stop it here
+        (logged and counted once)."""
         ...
 
 
@@ -188,6 +209,20 @@ class SharedRuns:
         task.add_done_callback(self._tasks.discard)
         return run, found[0].sidecar
 
+    async def taken_over(self, run_id: str) -> bool:
+        """Whether the store says another sidecar runs ``run_id``, this sidecar's (its lease
+        expired while it stalled, and that sidecar took the run over): if so this sidecar's
+        copy is stopped now (``SharedLog.lose``), as its next renewal would. ``False`` too
+        when the store cannot be read (the caller goes on locally)."""
+        try:
+            head = await self.head(run_id)
+        except SidecarError:
+            return False
+        if head is None or head.sidecar in ("", self.shared.sidecar_id):
+            return False
+        self.shared.lose(run_id, head.sidecar)
+        return True
+
     async def claim(self, run_id: str, owner: str, store: EventStore) -> None:
         """Let a new run of ``owner`` take ``run_id``, unknown here: a finished run of its own
         on the store is forgotten (replaced); ``ALREADY_EXISTS`` if another identity owns it,
@@ -231,6 +266,10 @@ class SharedRuns:
     async def control(self, sidecar: str, control: Control) -> None:
         """Send ``control`` to the sidecar running the run."""
         await _read(self.shared.send_control(sidecar, control))
+
+    async def ask_release(self, sidecar: str, run_id: str) -> Control | None:
+        """Ask ``sidecar`` to hand its parked run ``run_id`` over (``SharedLog.ask_release``)."""
+        return await _read(self.shared.ask_release(sidecar, run_id))
 
     async def close(self) -> None:
         """Stop following (every follower task is awaited)."""

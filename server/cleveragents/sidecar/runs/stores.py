@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import structlog
 
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError, SidecarError
 from cleveragents.sidecar.runs.manager import RunManager
-from cleveragents.sidecar.runs.resume import ADOPTION_REASON
-from cleveragents.sidecar.runs.shared import Control, SharedRuns
+from cleveragents.sidecar.runs.resume import ADOPTION_REASON, handover_reason
+from cleveragents.sidecar.runs.shared import ATTACHED, GONE, Control, SharedRuns
 from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
-from cleveragents.sidecar.runs.store import EventStore
+from cleveragents.sidecar.runs.store import EventStore, StoredRun
+
+if TYPE_CHECKING:
+    from cleveragents.sidecar.runs.redis_handover import RedisHandovers
 
 __all__ = ["is_redis_url", "share", "store_for"]
 
@@ -81,3 +85,29 @@ def share(store: EventStore | None, manager: RunManager) -> None:
                 log.warning("approval decision refused", run_id=run.run_id, error=exc.message)
 
     fleet.on_control = control
+    _hand_over(fleet.handovers, manager)
+
+
+def _hand_over(handovers: RedisHandovers, manager: RunManager) -> None:
+    """Let ``manager`` hand its parked Session runs to the sidecars their clients reach, and
+    take those handed to it (``redis_handover``)."""
+    from cleveragents.sidecar.runs.redis_handover import handed_over_message
+
+    def release(run_id: str, to: str) -> str:
+        run = manager.get(run_id)
+        if run is None or run.ended:
+            return GONE
+        entry = manager.parked.get(run_id)
+        if entry is None or entry.reserved:
+            return ATTACHED
+        manager.parked.unpark(run_id)  # no client re-attaches here from now on
+        manager.lose(run_id, handed_over_message(run_id, handovers.fleet.sidecar_id, to))
+        return ""
+
+    def handed(stored: StoredRun, sender: str, awaited: bool) -> None:
+        manager.take_back([stored], handover_reason(sender))
+        if (entry := manager.parked.get(stored.run_id)) is not None:
+            entry.reserved = awaited
+
+    handovers.on_release = release
+    handovers.on_handed = handed

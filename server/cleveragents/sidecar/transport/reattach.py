@@ -9,10 +9,19 @@ ids, same idempotency keys). A run that was live when the sidecar restarted is r
 the re-declared tools and resumes from its log (calls in flight re-run only for idempotent
 tools). A run another stream holds is refused (``FAILED_PRECONDITION``): taking it over
 silently would leave two clients answering the same calls.
+
+With a Redis fleet the client may reach any sidecar: one that does not run the run asks the
+sidecar that does to hand it over (``runs.redis_handover``; at most ``min(event_store_lease_s,
+5 s)``). A parked run moves here and resumes as an adopted one does (from its log after the
+claim: calls in flight re-run only for idempotent tools, the others get the interrupted
+record); one attached to a live stream there is refused (``FAILED_PRECONDITION`` naming that
+sidecar); no answer in time is ``UNAVAILABLE`` (the client retries). Ownership is checked
+first: another identity's run is ``NOT_FOUND``, and nothing is asked.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import grpc
@@ -21,6 +30,7 @@ from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.runs import Run
 from cleveragents.sidecar.runs.resume import RESTART_REASON, ResumeInfo, resumption_of
+from cleveragents.sidecar.runs.shared import ATTACHED, RELEASED
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context
 from cleveragents.sidecar.transport.opening import read_opening
@@ -32,11 +42,15 @@ from cleveragents.tool import (
     ToolCallStarted,
 )
 from cleveragents.toolruntime.v1 import session_pb2
+from cleveragents.wire import SessionOpening
 
 if TYPE_CHECKING:
     from cleveragents.sidecar.transport.service import ToolRuntimeService
 
 __all__ = ["reattach", "session_gone"]
+
+#: What a re-attach reads from its ``SessionStart``: the run's opening and its new host.
+Opened = tuple[SessionOpening, ClientHost]
 
 
 def session_gone(
@@ -66,18 +80,24 @@ async def reattach(
     missed (``None``: the run has ended; its log has the rest). ``SidecarError`` says why it
     cannot (``NOT_FOUND`` for a run of another identity, as for an unknown id)."""
     caller = current_caller()
-    run = await _elsewhere(service, start.reattach_run_id, caller.name) or (
-        service.manager.require(start.reattach_run_id, lambda r: r.owner == caller.name)
-    )
+    away = await _elsewhere(service, start, caller.name)
+    if isinstance(away, tuple):  # handed over to this sidecar for this very re-attach
+        run, opened = away
+        try:
+            return run, _resumed(service, run, start, opened, handed=True)
+        except SidecarError:
+            if (entry := service.manager.parked.get(run.run_id)) is not None:
+                entry.reserved = False  # another re-attach may have it
+            raise
+    run = away or service.manager.require(start.reattach_run_id, lambda r: r.owner == caller.name)
+    if run.lost is not None:  # handed over (or taken over): another sidecar has it now
+        raise SidecarError.out_of_order(run.lost.message)
     after = start.after_sequence
-    if after > run.last_sequence:
-        raise SidecarError.invalid(
-            f"after_sequence {after} is past the run's last event ({run.last_sequence})"
-        )
+    _check_after(run, after)
     if run.ended:
         return run, None
     parked = service.manager.parked.get(run.run_id)
-    if parked is None:
+    if parked is None or parked.reserved:
         _refuse_server_hosted(run)
         raise SidecarError.out_of_order(
             f"run {run.run_id!r} is not waiting for a client: a Session run is attached to "
@@ -99,13 +119,27 @@ async def reattach(
     return run, await _rebuilt(service, run, start)
 
 
-async def _elsewhere(service: ToolRuntimeService, run_id: str, owner: str) -> Run | None:
-    """With a shared store, the run ``run_id`` of ``owner`` that another sidecar ran and
-    ended (its log is sent as for a local one); ``UNAVAILABLE`` while another sidecar runs it:
-    the client retries, and once that sidecar's lease expires the run is adopted and waits for
-    it (``FAILED_PRECONDITION`` for a server-hosted run, which no client takes over). ``None``:
-    the run is this sidecar's, unknown or another identity's (``require`` says so)."""
-    shared = service.manager.shared
+def _check_after(run: Run, after: int) -> None:
+    if after > run.last_sequence:
+        raise SidecarError.invalid(
+            f"after_sequence {after} is past the run's last event ({run.last_sequence})"
+        )
+
+
+async def _elsewhere(
+    service: ToolRuntimeService, start: session_pb2.SessionStart, owner: str
+) -> Run | tuple[Run, Opened] | None:
+    """With a shared store, the run of ``owner`` that another sidecar ran and ended (its log
+    is sent as for a local one), or the live one it ran and handed over to this sidecar
+    (parked here for this re-attach, with the opening read from ``start``).
+
+    The sidecar running it is asked to hand it over if it is parked there; one attached to a
+    stream there is ``FAILED_PRECONDITION``; no answer in time (that sidecar stalled, or
+    died: once its lease expires, the fleet adopts the run) ``UNAVAILABLE``, and the client
+    retries. A server-hosted run is ``FAILED_PRECONDITION`` (no client takes it over).
+    ``None``: the run is this sidecar's, unknown or another identity's (``require`` says so).
+    """
+    shared, run_id = service.manager.shared, start.reattach_run_id
     if shared is None or service.manager.get(run_id) is not None:
         return None
     found = await shared.get(run_id, lambda o: o == owner)  # another's log is not read
@@ -115,10 +149,34 @@ async def _elsewhere(service: ToolRuntimeService, run_id: str, owner: str) -> Ru
     if run.finished:
         return run
     _refuse_server_hosted(run)  # retrying would not help: it never waits for a client
+    _check_after(run, start.after_sequence)
+    asked = ""
+    if service.config.resume_runs and service.manager.parked.window_s > 0:
+        opened = await _opening(service, run, start)  # a bad start is refused before asking
+        try:
+            answer = await shared.ask_release(sidecar, run_id)
+        except asyncio.CancelledError:  # the client left: a run handed over waits for anyone
+            if (entry := service.manager.parked.get(run_id)) is not None:
+                entry.reserved = False
+            raise
+        handed = service.manager.get(run_id)
+        entry = service.manager.parked.get(run_id)
+        if answer is not None and answer.op == RELEASED and handed and entry and entry.reserved:
+            return handed, opened
+        if answer is not None and answer.reason == ATTACHED:
+            raise SidecarError.out_of_order(
+                f"run {run_id!r} is attached to another stream on sidecar {sidecar!r} (a run "
+                "has one client at a time; watch it with FollowRun meanwhile)"
+            )
+        if handed is not None:  # it came here meanwhile: re-attach to it as to a local run
+            return None
+        if run.finished:  # it ended there meanwhile (its mirror is followed)
+            return run
+        asked = " and did not hand it over in time"
     raise SidecarError(
         grpc.StatusCode.UNAVAILABLE,
-        f"run {run_id!r} runs on sidecar {sidecar!r}, not this one: re-attach there, or retry "
-        "here (once that sidecar's store lease, event_store_lease_s, expires, a sidecar of "
+        f"run {run_id!r} runs on sidecar {sidecar!r}, not this one{asked}: retry (here or "
+        "there; once that sidecar's store lease, event_store_lease_s, expires, a sidecar of "
         "the fleet adopts the run, and it waits session_reattach_s for its client)",
     )
 
@@ -133,17 +191,44 @@ def _refuse_server_hosted(run: Run) -> None:
         )
 
 
+async def _opening(
+    service: ToolRuntimeService, run: Run, start: session_pb2.SessionStart
+) -> Opened:
+    """The opening of a re-attach to a run rebuilt from its log, with its new client host."""
+    if not start.spec.prompt:  # the spec is the run's own; only the tools are new
+        start.spec.prompt = run.request.prompt
+    return await read_opening(start, service.config, service.frame_limit, service.openings)
+
+
 async def _rebuilt(
     service: ToolRuntimeService, run: Run, start: session_pb2.SessionStart
 ) -> ClientHost:
     """Resume ``run``, parked since the restart, around the tools ``start`` re-declares."""
-    if not start.spec.prompt:  # the spec is the run's own; only the tools are new
-        start.spec.prompt = run.request.prompt
-    opening, host = await read_opening(start, service.config, service.frame_limit, service.openings)
+    return _resumed(service, run, start, await _opening(service, run, start), handed=False)
+
+
+def _resumed(
+    service: ToolRuntimeService,
+    run: Run,
+    start: session_pb2.SessionStart,
+    opened: Opened,
+    *,
+    handed: bool,
+) -> ClientHost:
+    """Resume ``run``, parked rebuilt from its log (a restart, an adoption, a hand-over for
+    this re-attach when ``handed``), around the tools the opening re-declares."""
+    opening, host = opened
     info = ResumeInfo.from_json(run.log.resume_info)
     parked = service.manager.parked.get(run.run_id)
+    if run.lost is not None:  # handed over to another sidecar meanwhile
+        raise SidecarError.out_of_order(run.lost.message)
     if parked is None or info is None:  # its window ended
         raise SidecarError.not_found(f"run {run.run_id!r} stopped waiting for its client")
+    if parked.reserved and not handed:
+        raise SidecarError.out_of_order(
+            f"run {run.run_id!r} is being re-attached by another stream (a run has one client "
+            "at a time; watch it with FollowRun meanwhile)"
+        )
     resumption = resumption_of(run.log.frames, parked.reason or RESTART_REASON)
     assembled = service.reassemble(run, info, resumption, (opening, host))
     service.manager.parked.unpark(run.run_id)

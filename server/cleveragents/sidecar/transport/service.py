@@ -151,7 +151,11 @@ class ToolRuntimeService:
     async def CancelRun(
         self, request: service_pb2.CancelRunRequest, context: Context
     ) -> service_pb2.CancelRunResponse:
-        run, sidecar = await self._locate(request.run_id, context, Access.CONTROL)
+        located = await self._locate(request.run_id, context, Access.CONTROL)
+        try:  # a copy stale here (taken over while this sidecar stalled) is not cancelled
+            run, sidecar = await shared_calls.current(self, *located)
+        except SidecarError as exc:
+            await abort(context, exc)
         reason = request.reason or "cancelled by CancelRun"
         if not run.finished and self.manager.shared is not None and sidecar:
             await self.manager.shared.control(sidecar, Control("cancel", run.run_id, reason))

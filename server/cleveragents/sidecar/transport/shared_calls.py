@@ -1,5 +1,6 @@
-"""``DecideApproval`` and ``ListRuns``: the calls whose runs may be another sidecar's on a
-shared store, kept out of ``service.py``. Both raise ``SidecarError``; the service aborts."""
+"""``DecideApproval``, ``ListRuns`` and where ``CancelRun`` goes: the calls whose runs may be
+another sidecar's on a shared store, kept out of ``service.py``. They raise ``SidecarError``;
+the service aborts."""
 
 from __future__ import annotations
 
@@ -17,7 +18,23 @@ from cleveragents.wire import RunSummary, summary_to_pb
 if TYPE_CHECKING:
     from cleveragents.sidecar.transport.service import ToolRuntimeService
 
-__all__ = ["decide", "list_runs"]
+__all__ = ["current", "decide", "list_runs"]
+
+
+async def current(service: ToolRuntimeService, run: Run, sidecar: str) -> tuple[Run, str]:
+    """``run`` and the sidecar running it (``""``: this one) as the shared store says now.
+
+    A sidecar that stalled past its lease still has its copy of a run another sidecar took
+    over until its next renewal finds out: that copy is stopped now (as the renewal would),
+    and the other sidecar's run is returned, so that a cancel reaches the run that goes on.
+    """
+    shared = service.manager.shared
+    if shared is None or sidecar or run.finished:
+        return run, sidecar
+    if not await shared.taken_over(run.run_id):
+        return run, sidecar
+    found = await shared.get(run.run_id)  # its owner is the caller's, checked on the copy
+    return found if found is not None else (run, sidecar)
 
 
 async def decide(

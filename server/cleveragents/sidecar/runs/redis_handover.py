@@ -1,0 +1,159 @@
+"""Handing a parked Session run over to the sidecar of a Redis fleet its client re-attached to.
+
+A Session run parks on the sidecar that runs it (B) when its client goes away. If the client
+re-attaches to another live sidecar (C), C sends B a ``release`` on B's control stream and
+waits (at most ``min(event_store_lease_s, 5 s)``) for the answer on its own control stream.
+B hands the run over only if it is parked: it unparks it (no client can re-attach there
+meanwhile), stops its copy without writing (as for a run taken over), then moves the run to C
+with the fencing claim (``redis_fence.CLAIM``: a new token, C named in the run's hash), so
+that exactly one sidecar writes the run at every moment. It answers ``released`` with the
+token, or ``refused`` saying why (``attached``: a client stream holds the run; ``gone``: it
+is not live there). C reads the log after the claim and takes the run as an adoption does;
+the waiting re-attach goes on at once. An answer that comes after C stopped waiting is taken
+all the same: the run then waits on C for its client. A run the store says C runs though C
+does not (the answer was lost: B died, or Redis failed, between the claim and the answer) is
+claimed again by C at the next re-attach, and taken the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+import structlog
+from redis.exceptions import RedisError
+
+from cleveragents.sidecar.runs.redis_fence import CLAIM
+from cleveragents.sidecar.runs.redis_keys import lease_key, meta_key, runs_of_key
+from cleveragents.sidecar.runs.shared import GONE, REFUSED, RELEASE, RELEASED, Control
+from cleveragents.sidecar.runs.store import StoredRun
+
+if TYPE_CHECKING:
+    from cleveragents.sidecar.runs.redis_fleet import RedisFleet
+
+__all__ = ["MAX_WAIT_S", "RedisHandovers", "handed_over_message"]
+
+log = structlog.get_logger("cleveragents.sidecar.store")
+
+#: The longest a sidecar waits for the owner's answer (less with a shorter lease).
+MAX_WAIT_S = 5.0
+
+
+def handed_over_message(run_id: str, me: str, to: str) -> str:
+    """What the streams of a run this sidecar (``me``) handed over are told."""
+    return (
+        f"run {run_id!r} was handed over to sidecar {to!r}, where its client re-attached: "
+        f"its copy on this sidecar ({me!r}) stopped; follow the run with WatchRun, FollowRun "
+        "or GetRun on any sidecar sharing the store"
+    )
+
+
+class RedisHandovers:
+    """Both ends of a hand-over: asking the owner, and answering as the owner."""
+
+    def __init__(self, fleet: RedisFleet) -> None:
+        self.fleet = fleet
+        #: On the owner: ``(run_id, to)`` → ``""`` if the run was parked (it is unparked and
+        #: its copy stopped now), else why not (``ATTACHED``, ``GONE``).
+        self.on_release: Callable[[str, str], str] | None = None
+        #: On the new owner: take the run ``StoredRun`` holds, handed over by the sidecar
+        #: named; ``True`` if a re-attach waits for it (it is kept for that re-attach).
+        self.on_handed: Callable[[StoredRun, str, bool], None] | None = None
+        #: Runs handed over to this sidecar, and runs it handed to others (metrics, tests).
+        self.taken = 0
+        self.given = 0
+        self._waiting: dict[str, asyncio.Future[Control]] = {}
+
+    @property
+    def wait_s(self) -> float:
+        """How long an ask waits for the owner's answer."""
+        return min(self.fleet.lease_s, MAX_WAIT_S)
+
+    async def ask(self, sidecar: str, run_id: str) -> Control | None:
+        """Ask ``sidecar`` to hand ``run_id`` over; its answer (``released``: the run is this
+        sidecar's now, taken already), or ``None`` if none came within ``wait_s``."""
+        fleet = self.fleet
+        if not await fleet.client.exists(lease_key(sidecar)):
+            return None  # its lease expired: the fleet adopts the run (ask again then)
+        request_id = uuid.uuid4().hex
+        future: asyncio.Future[Control] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        try:
+            if sidecar == fleet.sidecar_id:  # the store names this sidecar, which lacks it
+                await self._orphan(run_id, request_id)
+            else:
+                await fleet.send_control(sidecar, Control(RELEASE, run_id, call_id=request_id))
+            async with asyncio.timeout(self.wait_s):
+                return await future
+        except TimeoutError:
+            return None
+        finally:
+            del self._waiting[request_id]
+
+    async def _orphan(self, run_id: str, request_id: str) -> None:
+        """Take a live run the store says this sidecar runs though it does not: handed over
+        to it by a sidecar whose answer never came (it died, or Redis failed in between).
+        It is claimed again (a new token) and taken as a handed-over run is."""
+        me = self.fleet.sidecar_id
+        token = int(await self.fleet.client.eval(CLAIM, 1, meta_key(run_id), me, me) or 0)
+        if token:
+            answer = Control(RELEASED, run_id, call_id=request_id, sender=me, token=token)
+        else:  # no longer this sidecar's: another took it meanwhile
+            answer = Control(REFUSED, run_id, GONE, request_id, sender=me)
+        await self._answered(answer)
+
+    async def handle(self, control: Control) -> bool:
+        """Act on ``control`` if it is part of a hand-over; ``False`` if it is not."""
+        if control.op == RELEASE:
+            await self._release(control)
+        elif control.op in (RELEASED, REFUSED):
+            await self._answered(control)
+        else:
+            return False
+        return True
+
+    async def _release(self, request: Control) -> None:
+        """As the owner: hand the run over to the asking sidecar if it is parked here."""
+        fleet, run_id, to = self.fleet, request.run_id, request.sender
+        refusal = GONE if self.on_release is None or not to else self.on_release(run_id, to)
+        token = 0
+        if not refusal:  # unparked, its copy stopped: nothing more is written here
+            try:
+                token = int(cast("int | None", await fleet.client.eval(
+                    CLAIM, 1, meta_key(run_id), to, fleet.sidecar_id,
+                )) or 0)  # fmt: skip
+                if token:
+                    fleet.tokens.pop(run_id, None)
+                    async with fleet.client.pipeline(transaction=False) as pipe:
+                        pipe.srem(runs_of_key(fleet.sidecar_id), run_id)
+                        pipe.sadd(runs_of_key(to), run_id)
+                        await pipe.execute()
+            except RedisError as exc:
+                log.error("hand-over failed", run_id=run_id, to=to, error=repr(exc))
+            if not token:
+                refusal = GONE
+            else:
+                self.given += 1
+                log.info("run handed over", run_id=run_id, to=to)
+        op = RELEASED if token else REFUSED
+        answer = Control(op, run_id, refusal, request.call_id, token=token)
+        try:
+            await fleet.send_control(to, answer)
+        except RedisError as exc:  # the asker times out; a released run waits for it
+            log.error("hand-over answer not sent", run_id=run_id, to=to, error=repr(exc))
+
+    async def _answered(self, answer: Control) -> None:
+        """As the asker: take a released run (read after the claim), then wake the ask."""
+        waiting = self._waiting.get(answer.call_id)
+        if answer.op == RELEASED and answer.token:
+            fleet = self.fleet
+            fleet.tokens[answer.run_id] = answer.token
+            await fleet.client.sadd(runs_of_key(fleet.sidecar_id), answer.run_id)
+            stored = await fleet.claimed_logs([answer.run_id])
+            if stored and self.on_handed is not None:
+                self.taken += 1
+                self.on_handed(stored[0], answer.sender, waiting is not None and not waiting.done())
+        if waiting is not None and not waiting.done():
+            waiting.set_result(answer)

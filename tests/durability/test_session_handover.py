@@ -1,0 +1,414 @@
+"""A parked Session run handed over to the sidecar of a Redis fleet its client re-attaches to.
+
+Real sidecars on real sockets sharing one real Redis: a Session client drops on one sidecar
+(its run parks there) and re-attaches to another, which asks the first (its control stream)
+to hand the run over; the run resumes there as an adopted one does. A run attached to a live
+stream is refused, a sidecar that does not answer is ``UNAVAILABLE`` after a bounded wait,
+another identity's run is ``NOT_FOUND`` with nothing asked, and of two clients racing for the
+same run exactly one gets it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import pytest
+import redis.asyncio
+
+from cleveragents.client import AsyncSidecarClient, StreamedEvent
+from cleveragents.sidecar import ClientConfig, Sidecar, SidecarConfig
+from cleveragents.sidecar.runs.redis_fence import CLAIM
+from cleveragents.sidecar.runs.redis_keys import control_key, lease_key, meta_key
+from cleveragents.tool import (
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunResumed,
+    ToolCallCompleted,
+    ToolCallStarted,
+)
+from cleveragents.toolruntime.v1 import events_pb2, session_pb2, types_pb2
+from tests.conftest import ServeSidecar
+from tests.durability.test_session_adoption import Call, Stub, _answer, _calling, _read, _start
+from tests.redis_server import RedisServer
+from tests.sidecar.conftest import LaggingProxy
+
+LONG_S = 30
+TOKENS = {"alice": "alice-handover-token-1", "bob": "bob-handover-token-22"}
+TERMINAL = (RunCompleted, RunFailed, RunCancelled)
+Start = Callable[..., Awaitable[Sidecar]]
+
+
+@pytest.fixture
+async def fleet(redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Start]:
+    """``fleet(name)``: an in-process sidecar on the test's Redis (a lease of 1 s, Session runs
+    wait 30 s for their client), with identities alice and bob (none with ``identities=False``);
+    all are stopped after the test."""
+    for name, token in TOKENS.items():
+        monkeypatch.setenv(f"TEST_{name.upper()}", token)
+    clients = {name: ClientConfig(name, token_env=f"TEST_{name.upper()}") for name in TOKENS}
+    running: list[Sidecar] = []
+
+    async def start(name: str, identities: bool = True) -> Sidecar:
+        config = SidecarConfig(
+            listen="127.0.0.1:0", event_store=redis_server.url, sidecar_id=name,
+            event_store_lease_s=1.0, session_reattach_s=30.0,
+            clients=clients if identities else {},
+            sandbox_roots=(os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],),
+        )  # fmt: skip
+        running.append(Sidecar(config))
+        await running[-1].start()
+        return running[-1]
+
+    yield start
+    for sidecar in running:
+        await sidecar.stop(0.2)
+
+
+def _auth(who: str = "alice") -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {TOKENS[who]}"),)
+
+
+async def _parked(sidecar: Sidecar, run_id: str) -> None:
+    """Until ``sidecar`` lets ``run_id`` wait for its client (it noticed the drop, or adopted)."""
+    parked = sidecar.manager.parked
+    while parked.get(run_id) is None:
+        parked.parked_one.clear()
+        await parked.parked_one.wait()
+
+
+async def _dropped(
+    address: str, start: session_pb2.SessionRequest
+) -> tuple[list[events_pb2.RunEvent], session_pb2.ToolInvocation]:
+    """Start a Session run at ``address``, read to its first invocation, drop the connection."""
+    events: list[events_pb2.RunEvent] = []
+    async with grpc.aio.insecure_channel(address) as channel:
+        call: Call = Stub(channel).Session(metadata=_auth())
+        await call.write(start)
+        invocation = await _read(call, events)
+    assert invocation is not None
+    return events, invocation
+
+
+async def _refused(address: str, start: session_pb2.SessionRequest, who: str = "alice") -> Any:
+    """The error a re-attach at ``address`` ends with."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        call: Call = Stub(channel).Session(metadata=_auth(who))
+        await call.write(start)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await _read(call, [])
+    return refused.value
+
+
+async def _log(address: str, run_id: str) -> list[StreamedEvent]:
+    async with AsyncSidecarClient(address, token=TOKENS["alice"]) as client:
+        return [e async for e in client.watch(run_id)]
+
+
+def _whole(log: list[StreamedEvent]) -> None:
+    """Gap-free, no duplicate sequence, exactly one end, and that end is the last event."""
+    assert [e.sequence for e in log] == list(range(1, len(log) + 1))
+    assert sum(isinstance(e.event, TERMINAL) for e in log) == 1
+    assert isinstance(log[-1].event, RunCompleted)
+
+
+@pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "not-idempotent"])
+async def test_a_run_parked_on_one_sidecar_resumes_on_the_sidecar_its_client_reattaches_to(
+    fleet: Start, idempotent: bool
+) -> None:
+    alpha, beta = await fleet("alpha"), await fleet("beta")
+    tools = [types_pb2.ToolSpec(name="remote", idempotent=idempotent)]
+    async with asyncio.timeout(LONG_S):
+        before, invocation = await _dropped(alpha.address, _start(tools, "h", _calling("remote")))
+        await _parked(alpha, "h")
+        after: list[events_pb2.RunEvent] = []
+        async with grpc.aio.insecure_channel(beta.address) as channel:
+            call: Call = Stub(channel).Session(metadata=_auth())
+            await call.write(_start(tools, "h", _calling("remote"), before[-1].sequence))
+            asked = await _read(call, after)
+            if asked is not None:
+                await call.write(_answer(asked.call_id, '{"n": 1}'))
+                assert await _read(call, after) is None
+            assert await call.code() is grpc.StatusCode.OK
+        log = await _log(alpha.address, "h")  # alpha reads the shared log now
+    assert alpha.manager.get("h") is None  # alpha's copy stopped, and is not kept
+    assert [e.sequence for e in after] == list(range(len(before) + 1, len(log) + 1))
+    _whole(log)
+    [resumed] = [e.event for e in log if isinstance(e.event, RunResumed)]
+    assert (
+        resumed.reason
+        == "sidecar 'alpha' handed it over when its client re-attached to this sidecar"
+    )
+    records = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
+    if idempotent:  # asked again, under its original call id and idempotency key
+        assert asked is not None
+        assert (asked.call_id, asked.idempotency_key) == ("r1", invocation.idempotency_key)
+        assert resumed.rerun_call_ids == ("r1",)
+        assert [(r.call_id, r.success) for r in records] == [("r1", True)]
+    else:
+        assert asked is None
+        assert resumed.interrupted_call_ids == ("r1",)
+        assert [(r.call_id, r.success) for r in records] == [("r1", False)]
+        assert "interrupted by a sidecar restart" in (records[0].error or "")
+
+
+async def test_a_run_adopted_from_a_killed_sidecar_is_handed_to_the_third_its_client_reaches(
+    fleet: Start, serve_sidecar: ServeSidecar, redis_server: RedisServer
+) -> None:
+    tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
+    script = _calling("remote")
+    dead = serve_sidecar(
+        event_store=redis_server.url, sidecar_id="dead", event_store_lease_s=1.0,
+        session_reattach_s=30.0,
+    )  # fmt: skip
+    beta = await fleet("beta", identities=False)  # as the killed one: no identities
+    async with asyncio.timeout(LONG_S):
+        events: list[events_pb2.RunEvent] = []
+        async with grpc.aio.insecure_channel(dead.address) as channel:
+            call: Call = Stub(channel).Session()
+            await call.write(_start(tools, "k", script))
+            assert await _read(call, events) is not None
+            dead.process.kill()  # SIGKILL, the call owed; no client, no lease from now on
+            dead.process.wait(10)
+        await _parked(beta, "k")  # beta adopted it
+        gamma = await fleet("gamma", identities=False)
+        after: list[events_pb2.RunEvent] = []
+        async with grpc.aio.insecure_channel(gamma.address) as channel:
+            call = Stub(channel).Session()
+            await call.write(_start(tools, "k", script, events[-1].sequence))
+            asked = await _read(call, after)
+            assert asked is not None
+            assert asked.call_id == "r1"
+            await call.write(_answer("r1", "{}"))
+            assert await _read(call, after) is None
+            assert await call.code() is grpc.StatusCode.OK
+        async with AsyncSidecarClient(beta.address) as client:
+            log = [e async for e in client.watch("k")]
+    _whole(log)
+    assert beta.manager.get("k") is None
+    # Adopted by beta (parked: no loop, nothing logged), then resumed on gamma.
+    [resumed] = [e.event for e in log if isinstance(e.event, RunResumed)]
+    assert (
+        resumed.reason
+        == "sidecar 'beta' handed it over when its client re-attached to this sidecar"
+    )
+    assert resumed.rerun_call_ids == ("r1",)
+
+
+async def test_a_run_attached_to_a_live_stream_on_its_sidecar_is_failed_precondition_naming_it(
+    fleet: Start,
+) -> None:
+    alpha, beta = await fleet("alpha"), await fleet("beta")
+    tools = [types_pb2.ToolSpec(name="remote")]
+    async with asyncio.timeout(LONG_S), grpc.aio.insecure_channel(alpha.address) as channel:
+        call: Call = Stub(channel).Session(metadata=_auth())
+        await call.write(_start(tools, "held", _calling("remote")))
+        events: list[events_pb2.RunEvent] = []
+        invocation = await _read(call, events)
+        assert invocation is not None
+        refused = await _refused(beta.address, _start(tools, "held", _calling("remote"), 1))
+        await call.write(_answer(invocation.call_id, "{}"))  # the holder goes on, undisturbed
+        assert await _read(call, events) is None
+        assert await call.code() is grpc.StatusCode.OK
+    assert refused.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert "attached to another stream on sidecar 'alpha'" in (refused.details() or "")
+    assert sum(e.HasField("run_completed") for e in events) == 1
+
+
+async def test_a_sidecar_that_does_not_answer_is_unavailable_naming_it_after_a_bounded_wait(
+    fleet: Start, redis_server: RedisServer
+) -> None:
+    alpha, beta = await fleet("alpha"), await fleet("beta")
+    tools = [types_pb2.ToolSpec(name="remote")]
+    direct = redis.asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with asyncio.timeout(LONG_S):
+            before, _ = await _dropped(alpha.address, _start(tools, "stuck", _calling("remote")))
+            await _parked(alpha, "stuck")
+            # Its hash names a sidecar whose lease lives and whose control loop never reads.
+            await direct.set(lease_key("ghost"), "1", px=60_000)
+            await direct.hset(meta_key("stuck"), "sidecar", "ghost")
+            start = _start(tools, "stuck", _calling("remote"), before[-1].sequence)
+            waited = asyncio.get_running_loop().time()
+            refused = await _refused(beta.address, start)
+            waited = asyncio.get_running_loop().time() - waited
+            asks = await direct.xlen(control_key("ghost"))
+    finally:
+        await direct.aclose()
+    assert refused.code() is grpc.StatusCode.UNAVAILABLE
+    details = refused.details() or ""
+    assert "runs on sidecar 'ghost', not this one and did not hand it over in time" in details
+    assert asks == 1
+    assert waited < 20  # bounded: min(event_store_lease_s, 5 s), generously
+
+
+async def test_another_identitys_parked_run_is_not_found_and_nothing_is_asked(
+    fleet: Start, redis_server: RedisServer
+) -> None:
+    alpha, beta = await fleet("alpha"), await fleet("beta")
+    tools = [types_pb2.ToolSpec(name="remote")]
+    direct = redis.asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with asyncio.timeout(LONG_S):
+            before, _ = await _dropped(alpha.address, _start(tools, "mine", _calling("remote")))
+            await _parked(alpha, "mine")
+            start = _start(tools, "mine", _calling("remote"), before[-1].sequence)
+            refused = await _refused(beta.address, start, who="bob")
+            asks = await direct.xlen(control_key("alpha"))
+    finally:
+        await direct.aclose()
+    assert refused.code() is grpc.StatusCode.NOT_FOUND
+    assert asks == 0
+    assert alpha.manager.parked.get("mine") is not None  # still alice's, waiting on alpha
+
+
+async def test_of_two_clients_racing_to_reattach_at_two_sidecars_exactly_one_gets_the_run(
+    fleet: Start,
+) -> None:
+    alpha, beta = await fleet("alpha"), await fleet("beta")
+    tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
+    script = _calling("remote")
+    async with asyncio.timeout(LONG_S):
+        before, _ = await _dropped(alpha.address, _start(tools, "race", script))
+        await _parked(alpha, "race")
+        start = _start(tools, "race", script, before[-1].sequence)
+
+        channels = [grpc.aio.insecure_channel(s.address) for s in (alpha, beta)]
+        calls: list[Call] = [Stub(channel).Session(metadata=_auth()) for channel in channels]
+
+        async def attempt(call: Call) -> session_pb2.ToolInvocation | grpc.StatusCode:
+            await call.write(start)
+            try:  # the winner is not answered until both attempts are decided
+                asked = await _read(call, [])
+            except grpc.aio.AioRpcError as exc:
+                return exc.code()
+            assert asked is not None
+            return asked
+
+        try:
+            outcomes = await asyncio.gather(*(attempt(call) for call in calls))
+            [(winner, asked)] = [
+                (call, got) for call, got in zip(calls, outcomes, strict=True)
+                if isinstance(got, session_pb2.ToolInvocation)
+            ]  # fmt: skip
+            await winner.write(_answer(asked.call_id, "{}"))
+            assert await _read(winner, []) is None
+            assert await winner.code() is grpc.StatusCode.OK
+        finally:
+            for channel in channels:
+                await channel.close()
+        log = await _log(beta.address, "race")
+    assert [o for o in outcomes if not isinstance(o, session_pb2.ToolInvocation)] == [
+        grpc.StatusCode.FAILED_PRECONDITION
+    ]
+    _whole(log)
+
+
+async def test_a_client_reattaching_at_the_old_sidecar_after_a_handover_is_failed_precondition(
+    fleet: Start,
+) -> None:
+    alpha, beta = await fleet("alpha"), await fleet("beta")
+    tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
+    script = _calling("remote")
+    async with asyncio.timeout(LONG_S):
+        before, _ = await _dropped(alpha.address, _start(tools, "moved", script))
+        await _parked(alpha, "moved")
+        start = _start(tools, "moved", script, before[-1].sequence)
+        async with grpc.aio.insecure_channel(beta.address) as channel:
+            call: Call = Stub(channel).Session(metadata=_auth())
+            await call.write(start)
+            asked = await _read(call, [])  # handed over to beta, which holds it now
+            assert asked is not None
+            refused = await _refused(alpha.address, start)
+            await call.write(_answer(asked.call_id, "{}"))
+            assert await _read(call, []) is None
+        log = await _log(alpha.address, "moved")
+    assert refused.code() is grpc.StatusCode.FAILED_PRECONDITION
+    details = refused.details() or ""
+    assert (
+        "attached to another stream on sidecar 'beta'" in details
+        or "handed over to sidecar 'beta'" in details
+    )
+    _whole(log)
+
+
+async def test_a_run_handed_over_whose_answer_was_lost_is_taken_at_the_next_reattach(
+    fleet: Start, redis_server: RedisServer
+) -> None:
+    alpha, beta = await fleet("alpha"), await fleet("beta")
+    tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
+    script = _calling("remote")
+    direct = redis.asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with asyncio.timeout(LONG_S):
+            before, _ = await _dropped(alpha.address, _start(tools, "lost", script))
+            await _parked(alpha, "lost")
+            # alpha's claim for beta, and no answer (as if alpha died right after it).
+            assert await direct.eval(CLAIM, 1, meta_key("lost"), "beta", "alpha")
+            async with grpc.aio.insecure_channel(beta.address) as channel:
+                call: Call = Stub(channel).Session(metadata=_auth())
+                await call.write(_start(tools, "lost", script, before[-1].sequence))
+                asked = await _read(call, [])
+                assert asked is not None
+                await call.write(_answer(asked.call_id, "{}"))
+                assert await _read(call, []) is None
+                assert await call.code() is grpc.StatusCode.OK
+            asks = await direct.xlen(control_key("alpha"))
+            log = await _log(beta.address, "lost")
+    finally:
+        await direct.aclose()
+    assert asks == 0  # beta claimed it again itself: the store said it was beta's
+    _whole(log)
+
+
+async def test_the_python_client_behind_a_balancer_gets_its_run_back_from_another_sidecar(
+    fleet: Start,
+) -> None:
+    alpha, beta = await fleet("alpha", identities=False), await fleet("beta", identities=False)
+    balancer = LaggingProxy(alpha.address)
+    await balancer.start()
+    running, release = asyncio.Event(), asyncio.Event()
+    calls: list[str] = []
+
+    async def remote() -> dict[str, str]:
+        """Wait for the test's release.
+
+        Returns:
+            A fixed answer.
+        """
+        calls.append("remote")
+        running.set()
+        await release.wait()
+        return {"answer": "late"}
+
+    seen: list[StreamedEvent] = []
+    try:
+        async with AsyncSidecarClient(balancer.address) as client:
+            session = client.session(
+                "go", tools=[remote], script=_calling("remote"), run_id="lb", reattach=True
+            )
+            async with asyncio.timeout(LONG_S):
+                async for streamed in session:
+                    seen.append(streamed)
+                    if isinstance(streamed.event, ToolCallStarted) and not release.is_set():
+                        await running.wait()
+                        balancer.retarget(beta.address)  # the next connection reaches beta
+                        balancer.cut()  # the connection drops with the call in flight
+                        await _parked(alpha, "lb")
+                        release.set()
+        async with AsyncSidecarClient(beta.address) as direct:
+            log = [e async for e in direct.watch("lb")]
+    finally:
+        await balancer.close()
+    assert calls == ["remote"]  # not idempotent: not run again, its late answer ignored
+    assert [e.sequence for e in seen] == [e.sequence for e in log]
+    _whole(log)
+    [resumed] = [e.event for e in log if isinstance(e.event, RunResumed)]
+    assert (
+        resumed.reason
+        == "sidecar 'alpha' handed it over when its client re-attached to this sidecar"
+    )
+    assert resumed.interrupted_call_ids == ("r1",)
