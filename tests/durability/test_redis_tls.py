@@ -3,6 +3,7 @@ a certificate from a CA the test makes, and the sidecar told that CA (``event_st
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 from collections.abc import Iterator
@@ -91,6 +92,16 @@ async def test_a_sidecar_keeps_its_runs_on_a_tls_redis_it_was_given_the_ca_of(
         await sidecar.stop(1.0)
     assert result.content == "hi"
     assert listed == ["tls"]
+    # Read back by a second sidecar stopped at once: its control loop's cancelled XREAD
+    # (over TLS) is where a stop used to hang for good, 6 times in 42 (test_fleet_close.py).
+    again = Sidecar(_config(tls_redis.url, certificates / "ca.crt"))
+    await again.start()
+    try:
+        async with AsyncSidecarClient(again.address) as client:
+            info = await client.get_run("tls")
+    finally:
+        await asyncio.wait_for(again.stop(1.0), 15)
+    assert info.state == "completed"
 
 
 async def test_a_tls_redis_whose_certificate_the_ca_did_not_issue_fails_the_start_clearly(
