@@ -1,6 +1,7 @@
 """A sidecar's stop on a shared (Redis) store returns even when redis-py loses the cancel of a
-blocking ``XREAD``: seen over TLS, where the cancelled read came back as if nothing happened
-and a loop that relied on the cancel read on for ever (the stop never returned)."""
+blocking ``XREAD`` (Python 3.11's ``asyncio.wait_for``, which redis-py writes commands under,
+drops a cancel that comes as the write ends): the cancelled read came back as if nothing
+happened, and a loop that relied on the cancel read on for ever (the stop never returned)."""
 
 from __future__ import annotations
 

@@ -133,9 +133,10 @@ class RedisFleet:
         """Stop; ``clean`` (every run ended and stored): leave the fleet, lease and all.
 
         The loops are cancelled, and told to end too: redis-py can lose the cancel of a
-        blocking ``XREAD`` (seen over TLS: the read returns as if nothing happened, and a
-        loop that relied on the cancel alone read on, so the stop never returned). Told,
-        a loop ends once its read returns: within ``_CONTROL_BLOCK_MS``."""
+        command (it writes under Python 3.11's ``asyncio.wait_for``, which drops a cancel
+        that comes as the write ends); the ``XREAD`` then returns as if nothing happened,
+        and a loop that relied on the cancel read on, so the stop never returned. Told, a
+        loop ends once its read returns: within ``_CONTROL_BLOCK_MS``."""
         self._closing.set()
         for task in self._tasks:
             task.cancel()
