@@ -33,7 +33,8 @@ class RedisServer:
     ``everysec``, ``no``) turns the append-only file on, so that the data survives a kill;
     empty: nothing is persisted. ``password``: clients must ``AUTH`` with it. ``tls``: the
     server's certificate, key and CA files: it serves TLS only (``rediss://``), and asks
-    clients for no certificate.
+    clients for no certificate unless ``client_certs`` (``tls-auth-clients yes``: a client
+    must show a certificate that CA issued).
     """
 
     def __init__(
@@ -44,6 +45,7 @@ class RedisServer:
         appendfsync: str = "",
         password: str = "",
         tls: tuple[Path, Path, Path] | None = None,
+        client_certs: bool = False,
     ) -> None:
         self.binary = shutil.which("redis-server")
         if self.binary is None:
@@ -56,6 +58,7 @@ class RedisServer:
         self.appendfsync = appendfsync
         self.password = password
         self.tls = tls
+        self.client_certs = client_certs
         self.socket_path = directory / "redis.sock" if unix_socket else None
         self.port = 0 if unix_socket else free_port()
         self.process: subprocess.Popen[str] | None = None
@@ -86,7 +89,8 @@ class RedisServer:
             command[command.index("--port") + 1] = "0"
             command += [
                 "--tls-port", str(self.port), "--tls-cert-file", cert, "--tls-key-file", key,
-                "--tls-ca-cert-file", ca, "--tls-auth-clients", "no",
+                "--tls-ca-cert-file", ca,
+                "--tls-auth-clients", "yes" if self.client_certs else "no",
             ]  # fmt: skip
         if self.appendfsync:
             command += ["--appendonly", "yes", "--appendfsync", self.appendfsync]

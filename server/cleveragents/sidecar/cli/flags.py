@@ -65,6 +65,8 @@ _HELP = {
     "sidecar_id": "this sidecar's id on a shared Redis store (empty: random per start)",
     "event_store_lease_s": "seconds a sidecar's lease on a shared store lasts unrenewed",
     "event_store_ca_file": "with rediss://: the CA file the Redis server's certificate chains to",
+    "event_store_cert_file": "with rediss://: this sidecar's client certificate for Redis (PEM)",
+    "event_store_key_file": "the private key of event_store_cert_file (PEM)",
     "session_reattach_s": "seconds a Session run waits for its client to re-attach (0: none)",
     "default_automation_profile": "the automation profile of runs that name none",
     "approval_timeout_s": "seconds a call waits for approval while someone follows its run",

@@ -131,6 +131,11 @@ class SidecarConfig:
     #: With a ``rediss://`` (TLS) ``event_store``: the CA certificate file (PEM) that the
     #: Redis server's certificate must chain to (empty: the system's trusted CAs).
     event_store_ca_file: str = ""
+    #: With a ``rediss://`` ``event_store`` whose server asks for client certificates (Redis's
+    #: ``tls-auth-clients``): this sidecar's certificate and its private key (PEM), both or
+    #: neither (empty: no client certificate).
+    event_store_cert_file: str = ""
+    event_store_key_file: str = ""
     #: How long a Session run whose client went away (its stream ended, or the sidecar
     #: restarted on a durable store with ``resume_runs``) waits for the client to re-attach
     #: (``SessionStart.reattach_run_id``) before it fails; 0: no wait (it is cancelled, or
@@ -223,6 +228,14 @@ class SidecarConfig:
             )
         if self.event_store_ca_file and not self.event_store.startswith("rediss://"):
             raise ConfigError("event_store_ca_file is for a rediss:// event_store (Redis over TLS)")
+        if bool(self.event_store_cert_file) != bool(self.event_store_key_file):
+            raise ConfigError(
+                "event_store_cert_file and event_store_key_file go together: set both or neither"
+            )
+        if self.event_store_cert_file and not self.event_store.startswith("rediss://"):
+            raise ConfigError(
+                "event_store_cert_file is for a rediss:// event_store (Redis over TLS)"
+            )
         if not (self.session_reattach_s >= 0 and math.isfinite(self.session_reattach_s)):
             raise ConfigError("session_reattach_s must be 0 (no wait) or a number of seconds")
         if self.watcher_queue_size < 1 or self.max_finished_runs < 0:

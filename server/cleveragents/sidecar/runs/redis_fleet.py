@@ -85,6 +85,8 @@ class RedisFleet:
         self._tasks: list[asyncio.Task[None]] = []
         #: Parked Session runs handed over between sidecars (``redis_handover``).
         self.handovers = RedisHandovers(self)
+        #: Set by ``close``: the loops end at their next turn even if a cancel is lost.
+        self._closing = asyncio.Event()
 
     def counts(self) -> tuple[int, int, int]:
         """Lease renewals that failed, runs adopted, runs taken over by others (metrics)."""
@@ -132,7 +134,14 @@ class RedisFleet:
         ]
 
     async def close(self, *, clean: bool) -> None:
-        """Stop; ``clean`` (every run ended and stored): leave the fleet, lease and all."""
+        """Stop; ``clean`` (every run ended and stored): leave the fleet, lease and all.
+
+        The loops are cancelled, and told to end too: redis-py can lose the cancel of a
+        command (it writes under Python 3.11's ``asyncio.wait_for``, which drops a cancel
+        that comes as the write ends); the ``XREAD`` then returns as if nothing happened,
+        and a loop that relied on the cancel read on, so the stop never returned. Told, a
+        loop ends once its read returns: within ``_CONTROL_BLOCK_MS``."""
+        self._closing.set()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -210,9 +219,10 @@ class RedisFleet:
     # -- the background tasks --------------------------------------------------------------------
 
     async def _heartbeat(self) -> None:
-        while True:
-            await asyncio.sleep(self.lease_s / 3)  # the renewal period, not a synchronisation
-            if await self.renew():
+        while not self._closing.is_set():
+            with contextlib.suppress(TimeoutError):  # the renewal period, or the close
+                await asyncio.wait_for(self._closing.wait(), self.lease_s / 3)
+            if not self._closing.is_set() and await self.renew():
                 with contextlib.suppress(RedisError):
                     await self._adopt_expired()
 
@@ -320,12 +330,13 @@ class RedisFleet:
 
     async def _control_loop(self) -> None:
         key, last = control_key(self.sidecar_id), "0-0"
-        while True:
+        while not self._closing.is_set():
             try:
                 read = self.client.xread({key: last}, block=_CONTROL_BLOCK_MS, count=100)
                 answer = cast("_Streams", await read)
-            except RedisError:
-                await asyncio.sleep(1.0)  # Redis is away: the store's own failure is told
+            except RedisError:  # Redis is away: the store's own failure is told
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), 1.0)
                 continue
             for _, entries in answer or ():
                 for entry_id, fields in entries:

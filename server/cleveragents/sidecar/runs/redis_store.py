@@ -78,7 +78,8 @@ class RedisEventStore:
 
     ``password`` (from the environment variable ``event_store_password_env`` names) is used
     when the URL carries none; neither is ever logged. ``ca_file``: with ``rediss://``, the CA
-    the server's certificate must chain to (``event_store_ca_file``).
+    the server's certificate must chain to (``event_store_ca_file``); ``cert_file`` and
+    ``key_file``: the client certificate a server with ``tls-auth-clients`` asks for.
     """
 
     def __init__(
@@ -90,6 +91,8 @@ class RedisEventStore:
         lease_s: float = LEASE_S,
         sidecar_id: str = "",
         ca_file: str = "",
+        cert_file: str = "",
+        key_file: str = "",
     ) -> None:
         self.url = url
         self.shown = redacted(url)
@@ -104,6 +107,8 @@ class RedisEventStore:
             options["password"] = password
         if ca_file:
             options["ssl_ca_certs"] = ca_file
+        if cert_file:
+            options["ssl_certfile"], options["ssl_keyfile"] = cert_file, key_file
         self._options = options
         self._listeners: list[StoreListener] = []
         self._pending: list[_Item] = []
@@ -123,7 +128,7 @@ class RedisEventStore:
             raise ConfigError(
                 f"event_store {self.shown} cannot be used as a run store "
                 f"({type(exc).__name__}: {exc}): start Redis there, or fix the URL"
-                + (" or event_store_ca_file (TLS)" if self.url.startswith("rediss://") else "")
+                + self._tls_hint()
             ) from None
         self._writer = asyncio.create_task(self._write_loop(), name="event-store")
         self.fleet.start()
@@ -131,6 +136,22 @@ class RedisEventStore:
             "event store opened", url=self.shown, runs=len(runs), sidecar=self.fleet.sidecar_id
         )
         return runs
+
+    def _tls_hint(self) -> str:
+        """What a failed start over TLS may need: a CA, or a client certificate (or another)."""
+        if not self.url.startswith("rediss://"):
+            return ""
+        if "ssl_certfile" in self._options:
+            return (
+                " or event_store_ca_file (the CA of the server's certificate), or "
+                "event_store_cert_file and event_store_key_file (a client certificate the "
+                "server's tls-ca-cert-file issued)"
+            )
+        return (
+            " or event_store_ca_file (the CA of the server's certificate); a server that asks "
+            "for client certificates (tls-auth-clients) needs event_store_cert_file and "
+            "event_store_key_file"
+        )
 
     def _take_back(self, client: redis.Redis) -> list[StoredRun]:
         """The runs this sidecar keeps: every finished one, and the live ones that are its
@@ -184,7 +205,10 @@ class RedisEventStore:
         if self._writer is not None:
             await self._writer
             await self.fleet.close(clean=self.failure is None)
-        await self._client.aclose()
+        try:  # each connection's close is bounded by redis-py (socket_connect_timeout)
+            await self._client.aclose()
+        except RedisError as exc:  # a peer that does not close in time: we leave anyway
+            log.warning("event store connections closed uncleanly", url=self.shown, error=str(exc))
 
     async def _write_loop(self) -> None:
         unwritten: list[_Item] = []  # the batch a failed pipeline left: it goes first, again

@@ -173,6 +173,8 @@ class SharedRuns:
         self._followed: dict[str, tuple[Run, str]] = {}
         self._keep_until: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Set by ``close``: a follower ends at its next read even if its cancel is lost.
+        self._closing = False
 
     async def head(self, run_id: str) -> SharedHead | None:
         """The hash of ``run_id`` (owner, sidecar, resume info), or ``None`` if not stored."""
@@ -272,7 +274,9 @@ class SharedRuns:
         return await _read(self.shared.ask_release(sidecar, run_id))
 
     async def close(self) -> None:
-        """Stop following (every follower task is awaited)."""
+        """Stop following (every follower task is awaited). Each is told as well as
+        cancelled: redis-py can lose the cancel of a blocking read (``RedisFleet.close``)."""
+        self._closing = True
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -281,7 +285,7 @@ class SharedRuns:
     async def _follow(self, run: Run) -> None:
         run_id = run.run_id
         try:
-            while not run.finished:
+            while not run.finished and not self._closing:
                 wanted = run.log.cursors or time.monotonic() < self._keep_until.get(run_id, 0)
                 if not wanted:
                     break

@@ -46,12 +46,15 @@ def store_for(config: SidecarConfig, env: Mapping[str, str] | None = None) -> Ev
         password = (os.environ if env is None else env).get(name, "")
         if not password:
             raise ConfigError(f"event_store_password_env names {name!r}, which is unset or empty")
-    if (ca_file := config.event_store_ca_file) and not os.access(ca_file, os.R_OK):
-        raise ConfigError(f"event_store_ca_file {ca_file!r} cannot be read (missing, or no access)")
+    for name in ("event_store_ca_file", "event_store_cert_file", "event_store_key_file"):
+        if (path := getattr(config, name)) and not os.access(path, os.R_OK):
+            raise ConfigError(f"{name} {path!r} cannot be read (missing, or no access)")
     return RedisEventStore(
         config.event_store,
         password=password,
-        ca_file=ca_file,
+        ca_file=config.event_store_ca_file,
+        cert_file=config.event_store_cert_file,
+        key_file=config.event_store_key_file,
         lease_s=config.event_store_lease_s,
         sidecar_id=config.sidecar_id,
     )

@@ -1,0 +1,124 @@
+"""A sidecar's stop on a shared (Redis) store returns even when redis-py loses the cancel of a
+blocking ``XREAD`` (Python 3.11's ``asyncio.wait_for``, which redis-py writes commands under,
+drops a cancel that comes as the write ends): the cancelled read came back as if nothing
+happened, and a loop that relied on the cancel read on for ever (the stop never returned)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, cast
+
+import redis.asyncio
+
+from cleveragents.client import AsyncSidecarClient
+from cleveragents.sidecar import Sidecar, SidecarConfig
+from cleveragents.sidecar.runs.log import LogStats
+from cleveragents.sidecar.runs.redis_fleet import RedisFleet
+from cleveragents.sidecar.runs.shared import Control, SharedHead, SharedRun, SharedRuns
+from cleveragents.sidecar.runs.store import StoredRun
+from cleveragents.tool import ToolCallStarted
+
+NAP: list[dict[str, Any]] = [
+    {"tool_calls": [{"id": "nap", "name": "sleep", "arguments": {"seconds": 60}}]},
+]
+
+
+class LosesCancels:
+    """A Redis client whose blocking ``XREAD`` answers "nothing came" when it is cancelled,
+    as redis-py's did: the cancel does not reach the caller. ``reading`` is set once a read
+    blocks."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.cancels_lost = 0
+        self.reading = asyncio.Event()
+        self._never = asyncio.Event()
+
+    async def xread(self, streams: dict[Any, Any], block: int = 0, count: int = 0) -> list[Any]:
+        self.reads += 1
+        self.reading.set()
+        try:
+            await asyncio.wait_for(self._never.wait(), block / 1000)
+        except TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            self.cancels_lost += 1  # swallowed: the read answers as if its block ran out
+        return []
+
+
+async def test_a_fleets_close_returns_though_its_control_reads_cancel_is_lost() -> None:
+    client = LosesCancels()
+    fleet = RedisFleet(cast("redis.asyncio.Redis", client), lease_s=30.0, sidecar_id="lossy")
+    fleet.start()
+    await client.reading.wait()  # the control loop is in its blocking read
+    await asyncio.wait_for(fleet.close(clean=False), 15)
+    assert client.cancels_lost == 1
+    assert client.reads == 1  # it read no more once told to stop
+
+
+class FollowedElsewhere:
+    """A shared store holding one live run of another sidecar, whose blocking read of the
+    run's next frames loses its cancel as ``LosesCancels.xread`` does."""
+
+    sidecar_id = "here"
+
+    def __init__(self, stored: StoredRun) -> None:
+        self.stored = stored
+        self.reads = 0
+        self.cancels_lost = 0
+        self.reading = asyncio.Event()
+        self._never = asyncio.Event()
+
+    async def read_runs(self, run_ids: list[str]) -> list[SharedRun]:
+        return [SharedRun(self.stored, "there")]
+
+    async def read_head(self, run_id: str) -> SharedHead | None:
+        return SharedHead(self.stored.owner, "there", "")
+
+    async def recent_run_ids(self, limit: int) -> list[str]:
+        return [self.stored.run_id]
+
+    async def read_after(self, run_id: str, after: int, block_ms: int) -> list[bytes]:
+        self.reads += 1
+        self.reading.set()
+        try:
+            await asyncio.wait_for(self._never.wait(), block_ms / 1000)
+        except TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            self.cancels_lost += 1
+        return []
+
+    async def send_control(self, sidecar: str, control: Control) -> None:
+        raise AssertionError("nothing is sent")
+
+
+async def _live_frames() -> StoredRun:
+    """The first frames of a live run (a real sidecar's, on the memory store)."""
+    config = SidecarConfig(
+        listen="127.0.0.1:0", sandbox_roots=(os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],)
+    )
+    async with Sidecar(config) as sidecar, AsyncSidecarClient(sidecar.address) as client:
+        calls = client.stream_tool_loop("go", script=NAP, run_id="elsewhere", detach=True)
+        async for streamed in calls:
+            if isinstance(streamed.event, ToolCallStarted):
+                break
+        run = sidecar.manager.get("elsewhere")
+        assert run is not None
+        frames = list(run.log.frames)
+        sidecar.hurry()
+    return StoredRun("elsewhere", frames, run.owner, "")
+
+
+async def test_following_another_sidecars_run_stops_though_its_reads_cancel_is_lost() -> None:
+    store = FollowedElsewhere(await _live_frames())
+    shared = SharedRuns(store, LogStats())
+    found = await shared.get("elsewhere")
+    assert found is not None
+    assert not found[0].finished
+    found[0].log.follow(len(store.stored.frames), 100)  # someone watches it: it is followed
+    await store.reading.wait()
+    await asyncio.wait_for(shared.close(), 15)
+    assert store.cancels_lost == 1
+    assert store.reads == 1
