@@ -93,6 +93,12 @@ class FollowedElsewhere:
     async def send_control(self, sidecar: str, control: Control) -> None:
         raise AssertionError("nothing is sent")
 
+    async def ask_release(self, sidecar: str, run_id: str) -> Control | None:
+        raise AssertionError("nothing is asked")
+
+    def lose(self, run_id: str, sidecar: str) -> None:
+        raise AssertionError("nothing is lost")
+
 
 async def _live_frames() -> StoredRun:
     """The first frames of a live run (a real sidecar's, on the memory store)."""
