@@ -93,7 +93,7 @@ class FollowedElsewhere:
     async def send_control(self, sidecar: str, control: Control) -> None:
         raise AssertionError("nothing is sent")
 
-    async def ask_release(self, sidecar: str, run_id: str) -> Control | None:
+    async def ask_release(self, sidecar: str, run_id: str, identity: str) -> Control | None:
         raise AssertionError("nothing is asked")
 
     def lose(self, run_id: str, sidecar: str) -> None:

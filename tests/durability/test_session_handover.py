@@ -412,3 +412,71 @@ async def test_the_python_client_behind_a_balancer_gets_its_run_back_from_anothe
         == "sidecar 'alpha' handed it over when its client re-attached to this sidecar"
     )
     assert resumed.interrupted_call_ids == ("r1",)
+
+
+async def _answer_to(direct: redis.asyncio.Redis, sidecar: str, call_id: str) -> dict[bytes, bytes]:
+    """The hand-over answer with ``call_id`` on ``sidecar``'s control stream (a blocking read:
+    the answer is the sign that the ask, and all before it, were handled)."""
+    last = "0-0"
+    while True:
+        answer = await direct.xread({control_key(sidecar): last}, block=1000)
+        for _, entries in answer or ():
+            for entry_id, fields in entries:
+                last = entry_id.decode()
+                if fields.get(b"call") == call_id.encode():
+                    return fields
+
+
+def _release(run_id: str, call_id: str, sender: str, identity: str = "alice") -> dict[str, str]:
+    """A ``release`` ask as a sidecar writes it on another's control stream."""
+    return {"op": "release", "run": run_id, "call": call_id, "identity": identity,
+            "from": sender, "token": "0"}  # fmt: skip
+
+
+async def test_a_release_for_another_identity_or_to_a_sidecar_without_a_lease_is_refused(
+    fleet: Start, redis_server: RedisServer
+) -> None:
+    alpha, _ = await fleet("alpha"), await fleet("beta")
+    tools = [types_pb2.ToolSpec(name="remote")]
+    direct = redis.asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with asyncio.timeout(LONG_S):
+            await _dropped(alpha.address, _start(tools, "kept", _calling("remote")))
+            await _parked(alpha, "kept")
+            await direct.xadd(control_key("alpha"), _release("kept", "as-bob", "beta", "bob"))
+            as_bob = await _answer_to(direct, "beta", "as-bob")
+            await direct.xadd(control_key("alpha"), _release("kept", "no-lease", "nobody"))
+            no_lease = await _answer_to(direct, "nobody", "no-lease")
+            parked = alpha.manager.parked.get("kept")
+            owner = await direct.hget(meta_key("kept"), "sidecar")
+    finally:
+        await direct.aclose()
+    assert as_bob[b"op"] == b"refused"
+    assert no_lease[b"op"] == b"refused"
+    assert parked is not None and not parked.reserved  # still alice's, waiting on alpha
+    assert owner == b"alpha"
+    assert alpha.manager.get("kept") is not None
+
+
+async def test_a_released_answer_to_no_ask_of_the_sidecar_is_ignored(
+    fleet: Start, redis_server: RedisServer
+) -> None:
+    alpha, beta = await fleet("alpha"), await fleet("beta")
+    tools = [types_pb2.ToolSpec(name="remote")]
+    direct = redis.asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with asyncio.timeout(LONG_S):
+            await _dropped(alpha.address, _start(tools, "theirs", _calling("remote")))
+            await _parked(alpha, "theirs")
+            forged = {"op": "released", "run": "theirs", "call": "never-asked", "from": "alpha",
+                      "token": "7"}  # fmt: skip
+            await direct.xadd(control_key("beta"), forged)
+            # Handled in order: once beta answers this ask, it has handled the forged answer.
+            await direct.xadd(control_key("beta"), _release("unknown", "after", "alpha"))
+            await _answer_to(direct, "alpha", "after")
+            owner = await direct.hget(meta_key("theirs"), "sidecar")
+    finally:
+        await direct.aclose()
+    assert beta.manager.get("theirs") is None
+    assert alpha.manager.parked.get("theirs") is not None
+    assert owner == b"alpha"

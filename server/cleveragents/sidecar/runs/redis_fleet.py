@@ -102,6 +102,8 @@ class RedisFleet:
         """Take this sidecar's lease; return the ids of the other sidecars whose leases live."""
         client.set(lease_key(self.sidecar_id), "1", px=self.lease_ms)
         client.sadd(SIDECARS_KEY, self.sidecar_id)
+        seconds, micros = client.time()
+        self.handovers.started_ms = seconds * 1000 + micros // 1000  # Redis's clock
         others = [m.decode() for m in cast("set[bytes]", client.smembers(SIDECARS_KEY))]
         others = [other for other in others if other != self.sidecar_id]
         with client.pipeline(transaction=False) as pipe:
@@ -325,8 +327,8 @@ class RedisFleet:
         """The logs of the live runs ``run_ids`` this sidecar claimed, read after the claim."""
         return [f.stored for f in await self.read_runs(run_ids) if not ended(f.stored.frames)]
 
-    async def ask_release(self, sidecar: str, run_id: str) -> Control | None:
-        return await self.handovers.ask(sidecar, run_id)
+    async def ask_release(self, sidecar: str, run_id: str, identity: str) -> Control | None:
+        return await self.handovers.ask(sidecar, run_id, identity)
 
     async def _control_loop(self) -> None:
         key, last = control_key(self.sidecar_id), "0-0"
@@ -341,12 +343,12 @@ class RedisFleet:
             for _, entries in answer or ():
                 for entry_id, fields in entries:
                     last = entry_id.decode()
-                    await self._obey(_control(fields))
+                    await self._obey(_control(fields), int(entry_id.split(b"-", 1)[0]))
 
-    async def _obey(self, control: Control) -> None:
+    async def _obey(self, control: Control, sent_ms: int) -> None:
         """Hand ``control`` to the hand-overs or ``on_control`` (one at a time, in order)."""
         try:
-            if not await self.handovers.handle(control) and self.on_control is not None:
+            if not await self.handovers.handle(control, sent_ms) and self.on_control is not None:
                 self.on_control(control)
         except RedisError as exc:  # the asker's wait ends unanswered; it retries
             log.error(

@@ -111,8 +111,9 @@ class SharedLog(Protocol):
         """Queue ``control`` for ``sidecar`` (its control stream)."""
         ...
 
-    async def ask_release(self, sidecar: str, run_id: str) -> Control | None:
-        """Ask ``sidecar`` to hand its parked run ``run_id`` over to this sidecar: its answer
+    async def ask_release(self, sidecar: str, run_id: str, identity: str) -> Control | None:
+        """Ask ``sidecar`` to hand its parked run ``run_id`` (of ``identity``, which it
+        checks) over to this sidecar: its answer
         (``released``: the run is live here now), or ``None`` if none came in time."""
         ...
 
@@ -269,9 +270,10 @@ class SharedRuns:
         """Send ``control`` to the sidecar running the run."""
         await _read(self.shared.send_control(sidecar, control))
 
-    async def ask_release(self, sidecar: str, run_id: str) -> Control | None:
-        """Ask ``sidecar`` to hand its parked run ``run_id`` over (``SharedLog.ask_release``)."""
-        return await _read(self.shared.ask_release(sidecar, run_id))
+    async def ask_release(self, sidecar: str, run_id: str, identity: str) -> Control | None:
+        """Ask ``sidecar`` to hand its parked run ``run_id`` of ``identity`` over
+        (``SharedLog.ask_release``)."""
+        return await _read(self.shared.ask_release(sidecar, run_id, identity))
 
     async def close(self) -> None:
         """Stop following (every follower task is awaited). Each is told as well as

@@ -96,21 +96,33 @@ def _hand_over(handovers: RedisHandovers, manager: RunManager) -> None:
     take those handed to it (``redis_handover``)."""
     from cleveragents.sidecar.runs.redis_handover import handed_over_message
 
-    def release(run_id: str, to: str) -> str:
+    def release(run_id: str, identity: str) -> str:
         run = manager.get(run_id)
-        if run is None or run.ended:
+        if run is None or run.ended or run.owner != identity:
             return GONE
         entry = manager.parked.get(run_id)
         if entry is None or entry.reserved:
             return ATTACHED
-        manager.parked.unpark(run_id)  # no client re-attaches here from now on
-        manager.lose(run_id, handed_over_message(run_id, handovers.fleet.sidecar_id, to))
+        entry.reserved = True  # no client re-attaches here while it is claimed
         return ""
 
+    def claimed(run_id: str, to: str, moved: bool) -> None:
+        entry = manager.parked.get(run_id)
+        if not moved:
+            if entry is not None:
+                entry.reserved = False
+            return
+        manager.parked.unpark(run_id)
+        manager.lose(run_id, handed_over_message(run_id, handovers.fleet.sidecar_id, to))
+
     def handed(stored: StoredRun, sender: str, awaited: bool) -> None:
+        if (live := manager.get(stored.run_id)) is not None and not live.ended:
+            log.warning("handed-over run already live here", run_id=stored.run_id)
+            return
         manager.take_back([stored], handover_reason(sender))
         if (entry := manager.parked.get(stored.run_id)) is not None:
             entry.reserved = awaited
 
     handovers.on_release = release
+    handovers.on_claimed = claimed
     handovers.on_handed = handed

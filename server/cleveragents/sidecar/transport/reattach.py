@@ -30,7 +30,7 @@ from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.runs import Run
 from cleveragents.sidecar.runs.resume import RESTART_REASON, ResumeInfo, resumption_of
-from cleveragents.sidecar.runs.shared import ATTACHED, RELEASED
+from cleveragents.sidecar.runs.shared import ATTACHED
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context
 from cleveragents.sidecar.transport.opening import read_opening
@@ -154,15 +154,15 @@ async def _elsewhere(
     if service.config.resume_runs and service.manager.parked.window_s > 0:
         opened = await _opening(service, run, start)  # a bad start is refused before asking
         try:
-            answer = await shared.ask_release(sidecar, run_id)
+            answer = await shared.ask_release(sidecar, run_id, owner)
         except asyncio.CancelledError:  # the client left: a run handed over waits for anyone
             if (entry := service.manager.parked.get(run_id)) is not None:
                 entry.reserved = False
             raise
         handed = service.manager.get(run_id)
         entry = service.manager.parked.get(run_id)
-        if answer is not None and answer.op == RELEASED and handed and entry and entry.reserved:
-            return handed, opened
+        if handed is not None and entry is not None and entry.reserved:
+            return handed, opened  # kept for this re-attach (its answer may have come late)
         if answer is not None and answer.reason == ATTACHED:
             raise SidecarError.out_of_order(
                 f"run {run_id!r} is attached to another stream on sidecar {sidecar!r} (a run "
