@@ -22,8 +22,6 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,9 +44,10 @@ from cleveragents.tool import (
 from cleveragents.toolruntime.v1 import service_pb2
 
 if TYPE_CHECKING:  # mypy runs from the repository root; `python bench/...` from bench/
-    from bench import large_tools
+    from bench import large_tools, scenarios_load
 else:
     import large_tools
+    import scenarios_load
 
 HERE = Path(__file__).resolve().parent
 SIZES = [int(s) for s in os.environ.get("BENCH_LARGE_SIZES", "1,8,24").split(",")]
@@ -126,22 +125,6 @@ async def in_process(mib: int, shape: str) -> tuple[float, float]:
     return (asked[1] - returned[0]) * 1e3, ticker.longest * 1e3
 
 
-def start_sidecar() -> tuple[subprocess.Popen[str], str]:
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
-    )
-    env["CLEVERAGENTS_SIDECAR_TOOL_MODULES"] = "large_tools:registry"
-    env["CLEVERAGENTS_SIDECAR_BUILTIN_TOOLS"] = "false"
-    env.update(SECRET_ENV)
-    command = [
-        sys.executable, "-m", "cleveragents.sidecar.cli", "serve", "--listen", "127.0.0.1:0",
-        "--log-level", "warning",
-    ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
-    assert process.stdout is not None
-    return process, process.stdout.readline().strip().rsplit(" ", 1)[1]
-
-
 async def in_sidecar(address: str, mib: int, shape: str) -> tuple[float, float]:
     """One run in the sidecar: (gap, stall) in milliseconds. The stream is read as bytes, so
     that this process's decoding does not hold up the pinger."""
@@ -202,7 +185,7 @@ def _median(samples: list[float]) -> float:
 async def measure() -> list[dict[str, Any]]:
     """Every (where, shape, size) row: medians of gap and stall in ms, with the samples."""
     rows: list[dict[str, Any]] = []
-    process, address = start_sidecar()
+    process, address = scenarios_load.start_sidecar_with("large_tools:registry", SECRET_ENV, {})
     try:
         for shape in SHAPES:
             for mib in SIZES:

@@ -87,8 +87,17 @@ class Figure:
 
 def start_sidecar(**settings: str) -> tuple[subprocess.Popen[str], str]:
     """A sidecar subprocess with the bench tools (`noop`, `pause`) and ``settings`` (env)."""
-    env = dict(os.environ, PYTHONPATH=str(HERE))
-    env["CLEVERAGENTS_SIDECAR_TOOL_MODULES"] = "noop_tools:registry"
+    return start_sidecar_with("noop_tools:registry", {}, settings)
+
+
+def start_sidecar_with(
+    tools: str, env_extra: dict[str, str], settings: dict[str, str]
+) -> tuple[subprocess.Popen[str], str]:
+    """A sidecar subprocess with the tool modules ``tools`` (from `bench/`), ``settings`` as
+    its env settings and ``env_extra`` added to its environment; and its address."""
+    path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path, **env_extra)
+    env["CLEVERAGENTS_SIDECAR_TOOL_MODULES"] = tools
     env["CLEVERAGENTS_SIDECAR_BUILTIN_TOOLS"] = "false"
     env.update({f"CLEVERAGENTS_SIDECAR_{key.upper()}": value for key, value in settings.items()})
     command = [
