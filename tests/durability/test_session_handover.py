@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -419,7 +419,8 @@ async def _answer_to(direct: redis.asyncio.Redis, sidecar: str, call_id: str) ->
     the answer is the sign that the ask, and all before it, were handled)."""
     last = "0-0"
     while True:
-        answer = await direct.xread({control_key(sidecar): last}, block=1000)
+        read = await direct.xread({control_key(sidecar): last}, block=1000)
+        answer = cast("list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]", read)
         for _, entries in answer or ():
             for entry_id, fields in entries:
                 last = entry_id.decode()
@@ -427,7 +428,7 @@ async def _answer_to(direct: redis.asyncio.Redis, sidecar: str, call_id: str) ->
                     return fields
 
 
-def _release(run_id: str, call_id: str, sender: str, identity: str = "alice") -> dict[str, str]:
+def _release(run_id: str, call_id: str, sender: str, identity: str = "alice") -> dict[Any, Any]:
     """A ``release`` ask as a sidecar writes it on another's control stream."""
     return {"op": "release", "run": run_id, "call": call_id, "identity": identity,
             "from": sender, "token": "0"}  # fmt: skip
@@ -453,7 +454,8 @@ async def test_a_release_for_another_identity_or_to_a_sidecar_without_a_lease_is
         await direct.aclose()
     assert as_bob[b"op"] == b"refused"
     assert no_lease[b"op"] == b"refused"
-    assert parked is not None and not parked.reserved  # still alice's, waiting on alpha
+    assert parked is not None  # still alice's, waiting on alpha
+    assert not parked.reserved
     assert owner == b"alpha"
     assert alpha.manager.get("kept") is not None
 
@@ -468,8 +470,8 @@ async def test_a_released_answer_to_no_ask_of_the_sidecar_is_ignored(
         async with asyncio.timeout(LONG_S):
             await _dropped(alpha.address, _start(tools, "theirs", _calling("remote")))
             await _parked(alpha, "theirs")
-            forged = {"op": "released", "run": "theirs", "call": "never-asked", "from": "alpha",
-                      "token": "7"}  # fmt: skip
+            forged: dict[Any, Any] = {"op": "released", "run": "theirs", "token": "7"}
+            forged.update({"call": "never-asked", "from": "alpha"})
             await direct.xadd(control_key("beta"), forged)
             # Handled in order: once beta answers this ask, it has handled the forged answer.
             await direct.xadd(control_key("beta"), _release("unknown", "after", "alpha"))
