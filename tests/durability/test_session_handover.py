@@ -68,6 +68,14 @@ async def fleet(redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> A
         await sidecar.stop(0.2)
 
 
+@pytest.fixture
+async def direct(redis_server: RedisServer) -> AsyncIterator[redis.asyncio.Redis]:
+    """A client of the fleet's Redis, for what a test reads or writes there itself."""
+    client = redis.asyncio.Redis.from_url(redis_server.url)
+    yield client
+    await client.aclose()
+
+
 def _auth(who: str = "alice") -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {TOKENS[who]}"),)
 
@@ -219,25 +227,21 @@ async def test_a_run_attached_to_a_live_stream_on_its_sidecar_is_failed_precondi
 
 
 async def test_a_sidecar_that_does_not_answer_is_unavailable_naming_it_after_a_bounded_wait(
-    fleet: Start, redis_server: RedisServer
+    fleet: Start, direct: redis.asyncio.Redis
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote")]
-    direct = redis.asyncio.Redis.from_url(redis_server.url)
-    try:
-        async with asyncio.timeout(LONG_S):
-            before, _ = await _dropped(alpha.address, _start(tools, "stuck", _calling("remote")))
-            await _parked(alpha, "stuck")
-            # Its hash names a sidecar whose lease lives and whose control loop never reads.
-            await direct.set(lease_key("ghost"), "1", px=60_000)
-            await direct.hset(meta_key("stuck"), "sidecar", "ghost")
-            start = _start(tools, "stuck", _calling("remote"), before[-1].sequence)
-            waited = asyncio.get_running_loop().time()
-            refused = await _refused(beta.address, start)
-            waited = asyncio.get_running_loop().time() - waited
-            asks = await direct.xlen(control_key("ghost"))
-    finally:
-        await direct.aclose()
+    async with asyncio.timeout(LONG_S):
+        before, _ = await _dropped(alpha.address, _start(tools, "stuck", _calling("remote")))
+        await _parked(alpha, "stuck")
+        # Its hash names a sidecar whose lease lives and whose control loop never reads.
+        await direct.set(lease_key("ghost"), "1", px=60_000)
+        await direct.hset(meta_key("stuck"), "sidecar", "ghost")
+        start = _start(tools, "stuck", _calling("remote"), before[-1].sequence)
+        waited = asyncio.get_running_loop().time()
+        refused = await _refused(beta.address, start)
+        waited = asyncio.get_running_loop().time() - waited
+        asks = await direct.xlen(control_key("ghost"))
     assert refused.code() is grpc.StatusCode.UNAVAILABLE
     details = refused.details() or ""
     assert "runs on sidecar 'ghost', not this one and did not hand it over in time" in details
@@ -246,20 +250,16 @@ async def test_a_sidecar_that_does_not_answer_is_unavailable_naming_it_after_a_b
 
 
 async def test_another_identitys_parked_run_is_not_found_and_nothing_is_asked(
-    fleet: Start, redis_server: RedisServer
+    fleet: Start, direct: redis.asyncio.Redis
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote")]
-    direct = redis.asyncio.Redis.from_url(redis_server.url)
-    try:
-        async with asyncio.timeout(LONG_S):
-            before, _ = await _dropped(alpha.address, _start(tools, "mine", _calling("remote")))
-            await _parked(alpha, "mine")
-            start = _start(tools, "mine", _calling("remote"), before[-1].sequence)
-            refused = await _refused(beta.address, start, who="bob")
-            asks = await direct.xlen(control_key("alpha"))
-    finally:
-        await direct.aclose()
+    async with asyncio.timeout(LONG_S):
+        before, _ = await _dropped(alpha.address, _start(tools, "mine", _calling("remote")))
+        await _parked(alpha, "mine")
+        start = _start(tools, "mine", _calling("remote"), before[-1].sequence)
+        refused = await _refused(beta.address, start, who="bob")
+        asks = await direct.xlen(control_key("alpha"))
     assert refused.code() is grpc.StatusCode.NOT_FOUND
     assert asks == 0
     assert alpha.manager.parked.get("mine") is not None  # still alice's, waiting on alpha
@@ -336,30 +336,26 @@ async def test_a_client_reattaching_at_the_old_sidecar_after_a_handover_is_faile
 
 
 async def test_a_run_handed_over_whose_answer_was_lost_is_taken_at_the_next_reattach(
-    fleet: Start, redis_server: RedisServer
+    fleet: Start, direct: redis.asyncio.Redis
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
     script = _calling("remote")
-    direct = redis.asyncio.Redis.from_url(redis_server.url)
-    try:
-        async with asyncio.timeout(LONG_S):
-            before, _ = await _dropped(alpha.address, _start(tools, "lost", script))
-            await _parked(alpha, "lost")
-            # alpha's claim for beta, and no answer (as if alpha died right after it).
-            assert await direct.eval(CLAIM, 1, meta_key("lost"), "beta", "alpha")
-            async with grpc.aio.insecure_channel(beta.address) as channel:
-                call: Call = Stub(channel).Session(metadata=_auth())
-                await call.write(_start(tools, "lost", script, before[-1].sequence))
-                asked = await _read(call, [])
-                assert asked is not None
-                await call.write(_answer(asked.call_id, "{}"))
-                assert await _read(call, []) is None
-                assert await call.code() is grpc.StatusCode.OK
-            asks = await direct.xlen(control_key("alpha"))
-            log = await _log(beta.address, "lost")
-    finally:
-        await direct.aclose()
+    async with asyncio.timeout(LONG_S):
+        before, _ = await _dropped(alpha.address, _start(tools, "lost", script))
+        await _parked(alpha, "lost")
+        # alpha's claim for beta, and no answer (as if alpha died right after it).
+        assert await direct.eval(CLAIM, 1, meta_key("lost"), "beta", "alpha")
+        async with grpc.aio.insecure_channel(beta.address) as channel:
+            call: Call = Stub(channel).Session(metadata=_auth())
+            await call.write(_start(tools, "lost", script, before[-1].sequence))
+            asked = await _read(call, [])
+            assert asked is not None
+            await call.write(_answer(asked.call_id, "{}"))
+            assert await _read(call, []) is None
+            assert await call.code() is grpc.StatusCode.OK
+        asks = await direct.xlen(control_key("alpha"))
+        log = await _log(beta.address, "lost")
     assert asks == 0  # beta claimed it again itself: the store said it was beta's
     _whole(log)
 
@@ -435,23 +431,19 @@ def _release(run_id: str, call_id: str, sender: str, identity: str = "alice") ->
 
 
 async def test_a_release_for_another_identity_or_to_a_sidecar_without_a_lease_is_refused(
-    fleet: Start, redis_server: RedisServer
+    fleet: Start, direct: redis.asyncio.Redis
 ) -> None:
     alpha, _ = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote")]
-    direct = redis.asyncio.Redis.from_url(redis_server.url)
-    try:
-        async with asyncio.timeout(LONG_S):
-            await _dropped(alpha.address, _start(tools, "kept", _calling("remote")))
-            await _parked(alpha, "kept")
-            await direct.xadd(control_key("alpha"), _release("kept", "as-bob", "beta", "bob"))
-            as_bob = await _answer_to(direct, "beta", "as-bob")
-            await direct.xadd(control_key("alpha"), _release("kept", "no-lease", "nobody"))
-            no_lease = await _answer_to(direct, "nobody", "no-lease")
-            parked = alpha.manager.parked.get("kept")
-            owner = await direct.hget(meta_key("kept"), "sidecar")
-    finally:
-        await direct.aclose()
+    async with asyncio.timeout(LONG_S):
+        await _dropped(alpha.address, _start(tools, "kept", _calling("remote")))
+        await _parked(alpha, "kept")
+        await direct.xadd(control_key("alpha"), _release("kept", "as-bob", "beta", "bob"))
+        as_bob = await _answer_to(direct, "beta", "as-bob")
+        await direct.xadd(control_key("alpha"), _release("kept", "no-lease", "nobody"))
+        no_lease = await _answer_to(direct, "nobody", "no-lease")
+        parked = alpha.manager.parked.get("kept")
+        owner = await direct.hget(meta_key("kept"), "sidecar")
     assert as_bob[b"op"] == b"refused"
     assert no_lease[b"op"] == b"refused"
     assert parked is not None  # still alice's, waiting on alpha
@@ -461,24 +453,20 @@ async def test_a_release_for_another_identity_or_to_a_sidecar_without_a_lease_is
 
 
 async def test_a_released_answer_to_no_ask_of_the_sidecar_is_ignored(
-    fleet: Start, redis_server: RedisServer
+    fleet: Start, direct: redis.asyncio.Redis
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote")]
-    direct = redis.asyncio.Redis.from_url(redis_server.url)
-    try:
-        async with asyncio.timeout(LONG_S):
-            await _dropped(alpha.address, _start(tools, "theirs", _calling("remote")))
-            await _parked(alpha, "theirs")
-            forged: dict[Any, Any] = {"op": "released", "run": "theirs", "token": "7"}
-            forged.update({"call": "never-asked", "from": "alpha"})
-            await direct.xadd(control_key("beta"), forged)
-            # Handled in order: once beta answers this ask, it has handled the forged answer.
-            await direct.xadd(control_key("beta"), _release("unknown", "after", "alpha"))
-            await _answer_to(direct, "alpha", "after")
-            owner = await direct.hget(meta_key("theirs"), "sidecar")
-    finally:
-        await direct.aclose()
+    async with asyncio.timeout(LONG_S):
+        await _dropped(alpha.address, _start(tools, "theirs", _calling("remote")))
+        await _parked(alpha, "theirs")
+        forged: dict[Any, Any] = {"op": "released", "run": "theirs", "token": "7"}
+        forged.update({"call": "never-asked", "from": "alpha"})
+        await direct.xadd(control_key("beta"), forged)
+        # Handled in order: once beta answers this ask, it has handled the forged answer.
+        await direct.xadd(control_key("beta"), _release("unknown", "after", "alpha"))
+        await _answer_to(direct, "alpha", "after")
+        owner = await direct.hget(meta_key("theirs"), "sidecar")
     assert beta.manager.get("theirs") is None
     assert alpha.manager.parked.get("theirs") is not None
     assert owner == b"alpha"
