@@ -381,6 +381,53 @@ async def test_a_client_llm_streaming_past_max_message_bytes_fails_its_run_and_i
     assert sidecar.status_kib("VmHWM") - before < 100 * 1024
 
 
+@pytest.mark.parametrize("field", ["tool_call_id", "tool_name"])
+async def test_a_client_llm_streaming_long_ids_or_names_fails_its_run_and_they_are_not_kept(
+    serve_sidecar: ServeSidecar, field: str
+) -> None:
+    """160 deltas each carrying a 2 MiB ``tool_call_id`` (or ``tool_name``), 320 MiB in all,
+    against ``max_message_bytes`` of 4 MiB: every character a delta carries counts toward the
+    answer's bound, so the second fails the run RESOURCE_EXHAUSTED and the rest are dropped (the
+    sidecar grew by 334 MiB when only text and arguments counted)."""
+    sidecar = serve_sidecar(max_message_bytes=4 * 1024 * 1024)
+    before = sidecar.status_kib("VmRSS")
+    events: list[events_pb2.RunEvent] = []
+
+    async with grpc.aio.insecure_channel(sidecar.address) as channel:
+        call_ = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
+        start = session_start(run_spec(), client_llm=True)
+        start.start.stream_deltas = True
+        await call_.write(start)
+
+        async def stream(request_id: str) -> None:
+            with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                for index in range(160):
+                    delta = session_pb2.LlmResultDelta(
+                        request_id=request_id, index=index, tool_call_index=index
+                    )
+                    setattr(delta, field, chr(ord("a") + index % 26) * (2 * 1024 * 1024))
+                    await call_.write(session_pb2.SessionRequest(llm_delta=delta))
+                # Reached only when the deltas were all taken: the run then fails otherwise.
+                answer = session_pb2.LlmResult(request_id=request_id, error="all sent")
+                await call_.write(session_pb2.SessionRequest(llm_result=answer))
+
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            async with asyncio.timeout(WAIT_S * 12), asyncio.TaskGroup() as group:
+                async for response in call_:
+                    events += events_of([response])
+                    if response.HasField("llm_invocation"):
+                        group.create_task(stream(response.llm_invocation.request_id))
+                    if events and events[-1].HasField("run_failed"):
+                        break
+
+    failed = events[-1].run_failed
+    assert failed.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert "llm_delta 1 for request_id 'llm_1'" in failed.message
+    assert "tool call ids and names to 4194304 characters" in failed.message
+    assert "max_message_bytes" in failed.message
+    assert sidecar.status_kib("VmHWM") - before < 100 * 1024
+
+
 def test_a_call_streaming_many_small_deltas_keeps_memory_of_its_answer_size() -> None:
     """200,000 one-character deltas, one reader part way through: what the run keeps is
     joined, so it costs about the answer's size, and the reader still gets every character."""
