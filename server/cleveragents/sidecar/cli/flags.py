@@ -89,6 +89,7 @@ _HELP = {
     "ready_file": "once listening, write a JSON line {address, pid, version} to this file",
     "ready_fd": "once listening, write that JSON line to this inherited descriptor (0: none)",
     "python_path": "a directory to find tool_modules in (repeatable)",
+    "mcp_log_interval_s": "seconds between an MCP server's 'not JSON-RPC' warnings",
 }
 
 

@@ -190,6 +190,9 @@ class SidecarConfig:
     python_path: tuple[str, ...] = ()
     #: MCP servers whose tools the sidecar offers (``[mcp_servers.NAME]``, see config/mcp.py).
     mcp_servers: Mapping[str, McpServerConfig] = field(default_factory=dict)
+    #: At most one warning per MCP server per this many seconds for lines it writes that are
+    #: not JSON-RPC (the rest counted, and the count logged with the next).
+    mcp_log_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
         _check_listen(self.listen)
@@ -218,6 +221,7 @@ class SidecarConfig:
             "watcher_stall_s",
             "auth_reject_log_interval_s",
             "event_store_lease_s",
+            "mcp_log_interval_s",
         ):
             if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
                 raise ConfigError(f"{name} must be a positive number of seconds")
