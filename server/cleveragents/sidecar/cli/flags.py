@@ -53,6 +53,8 @@ _HELP = {
     "watcher_queue_size": "events a watcher may lag before it is dropped",
     "watcher_stall_s": "seconds a watcher that stopped reading is kept",
     "watch_window_bytes": "unacknowledged bytes a FollowRun watcher may have in flight",
+    "watch_window_bytes_per_identity": "unacknowledged bytes one identity's FollowRun watchers "
+    "may have in flight together",
     "allow_unacknowledged_watch": "serve WatchRun (FollowRun is always served)",
     "shutdown_grace_s": "seconds runs get to finish on SIGTERM/SIGINT",
     "builtin_tools": "serve the built-in echo and sleep tools",
