@@ -26,33 +26,9 @@ SHARED_BYTES = 16 * MIB
 FOLLOWERS = 60
 OWNER, OBSERVER = "owner-token-3f9a61c2", "observer-token-7d2e90b4"
 
-#: Opens FOLLOWERS FollowRuns of run ``big`` on one connection and never reads them; prints
-#: each call's status as it ends ("CODE details").
-STALLED_OBSERVER = r"""
-import asyncio, sys
-import grpc
-from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc
-
-async def main():
-    address, token, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    metadata = (("authorization", f"Bearer {token}"),)
-    options = [("grpc.max_receive_message_length", 1 << 25), ("grpc.http2.bdp_probe", 0),
-               ("grpc.http2.lookahead_bytes", 65536)]
-    async with grpc.aio.insecure_channel(address, options=options) as channel:
-        stub = service_pb2_grpc.ToolRuntimeServiceStub(channel)
-        start = service_pb2.FollowRunRequest(start=service_pb2.FollowRunStart(run_id="big"))
-        calls = [stub.FollowRun(metadata=metadata) for _ in range(count)]
-        for call in calls:
-            await call.write(start)
-
-        async def ended(call):
-            code = await call.code()
-            print(code.name, await call.details(), flush=True)
-
-        await asyncio.gather(*(ended(call) for call in calls))
-
-asyncio.run(main())
-"""
+#: Opens COUNT FollowRuns of run ``big`` on one connection and never reads them; prints each
+#: call's status as it ends.
+STALLED_OBSERVER = str(Path(__file__).with_name("stalled_observer.py"))
 
 
 @pytest.fixture
@@ -71,7 +47,7 @@ def sidecar(serve_sidecar: ServeSidecar, tmp_path: Path) -> ServedSidecar:
 
 
 def _start_observer(address: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-c", STALLED_OBSERVER, address, OBSERVER, str(FOLLOWERS)]
+    command = [sys.executable, STALLED_OBSERVER, address, OBSERVER, str(FOLLOWERS)]
     return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
 
 

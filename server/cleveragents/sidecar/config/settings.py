@@ -107,7 +107,7 @@ class SidecarConfig:
     #: What one identity's FollowRun watchers together may have in flight unacknowledged (one
     #: message always may go when none is in flight); a watcher that cannot send for
     #: ``watcher_stall_s`` because of it is dropped with RESOURCE_EXHAUSTED.
-    watch_window_bytes_per_identity: int = 64 * 1024 * 1024
+    watch_window_bytes_per_identity: int = 32 * 1024 * 1024
     #: Whether ``WatchRun`` is served: what a watcher that stops reading costs there is
     #: bounded only by the flow-control window its client grants. ``FollowRun`` stays.
     allow_unacknowledged_watch: bool = True
