@@ -5,6 +5,7 @@ ends ("CODE details"). A token of "" sends no credentials."""
 
 import asyncio
 import sys
+from typing import Any
 
 import grpc
 
@@ -26,7 +27,7 @@ async def main() -> None:
         for call in calls:
             await call.write(start)
 
-        async def ended(call: grpc.aio.StreamStreamCall) -> None:
+        async def ended(call: grpc.aio.StreamStreamCall[Any, Any]) -> None:
             code = await call.code()
             print(code.name, await call.details(), flush=True)
 
