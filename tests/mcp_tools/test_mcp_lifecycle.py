@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -58,24 +59,38 @@ async def _serve(config: Path) -> asyncio.subprocess.Process:
     )  # fmt: skip
 
 
-async def test_serve_stops_the_server_process_on_sigterm_leaving_no_orphan(
-    tmp_path: Path, fault_dir: Path
-) -> None:
-    process = await _serve(_config(tmp_path, fault_dir))
+@contextlib.asynccontextmanager
+async def _listening(config: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``serve`` with ``config``, once it listens; killed after if it has not exited."""
+    process = await _serve(config)
     try:
         assert process.stdout is not None
         line = await bounded(process.stdout.readline())
         assert line.startswith(b"cleveragents-sidecar listening on "), line
-        [pid] = pids(fault_dir)
-        assert alive(pid)
-
-        process.send_signal(signal.SIGTERM)
-        assert await bounded(process.wait()) == 0
+        yield process
     finally:
         if process.returncode is None:
             process.kill()
             await process.wait()
 
+
+async def _sigterm(process: asyncio.subprocess.Process) -> bytes:
+    """Stop ``serve`` as an operator does; what it logged on stderr."""
+    process.send_signal(signal.SIGTERM)
+    _, stderr = await bounded(process.communicate())
+    assert isinstance(stderr, bytes)
+    return stderr
+
+
+async def test_serve_stops_the_server_process_on_sigterm_leaving_no_orphan(
+    tmp_path: Path, fault_dir: Path
+) -> None:
+    async with _listening(_config(tmp_path, fault_dir)) as process:
+        [pid] = pids(fault_dir)
+        assert alive(pid)
+        await _sigterm(process)
+
+    assert process.returncode == 0
     assert not alive(pid)  # an orphan would live on, adopted by init
 
 
@@ -84,22 +99,13 @@ async def test_serve_ends_the_servers_whole_process_group_on_sigterm(
 ) -> None:
     """The server exits by itself once its stdin closes; a child it left in its process group
     must not outlive the sidecar (the group was signalled only if the server was still alive)."""
-    process = await _serve(_config(tmp_path, fault_dir, extra_env=', FAULT_CHILD = "1"'))
-    try:
-        assert process.stdout is not None
-        line = await bounded(process.stdout.readline())
-        assert line.startswith(b"cleveragents-sidecar listening on "), line
+    async with _listening(_config(tmp_path, fault_dir, extra_env=', FAULT_CHILD = "1"')) as process:
         [child] = children(fault_dir)
         assert alive(child)
-
-        process.send_signal(signal.SIGTERM)
-        assert await bounded(process.wait()) == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        await _sigterm(process)
 
     try:
+        assert process.returncode == 0
         assert not alive(child)
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -119,17 +125,8 @@ async def test_a_server_flooding_non_json_lines_gets_one_warning_an_interval_and
         f'RAW_BANNER_REPEAT = "20000" }}\n',
         encoding="utf-8",
     )
-    process = await _serve(path)
-    try:
-        assert process.stdout is not None
-        line = await bounded(process.stdout.readline())
-        assert line.startswith(b"cleveragents-sidecar listening on "), line
-        process.send_signal(signal.SIGTERM)
-        _, stderr = await bounded(process.communicate())
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+    async with _listening(path) as process:
+        stderr = await _sigterm(process)
     lines = [json.loads(text) for text in stderr.decode().splitlines() if text.startswith("{")]
     skipped = [e for e in lines if e["event"].startswith("mcp server wrote a line that is not")]
     unlogged = [e for e in lines if e["event"] == "mcp server's skipped lines not logged"]

@@ -134,12 +134,12 @@ ANTHROPIC_TOOLS = (
     + _event("message_stop", {"type": "message_stop"})
 )  # fmt: skip
 
+#: The error event the Messages API ends a stream with when it is overloaded.
+OVERLOADED_EVENT = _event(
+    "error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+)
 #: A Messages stream that the API ends with an error event (it was overloaded).
-ANTHROPIC_OVERLOADED = (
-    ANTHROPIC_TOOLS.split(b"event: content_block_stop")[0]
-    + _event("error", {"type": "error",
-                       "error": {"type": "overloaded_error", "message": "Overloaded"}})
-)  # fmt: skip
+ANTHROPIC_OVERLOADED = ANTHROPIC_TOOLS.split(b"event: content_block_stop")[0] + OVERLOADED_EVENT
 
 
 def openai_stream(
@@ -306,10 +306,8 @@ def responses_stream(final: dict[str, Any]) -> bytes:
 
 #: A Messages stream the API ends with an error event after some text and a whole tool call.
 ANTHROPIC_OVERLOADED_AFTER_CALL = (
-    ANTHROPIC_TOOLS.split(b"event: message_delta")[0]
-    + _event("error", {"type": "error",
-                       "error": {"type": "overloaded_error", "message": "Overloaded"}})
-)  # fmt: skip
+    ANTHROPIC_TOOLS.split(b"event: message_delta")[0] + OVERLOADED_EVENT
+)
 
 
 def _router_chunk(
