@@ -51,10 +51,14 @@ lint: install $(LINT_STAMP)
 	$(BIN)/mypy
 	PYTHONPATH=server:client:generated $(LINT_VENV)/bin/lint-imports --no-cache
 	cd protos && ../$(BIN)/buf lint
+	@# The compatibility promise: nothing a released client relies on changes (CHANGELOG.md).
+	cd protos && ../$(BIN)/buf breaking --against ../$(RELEASED_PROTOS)
 
 # The suite runs on PYTEST_WORKERS processes (pytest-xdist; tests stolen from a busy worker by
 # an idle one, as their lengths vary from milliseconds to seconds); PYTEST_WORKERS=0: in one.
 PYTEST_WORKERS ?= 2
+# The protos as last released, which buf breaking compares protos/ with.
+RELEASED_PROTOS := tests/compat/protos-v0.1.0
 test: lint node-test go-test mcp-test-servers redis-server
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal
 
