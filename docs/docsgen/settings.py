@@ -27,7 +27,8 @@ from cleveragents.sidecar.config import SidecarConfig
 
 __all__ = ["TABLE_PAGES", "Setting", "page", "rows"]
 
-#: Where each table setting's keys are explained (a path in the docs site).
+#: Each table setting (set in the TOML file only): the page that explains its keys, and what
+#: it is when its field has no ``#:`` comment to say so.
 TABLE_PAGES = {
     "profiles": "../how-to/providers.md",
     "clients": "../concepts/identities.md",
@@ -36,6 +37,13 @@ TABLE_PAGES = {
     "automation_profiles": "../concepts/approvals.md#automation-profiles",
     "tool_limits": "../concepts/budgets.md#tool-limits",
     "mcp_servers": "../how-to/mcp.md#every-key",
+}
+_TABLES = {
+    "profiles": "LLM profiles, `[profiles.NAME]`: a provider (`openai`, `openai_responses`, "
+    "`anthropic`), a script (`scripted`) or the client (`client`)",
+    "automation_profiles": "automation profiles of your own, `[automation_profiles.NAME]`: "
+    "which calls run, ask for approval, or are forbidden",
+    "policies": "named governance policies, `[policies.NAME]`, for the identities that name them",
 }
 _ENV = re.compile(r"env (\w+)")
 
@@ -74,7 +82,9 @@ def _walk(
         action = flags.get("_".join(path)) or flags.get(".".join(path))
         help_text = (action.help or "") if action else ""
         # The flag's help is written for users; a table's ``#:`` comment is all it has.
-        doc = re.sub(r"\s*\(default: .*\)$", "", help_text) or _plain(comments.get(spec.name))
+        doc = re.sub(r"\s*\(default: .*\)$", "", help_text) or _plain(
+            comments.get(spec.name) or _TABLES.get(spec.name)
+        )
         env = match.group(1) if (match := _ENV.search(help_text)) else ""
         yield Setting(
             key=".".join(path),
