@@ -171,6 +171,7 @@ def test_the_node_quick_start_runs_from_the_tarball(sidecar: str, flavour: str) 
     shutil.which("go") is None or not (GO_BUILD / "gopath").is_dir(),
     reason="Go is not set up: make go-tools (part of make test) installs Debian's Go packages",
 )
+@pytest.mark.timeout(600)  # compiling grpc-go from cold takes minutes on a loaded machine
 def test_the_go_quick_start_builds_in_module_mode_outside_the_repository(
     sidecar: str, tmp_path: Path
 ) -> None:
