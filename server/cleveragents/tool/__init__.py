@@ -55,6 +55,7 @@ from cleveragents.tool.messages import (
     ToolCall,
     Usage,
 )
+from cleveragents.tool.output import DEFAULT_MAX_OUTPUT_RETRIES, OutputCheck, OutputSchema
 from cleveragents.tool.policy import (
     BUILTIN_PROFILES,
     ApprovalDecision,
@@ -70,6 +71,7 @@ from cleveragents.tool.spec import ToolSpec
 __all__ = [
     "BUILTIN_PROFILES",
     "DEFAULT_MAX_ITERATIONS",
+    "DEFAULT_MAX_OUTPUT_RETRIES",
     "ApprovalDecided",
     "ApprovalDecision",
     "ApprovalRequest",
@@ -89,6 +91,8 @@ __all__ = [
     "LLMResponded",
     "LLMResponse",
     "Message",
+    "OutputCheck",
+    "OutputSchema",
     "Reasoning",
     "RecordedRequest",
     "Responder",

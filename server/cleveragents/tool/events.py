@@ -95,19 +95,20 @@ class LLMDelta:
 class LLMResponded:
     """The LLM answered: its text, the tool calls it asked for, the usage it reported and
     the provider's ``reasoning`` items, if any (kept in the log, so that a resumed run can
-    pass them back as the live one would have)."""
+    pass them back as the live one would have), and its ``refusal`` when it declined."""
 
     iteration: int
     content: str
     tool_calls: Sequence[ToolCall]
     usage: Usage | None
     reasoning: Reasoning | None = None
+    refusal: str | None = None
 
     @classmethod
     def of(cls, iteration: int, response: LLMResponse) -> LLMResponded:
         """The event of ``response``, the answer to LLM call number ``iteration``."""
         return cls(iteration, response.content, response.tool_calls, response.usage,
-                   response.reasoning)  # fmt: skip
+                   response.reasoning, response.refusal)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

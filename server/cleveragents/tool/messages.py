@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cleveragents.tool.output import OutputSchema
+
 __all__ = [
     "MAX_TOKEN_COUNT",
     "DeltaSink",
@@ -123,12 +125,17 @@ class LLMRequest:
     ``deltas``, when set, is where a caller that can stream puts each piece of the answer as
     it arrives (see :class:`ResponseDelta`); a caller that cannot stream ignores it, and its
     answer reaches consumers whole, as before. The sink never blocks and never raises.
+
+    ``output``, when set, is the run's output schema: a final answer (one without tool calls)
+    must be its content as JSON text matching it. A caller asks its model for that with the
+    provider's own mechanism where it has one; the loop validates the answer either way.
     """
 
     messages: Sequence[Message]
     tools: Sequence[Mapping[str, Any]]
     iteration: int
     deltas: DeltaSink | None = None
+    output: OutputSchema | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,12 +165,17 @@ DeltaSink = Callable[[ResponseDelta], None]
 @dataclass(frozen=True, slots=True)
 class LLMResponse:
     """What one LLM invocation returns: text, tool calls (none means a final answer), usage,
-    and the provider's ``reasoning`` items when it returned some (see :class:`Reasoning`)."""
+    and the provider's ``reasoning`` items when it returned some (see :class:`Reasoning`).
+
+    ``refusal`` is set when the model declined to answer (OpenAI's ``refusal``, Anthropic's
+    ``refusal`` stop reason): the run then ends with ``StopReason.REFUSAL`` and that text.
+    """
 
     content: str = ""
     tool_calls: Sequence[ToolCall] = ()
     usage: Usage | None = None
     reasoning: Reasoning | None = None
+    refusal: str | None = None
 
     def turn(self, calls: Sequence[ToolCall]) -> Message:
         """The assistant message that puts this answer, asking for ``calls`` (the answer's own,

@@ -33,9 +33,9 @@ from cleveragents.sidecar.transport.calls import (
     abort,
     bounded,
     end_if_lost,
-    request_of,
 )
 from cleveragents.sidecar.transport.dropped import end_if_dropped
+from cleveragents.sidecar.transport.run_specs import read_request
 from cleveragents.tool import Resumption, ToolRegistry, ToolSpec
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import (
@@ -102,9 +102,8 @@ class ToolRuntimeService:
         try:
             await self.want_tools(request.spec.tool_names)  # UNAVAILABLE: a server is down
             await self.claim_id(request.spec.run_id)
-            run = self.start_run(
-                request_of(request.spec), context, spec_bytes=request.spec.ByteSize()
-            )
+            accepted = await read_request(request.spec, self.config, self.openings)
+            run = self.start_run(accepted, context, spec_bytes=request.spec.ByteSize())
         except SidecarError as exc:
             await abort(context, exc)
         try:
@@ -204,7 +203,7 @@ class ToolRuntimeService:
             await self.want_tools(request.spec.tool_names)  # UNAVAILABLE: a server is down
             await self.claim_id(request.spec.run_id)
             run = self.start_run(
-                request_of(request.spec),
+                await read_request(request.spec, self.config, self.openings),
                 context,
                 sink=stream,
                 spec_bytes=request.spec.ByteSize(),
