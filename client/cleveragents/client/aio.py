@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any, TypeVar, Unpack, overload
 
 import grpc
@@ -30,7 +30,7 @@ from cleveragents.client._session import LEAVING, Job, SessionApprover, SessionL
 from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
 from cleveragents.client.output import OutputSpec, OutputType, TypedResult, output_type_of
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
-from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec
+from cleveragents.tool import LLMCaller, OutputSchema, ToolCallRecord, ToolCallRunResult, ToolSpec
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
 from cleveragents.wire import (
     events_of,
@@ -133,7 +133,18 @@ class AsyncSidecarClient:
         self,
         prompt: str,
         *,
-        output_type: OutputSpec | None = None,
+        output_type: Mapping[str, Any] | OutputSchema,
+        detach: bool = False,
+        timeout: float | None = None,
+        **options: Unpack[RunOptions],
+    ) -> TypedResult[Any]: ...
+
+    @overload
+    async def run_tool_loop(
+        self,
+        prompt: str,
+        *,
+        output_type: None = None,
         detach: bool = False,
         timeout: float | None = None,
         **options: Unpack[RunOptions],

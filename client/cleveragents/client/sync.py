@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import queue
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, Unpack, overload
 
 import grpc
@@ -33,7 +33,7 @@ from cleveragents.client._streams import OpenStreams
 from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
 from cleveragents.client.output import OutputSpec, OutputType, TypedResult, output_type_of
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
-from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec
+from cleveragents.tool import LLMCaller, OutputSchema, ToolCallRecord, ToolCallRunResult, ToolSpec
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
 from cleveragents.wire import (
     events_of,
@@ -142,7 +142,18 @@ class SidecarClient:
         self,
         prompt: str,
         *,
-        output_type: OutputSpec | None = None,
+        output_type: Mapping[str, Any] | OutputSchema,
+        detach: bool = False,
+        timeout: float | None = None,
+        **options: Unpack[RunOptions],
+    ) -> TypedResult[Any]: ...
+
+    @overload
+    def run_tool_loop(
+        self,
+        prompt: str,
+        *,
+        output_type: None = None,
         detach: bool = False,
         timeout: float | None = None,
         **options: Unpack[RunOptions],

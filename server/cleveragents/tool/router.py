@@ -125,9 +125,11 @@ class ToolCallRouter:
     def parse_response(self, body: Mapping[str, Any]) -> LLMResponse:
         """A whole provider response (chat completion or message) as an ``LLMResponse``.
 
-        Raises ``ValueError`` for a response that cannot be used: no choices, a refusal, tool
-        calls cut off by the token limit, or no content and no tool calls together with a stop
-        reason other than a natural end (``length``, ``content_filter``, ``max_tokens``…).
+        Raises ``ValueError`` for a response that cannot be used: no choices, tool calls cut
+        off by the token limit, or no content and no tool calls together with a stop reason
+        other than a natural end (``length``, ``content_filter``, ``max_tokens``…). A refusal
+        (OpenAI's ``refusal``, Anthropic's ``refusal`` stop reason) is an answer whose
+        ``refusal`` holds its text.
         Arguments that do not parse are not an error here: see :func:`parse_call`.
         """
         if not isinstance(body, Mapping):
@@ -192,13 +194,14 @@ def _parse_openai(router: ToolCallRouter, body: Mapping[str, Any]) -> LLMRespons
     content = _text(message.get("content"))
     calls = router.parse_tool_calls(message)
     refusal = message.get("refusal")
-    if refusal and not calls:
-        raise ValueError(f"the model refused: {refusal}")
-    _check_stop(content, calls, choice.get("finish_reason"), "finish_reason")
+    if not (refusal and not calls):
+        _check_stop(content, calls, choice.get("finish_reason"), "finish_reason")
+        refusal = None
     usage = body.get("usage")
     return LLMResponse(
         content=content,
         tool_calls=calls,
+        refusal=None if refusal is None else str(refusal),
         usage=Usage(
             _count(usage, "prompt_tokens"),
             _count(usage, "completion_tokens"),
@@ -220,16 +223,17 @@ def _parse_anthropic(router: ToolCallRouter, body: Mapping[str, Any]) -> LLMResp
     )
     calls = router.parse_tool_calls(blocks)
     stop = body.get("stop_reason")
-    if stop == "refusal":
-        raise ValueError(
-            "the model refused (stop_reason 'refusal')" + (f": {text}" if text else "")
-        )
-    _check_stop(text, calls, stop, "stop_reason")
+    refusal = None
+    if stop == "refusal":  # the text so far, if any, says why
+        refusal, calls = text or "the model refused (stop_reason 'refusal')", []
+    else:
+        _check_stop(text, calls, stop, "stop_reason")
     usage = body.get("usage")
     # Cached prompt tokens are counted apart from input_tokens; they are input all the same.
     return LLMResponse(
         content=text,
         tool_calls=calls,
+        refusal=refusal,
         usage=Usage(
             _count(usage, "input_tokens")
             + _count(usage, "cache_creation_input_tokens")
