@@ -98,7 +98,9 @@ class ToolRuntimeService:
         self, request: service_pb2.RunToolLoopRequest, context: Context
     ) -> service_pb2.RunToolLoopResponse:
         try:
-            await self.want_tools(request.spec.tool_names)  # UNAVAILABLE: a server is down
+            await self.want_tools(  # UNAVAILABLE: a server is down
+                request.spec.tool_names, no_server_tools=request.spec.no_server_tools
+            )
             await self.claim_id(request.spec.run_id)
             run = self.start_run(
                 request_of(request.spec), context, spec_bytes=request.spec.ByteSize()
@@ -199,7 +201,9 @@ class ToolRuntimeService:
     ) -> None:
         stream = FrameQueue()
         try:
-            await self.want_tools(request.spec.tool_names)  # UNAVAILABLE: a server is down
+            await self.want_tools(  # UNAVAILABLE: a server is down
+                request.spec.tool_names, no_server_tools=request.spec.no_server_tools
+            )
             await self.claim_id(request.spec.run_id)
             run = self.start_run(
                 request_of(request.spec),
@@ -253,9 +257,10 @@ class ToolRuntimeService:
 
     # -- shared with the Session handler -----------------------------------------------------
 
-    async def want_tools(self, tool_names: Sequence[str]) -> None:
-        """Start the lazy MCP servers a run offered ``tool_names`` (empty: all) may use."""
-        if self.tools_wanted is not None:
+    async def want_tools(self, tool_names: Sequence[str], *, no_server_tools: bool = False) -> None:
+        """Start the lazy MCP servers a run offered ``tool_names`` (empty: all) may use; a run
+        with ``no_server_tools`` uses none."""
+        if self.tools_wanted is not None and not no_server_tools:
             await self.tools_wanted(tool_names)
 
     async def claim_id(self, run_id: str) -> None:
