@@ -357,6 +357,25 @@ async def test_cli_with_an_out_of_range_flag_exits_2() -> None:
     assert "max_concurrent_runs must be at least 1" in err
 
 
+@pytest.mark.parametrize("listen", ["127.0.0.1:99999", "[::1]:115598"])
+async def test_cli_with_a_port_out_of_range_exits_2_naming_it(listen: str) -> None:
+    # gRPC would have served 99999 on 34463, its value modulo 65536.
+    code, out, err = await run_cli("serve", "--listen", listen)
+    port = listen.rsplit(":", 1)[1]
+
+    assert code == 2
+    assert err.strip() == (
+        f"cleveragents-sidecar: listen {listen!r}: port {port} is out of range: a port is 0 "
+        "to 65535 (0 picks a free one)"
+    )
+    assert "listening" not in out
+
+
+def test_a_metrics_port_out_of_range_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigError, match="metrics_listen '127.0.0.1:70000': port 70000 is out"):
+        Sidecar(SidecarConfig(metrics_listen="127.0.0.1:70000"))
+
+
 async def test_cli_with_an_unbindable_address_exits_2(tmp_path: Path) -> None:
     code, _, err = await run_cli("serve", "--listen", f"unix:{tmp_path}/no/such/dir/s.sock")
 
