@@ -184,6 +184,45 @@ def test_cancel_of_a_run_that_has_ended_exits_1_and_says_how_it_ended(
     assert (code, out) == (1, "run done had already ended: completed\n")
 
 
+def test_cancel_of_a_run_already_cancelled_exits_1_and_says_it_had_ended(
+    served: ServedSidecar, client: SidecarClient, tmp_path: Path
+) -> None:
+    turns = script(tmp_path, SLOW)
+    running = subprocess.Popen(
+        [CLI, "run", "nap", "--script", turns, "--run-id", "twice", "--detach",
+         "--target", served.address],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        until_started(client, "twice", running)
+        first = cli("cancel", "twice", "--target", served.address)
+        second = cli("cancel", "twice", "--reason", "again", "--target", served.address)
+        running.communicate(timeout=CLI_WAIT_S)
+    finally:
+        running.kill()
+    assert first == (0, "run twice: cancelled\n", "")
+    assert second == (1, "run twice had already ended: cancelled\n", "")
+    final = final_event(client, "twice")
+    assert isinstance(final, RunCancelled)
+    assert final.reason != "again"  # the second cancel changed nothing
+
+
+def test_cancel_of_a_failed_run_exits_1_and_says_it_failed(
+    served: ServedSidecar, tmp_path: Path
+) -> None:
+    turns = script(tmp_path, [{"tool_calls": [{"id": "c1", "name": "echo", "arguments": {}}]}])
+    assert cli("run", "go", "--script", turns, "--run-id", "f", "--target", served.address)[0] == 1
+    assert cli("cancel", "f", "--target", served.address) == (
+        1, "run f had already ended: failed\n", ""
+    )  # fmt: skip
+
+
+def test_cancel_with_no_sidecar_to_ask_exits_2(tmp_path: Path) -> None:
+    code, out, err = cli("cancel", "any", "--target", f"unix:{tmp_path / 'nobody.sock'}")
+    assert (code, out) == (2, "")
+    assert "UNAVAILABLE" in err
+
+
 def test_cancel_of_an_unknown_run_exits_1(served: ServedSidecar) -> None:
     code, out, err = cli("cancel", "no-such-run", "--target", served.address)
     assert (code, out) == (1, "")

@@ -83,8 +83,9 @@ def _parser() -> argparse.ArgumentParser:
         "cancel",
         help="cancel a run",
         description="Cancel a run (CancelRun): it ends with run_cancelled. Exit status: 0 when "
-        "it is cancelled, 1 when there is no such run or it had already ended (its state is "
-        "printed), 2 when the sidecar could not be asked.",
+        "this command cancelled it, 1 when there is no such run or it had already ended, "
+        "cancelled included (its state is printed), 2 when the sidecar could not be asked or "
+        "refused (the message says why).",
     )
     cancel_command.add_argument("run_id", metavar="RUN_ID", help="the run to cancel")
     cancel_command.add_argument("--reason", default="", help="why, recorded with the run's end")
