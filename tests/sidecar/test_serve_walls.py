@@ -119,3 +119,44 @@ def test_a_tool_module_not_found_names_where_it_was_looked_for(
     assert "No module named 'nowhere_project'" in message
     assert f"looked in {tmp_path / 'lib'}, {tmp_path}, {os.getcwd()} and sys.path" in message
     assert "python_path" in message
+
+
+def test_relative_paths_in_the_config_file_are_from_its_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "sidecar.toml").write_text(
+        'event_store = "runs.sqlite"\nready_file = "run/ready.json"\n'
+        'auth_token_file = "secrets/token"\ntls_cert_file = "tls/cert.pem"\n'
+        'tls_key_file = "/etc/absolute.key"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path)  # started from elsewhere
+
+    config = load_config(project / "sidecar.toml", env={})
+
+    assert config.event_store == str(project / "runs.sqlite")
+    assert config.ready_file == str(project / "run" / "ready.json")
+    assert config.auth_token_file == str(project / "secrets" / "token")
+    assert config.tls_cert_file == str(project / "tls" / "cert.pem")
+    assert config.tls_key_file == "/etc/absolute.key"
+
+
+def test_relative_paths_from_variables_and_flags_stay_from_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "sidecar.toml").write_text('event_store = "redis://127.0.0.1:1/0"\n')
+    env = {"CLEVERAGENTS_SIDECAR_READY_FILE": "ready.json"}
+
+    config = load_config(tmp_path / "sidecar.toml", env=env, overrides={"event_store": "a.db"})
+
+    assert (config.ready_file, config.event_store) == ("ready.json", "a.db")
+
+
+def test_a_redis_event_store_in_the_config_file_is_left_as_it_is(tmp_path: Path) -> None:
+    (tmp_path / "sidecar.toml").write_text('event_store = "unix:///run/redis.sock?db=2"\n')
+
+    assert load_config(tmp_path / "sidecar.toml", env={}).event_store == (
+        "unix:///run/redis.sock?db=2"
+    )

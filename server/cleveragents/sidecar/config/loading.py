@@ -41,6 +41,13 @@ _TABLES = (
     "policy", "policies", "python_path", "mcp_servers",
 )  # fmt: skip
 _SCALARS = {f.name: f for f in dataclasses.fields(SidecarConfig) if f.name not in _TABLES}
+#: Settings that name a file: in the config file, a relative one is from the file's directory
+#: (as ``python_path``, a profile's ``script_file``, a client's ``token_file`` and an MCP
+#: server's ``command``, ``cwd`` and so ``args`` are). ``event_store`` as a URL is left alone.
+_PATH_SETTINGS = (
+    "auth_token_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "event_store",
+    "event_store_ca_file", "event_store_cert_file", "event_store_key_file", "ready_file",
+)  # fmt: skip
 
 
 def load_config(
@@ -64,6 +71,7 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
         base = Path(path).resolve().parent
+        _paths_from(raw, base)
     for name, spec in _SCALARS.items():
         value = env.get(ENV_PREFIX + name.upper())
         if value is not None:
@@ -80,6 +88,15 @@ def load_config(
         # tool_modules next to the config file import without PYTHONPATH.
         config = dataclasses.replace(config, python_path=(*config.python_path, str(base)))
     return config
+
+
+def _paths_from(raw: dict[str, Any], base: Path) -> None:
+    """Make the file's relative paths absolute from its directory ``base`` (those of
+    variables and flags stay relative to the working directory, as a shell's are)."""
+    for key in _PATH_SETTINGS:
+        value = raw.get(key)
+        if isinstance(value, str) and value and "://" not in value:
+            raw[key] = str(base / value)
 
 
 def _from_env(name: str, value: str, annotation: Any) -> Any:
@@ -114,7 +131,7 @@ def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
         elif key == "clients":
             kwargs[key] = parse_clients(value, base)
         elif key == "mcp_servers":
-            kwargs[key] = parse_mcp_servers(value)
+            kwargs[key] = parse_mcp_servers(value, base)
         elif key == "tool_limits":
             kwargs[key] = parse_tool_limits(value)
         elif key == "tool_modules":
