@@ -372,7 +372,7 @@ async def test_cli_with_a_port_out_of_range_exits_2_naming_it(listen: str) -> No
 
 
 def test_a_metrics_port_out_of_range_is_refused_naming_it() -> None:
-    with pytest.raises(ConfigError, match=r"metrics_listen '127\.0\.0\.1:70000': port 70000 is out"):
+    with pytest.raises(ConfigError, match=r"metrics_listen '127\.0\.0\.1:70000': port 70000 is"):
         Sidecar(SidecarConfig(metrics_listen="127.0.0.1:70000"))
 
 
