@@ -453,6 +453,35 @@ async def test_message_over_the_size_limit_is_resource_exhausted(
     assert small.content == "done"
 
 
+async def test_a_request_over_the_sidecars_limit_names_the_setting_to_raise(
+    make_sidecar: SidecarFactory,
+) -> None:
+    sidecar = await make_sidecar(max_message_bytes=4096)
+    async with AsyncSidecarClient(sidecar.address) as client:
+        with pytest.raises(SidecarRpcError) as failure:
+            await client.run_tool_loop("x" * 8000, script=echo_script(1))
+
+    details = failure.value.details
+    assert details.startswith("the request is ")
+    assert "more than the sidecar's max_message_bytes (4096): send less" in details
+    assert "have the sidecar's operator raise max_message_bytes" in details
+    assert "SERVER: Received message larger than max" in details  # gRPC's own words kept
+
+
+async def test_a_response_over_the_clients_limit_names_the_clients_setting(
+    sidecar: Sidecar,
+) -> None:
+    async with AsyncSidecarClient(sidecar.address, max_message_bytes=64) as client:
+        with pytest.raises(SidecarRpcError) as failure:
+            await client.list_tools()
+
+    assert failure.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    details = failure.value.details
+    assert details.startswith("a message from the sidecar is ")
+    assert "more than this client's max_message_bytes (64): raise it" in details
+    assert "SidecarClient(..., max_message_bytes=N)" in details
+
+
 # -- FAILED_PRECONDITION (sessions) ------------------------------------------------------------
 
 
