@@ -347,7 +347,7 @@ async def test_cli_with_a_bad_environment_setting_exits_2() -> None:
         _, err = await process.communicate()
 
     assert process.returncode == 2
-    assert "CLEVERAGENTS_SIDECAR_MAX_CONCURRENT_RUNS='many' is not a valid int" in err.decode()
+    assert "CLEVERAGENTS_SIDECAR_MAX_CONCURRENT_RUNS='many' is not a whole number" in err.decode()
 
 
 async def test_cli_with_an_out_of_range_flag_exits_2() -> None:

@@ -160,3 +160,27 @@ def test_a_redis_event_store_in_the_config_file_is_left_as_it_is(tmp_path: Path)
     assert load_config(tmp_path / "sidecar.toml", env={}).event_store == (
         "unix:///run/redis.sock?db=2"
     )
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("max_concurent_runs = 10", "unknown setting 'max_concurent_runs'; did you mean "
+         "'max_concurrent_runs'?"),
+        ('max_concurrent_runs = "ten"', "setting 'max_concurrent_runs' must be a whole number, "
+         "got 'ten'"),
+        ('tracing = "yes"', "setting 'tracing' must be true or false, got 'yes'"),
+        ("shutdown_grace_s = [1]", "setting 'shutdown_grace_s' must be a number, got [1]"),
+        ('[profiles.p]\nkind = "openai"\nbase_ulr = "http://x"',
+         "profiles.p: unknown key(s) base_ulr; did you mean 'base_url'?; a profile of kind "
+         "openai takes"),
+    ],
+    ids=["misspelt", "int", "bool", "float", "profile-key"],
+)  # fmt: skip
+def test_a_wrong_setting_says_what_was_meant(tmp_path: Path, toml: str, message: str) -> None:
+    (tmp_path / "sidecar.toml").write_text(toml + "\n", encoding="utf-8")
+
+    with pytest.raises(ConfigError) as raised:
+        load_config(tmp_path / "sidecar.toml", env={})
+
+    assert str(raised.value).startswith(message)

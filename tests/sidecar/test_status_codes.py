@@ -326,6 +326,16 @@ async def test_unknown_tool_name_is_not_found(stub: Stub) -> None:
     assert "nope" in details
 
 
+async def test_a_misspelt_tool_name_gets_the_closest_and_the_known_ones(stub: Stub) -> None:
+    code, details = await unary(stub, run_spec(echo_script(1), tool_names=["ecko"]))
+
+    assert code == NOT_FOUND
+    assert details == (
+        "spec.tool_names: unknown tool(s): ecko; did you mean 'echo'?; known: echo, fail, gate, "
+        "hang"
+    )
+
+
 async def test_client_maps_not_found_to_sidecar_rpc_error(client: AsyncSidecarClient) -> None:
     with pytest.raises(SidecarRpcError) as failure:
         await client.get_run("ghost")
