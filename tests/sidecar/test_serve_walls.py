@@ -184,3 +184,51 @@ def test_a_wrong_setting_says_what_was_meant(tmp_path: Path, toml: str, message:
         load_config(tmp_path / "sidecar.toml", env={})
 
     assert str(raised.value).startswith(message)
+
+
+def _project_with_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    (tmp_path / "wallmods").mkdir()
+    (tmp_path / "wallmods" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "wallmods" / "tools.py").write_text(text, encoding="utf-8")
+    monkeypatch.setattr("sys.path", list(sys.path))
+    monkeypatch.setattr("sys.modules", dict(sys.modules))
+
+
+def test_a_tool_module_without_the_attribute_names_its_registries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _project_with_tools(tmp_path, monkeypatch, TOOLS.replace("registry", "my_tools"))
+    (tmp_path / "sidecar.toml").write_text('tool_modules = ["wallmods.tools"]\n')
+
+    with pytest.raises(ConfigError) as raised:
+        default_registry(load_config(tmp_path / "sidecar.toml", env={}))
+
+    module = tmp_path / "wallmods" / "tools.py"
+    assert str(raised.value) == (
+        f"tool module 'wallmods.tools': module 'wallmods.tools' ({module}) has no attribute "
+        "'registry' (the attribute when none is given); its ToolRegistry objects: my_tools; "
+        "name one as 'module:attribute'"
+    )
+
+
+def test_a_tool_module_attribute_that_is_no_registry_says_what_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _project_with_tools(tmp_path, monkeypatch, TOOLS)
+    (tmp_path / "sidecar.toml").write_text('tool_modules = ["wallmods.tools:shout"]\n')
+
+    with pytest.raises(ConfigError, match=r"wallmods\.tools\.shout is a function, not a Tool"):
+        default_registry(load_config(tmp_path / "sidecar.toml", env={}))
+
+
+def test_a_tool_module_not_found_names_each_directory_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "sidecar.toml").write_text('tool_modules = ["nowhere_else.tools"]\n')
+    monkeypatch.chdir(tmp_path)  # the config file's directory is the working directory
+    monkeypatch.setattr("sys.path", list(sys.path))
+
+    with pytest.raises(ConfigError) as raised:
+        default_registry(load_config(tmp_path / "sidecar.toml", env={}))
+
+    assert f"looked in {tmp_path} and sys.path" in str(raised.value)
