@@ -197,9 +197,21 @@ def _prepare(
         raise TypeError(f"expected a ToolSpec, got {type(spec).__name__}")
     if not callable(handler):
         raise TypeError(f"the handler of tool {spec.name!r} is not callable")
+    refused: list[str] = []
+
+    def never_fetch(uri: str) -> Any:
+        refused.append(uri)
+        raise ValueError(f"{uri} is not fetched")
+
     try:
-        validator = jsonschema_rs.validator_for(_plain(spec.input_schema))
+        validator = jsonschema_rs.validator_for(_plain(spec.input_schema), retriever=never_fetch)
     except (jsonschema_rs.ValidationError, ValueError) as exc:
+        if refused:  # a schema is never fetched from elsewhere: not by a client, not the sidecar
+            raise ValueError(
+                f"tool {spec.name!r} has an input_schema with a $ref to {refused[0]!r}, outside "
+                "the schema; only references inside it ('#/$defs/...', '#anchor') are allowed, "
+                "and nothing is fetched"
+            ) from None
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValueError(f"tool {spec.name!r} has an invalid input_schema: {first_line}") from exc
     return RegisteredTool(spec, handler, _is_async(handler), validator, keyword_names)
