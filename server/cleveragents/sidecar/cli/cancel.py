@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from cleveragents.sidecar.cli.text import inline, problem
+
 if TYPE_CHECKING:  # the client is imported only by the commands that talk to a sidecar
     from cleveragents.client import SidecarClient
 
@@ -30,10 +32,10 @@ def cancel(client: SidecarClient, run_id: str, reason: str, out: TextIO) -> int:
         try:
             state = client.cancel_run(run_id, reason=reason)
         except SidecarRpcError as exc:
-            print(f"cleveragents-sidecar: {exc}", file=sys.stderr)
+            print(f"cleveragents-sidecar: {problem(exc)}", file=sys.stderr)
             return 1 if exc.code.name == "NOT_FOUND" else 2
         if state == "cancelled":
-            out.write(f"run {run_id}: cancelled\n")
+            out.write(f"run {inline(run_id)}: cancelled\n")
             return 0
-    out.write(f"run {run_id} had already ended: {state}\n")
+    out.write(f"run {inline(run_id)} had already ended: {state}\n")
     return 1
