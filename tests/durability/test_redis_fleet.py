@@ -236,3 +236,57 @@ async def test_a_decision_relayed_to_the_owner_names_its_identity_and_keeps_self
     assert (decided.approved, decided.identity) == (True, "april")
     assert ran == ["prod"]
     assert isinstance(events[-1], RunCompleted)
+
+
+async def test_an_observer_cancelling_a_run_on_another_sidecar_is_told_it_may_not(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokens = {"alice": "alice-token-0001", "olga": "olga-token-00002"}
+    for name, token in tokens.items():
+        monkeypatch.setenv(f"TEST_TOKEN_{name.upper()}", token)
+    clients = {
+        "alice": ClientConfig("alice", token_env="TEST_TOKEN_ALICE"),
+        "olga": ClientConfig("olga", token_env="TEST_TOKEN_OLGA", roles=frozenset({"observer"})),
+    }
+    sidecars = []
+    for name in ("owner", "other"):
+        config = SidecarConfig(
+            listen="127.0.0.1:0",
+            event_store=redis_server.url,
+            sidecar_id=name,
+            sandbox_roots=(os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],),
+            clients=clients,
+        )
+        sidecars.append(Sidecar(config))
+        await sidecars[-1].start()
+    owner, other = sidecars
+    try:
+        async with (
+            AsyncSidecarClient(owner.address, token=tokens["alice"]) as alice,
+            AsyncSidecarClient(other.address, token=tokens["olga"]) as olga,
+        ):
+            calls = alice.stream_tool_loop("go", script=NAP, run_id="napping", detach=True)
+            async for streamed in calls:
+                if (
+                    isinstance(streamed.event, ToolCallStarted)
+                    and streamed.event.tool_name == "sleep"
+                ):
+                    break
+            await calls.aclose()
+            seen = (await olga.get_run("napping")).state
+            with pytest.raises(SidecarRpcError) as cancelling:
+                await olga.cancel_run("napping")
+            with pytest.raises(SidecarRpcError) as unknown:
+                await olga.cancel_run("no-such-run")
+            state = (await alice.get_run("napping")).state
+            await alice.cancel_run("napping")
+    finally:
+        for sidecar in sidecars:
+            await sidecar.stop(1.0)
+    assert seen == state == "running"
+    assert cancelling.value.code is grpc.StatusCode.PERMISSION_DENIED
+    assert cancelling.value.details == (
+        "identity 'olga' may read run 'napping' but not cancel it: that needs the admin role, "
+        "or owning the run"
+    )
+    assert unknown.value.code is grpc.StatusCode.NOT_FOUND

@@ -52,7 +52,8 @@ type ToolRuntimeServiceClient interface {
 	// Approves or denies a tool call that waits for approval, in a run the caller
 	// owns or may approve (for runs started by a client that does not decide
 	// approvals itself). NOT_FOUND for an unknown run, or one the caller may not
-	// approve; FAILED_PRECONDITION when that call is not waiting.
+	// read; PERMISSION_DENIED for one it may read but not approve;
+	// FAILED_PRECONDITION when that call is not waiting.
 	DecideApproval(ctx context.Context, in *DecideApprovalRequest, opts ...grpc.CallOption) (*DecideApprovalResponse, error)
 	// The live runs and the finished runs the sidecar still keeps, newest first:
 	// the caller's own, or every run for an observer, approver or admin.
@@ -301,7 +302,8 @@ type ToolRuntimeServiceServer interface {
 	// Approves or denies a tool call that waits for approval, in a run the caller
 	// owns or may approve (for runs started by a client that does not decide
 	// approvals itself). NOT_FOUND for an unknown run, or one the caller may not
-	// approve; FAILED_PRECONDITION when that call is not waiting.
+	// read; PERMISSION_DENIED for one it may read but not approve;
+	// FAILED_PRECONDITION when that call is not waiting.
 	DecideApproval(context.Context, *DecideApprovalRequest) (*DecideApprovalResponse, error)
 	// The live runs and the finished runs the sidecar still keeps, newest first:
 	// the caller's own, or every run for an observer, approver or admin.

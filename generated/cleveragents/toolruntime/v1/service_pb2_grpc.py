@@ -35,7 +35,9 @@ class ToolRuntimeServiceStub:
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     def __init__(self, channel):
@@ -110,7 +112,9 @@ class ToolRuntimeServiceServicer:
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     def RunToolLoop(self, request, context):
@@ -189,7 +193,8 @@ class ToolRuntimeServiceServicer:
         """Approves or denies a tool call that waits for approval, in a run the caller
         owns or may approve (for runs started by a client that does not decide
         approvals itself). NOT_FOUND for an unknown run, or one the caller may not
-        approve; FAILED_PRECONDITION when that call is not waiting.
+        read; PERMISSION_DENIED for one it may read but not approve;
+        FAILED_PRECONDITION when that call is not waiting.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -289,7 +294,9 @@ class ToolRuntimeService:
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     @staticmethod

@@ -36,7 +36,9 @@ class ToolRuntimeServiceStub:
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     @_typing.overload
@@ -84,7 +86,8 @@ class ToolRuntimeServiceStub:
     """Approves or denies a tool call that waits for approval, in a run the caller
     owns or may approve (for runs started by a client that does not decide
     approvals itself). NOT_FOUND for an unknown run, or one the caller may not
-    approve; FAILED_PRECONDITION when that call is not waiting.
+    read; PERMISSION_DENIED for one it may read but not approve;
+    FAILED_PRECONDITION when that call is not waiting.
     """
     ListRuns: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListRunsRequest, _service_pb2.ListRunsResponse]
     """The live runs and the finished runs the sidecar still keeps, newest first:
@@ -108,7 +111,9 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -153,7 +158,8 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     """Approves or denies a tool call that waits for approval, in a run the caller
     owns or may approve (for runs started by a client that does not decide
     approvals itself). NOT_FOUND for an unknown run, or one the caller may not
-    approve; FAILED_PRECONDITION when that call is not waiting.
+    read; PERMISSION_DENIED for one it may read but not approve;
+    FAILED_PRECONDITION when that call is not waiting.
     """
     ListRuns: _aio.UnaryUnaryMultiCallable[_service_pb2.ListRunsRequest, _service_pb2.ListRunsResponse]  # type: ignore[assignment]
     """The live runs and the finished runs the sidecar still keeps, newest first:
@@ -176,7 +182,9 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     @_abc_1.abstractmethod
@@ -273,7 +281,8 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         """Approves or denies a tool call that waits for approval, in a run the caller
         owns or may approve (for runs started by a client that does not decide
         approvals itself). NOT_FOUND for an unknown run, or one the caller may not
-        approve; FAILED_PRECONDITION when that call is not waiting.
+        read; PERMISSION_DENIED for one it may read but not approve;
+        FAILED_PRECONDITION when that call is not waiting.
         """
 
     @_abc_1.abstractmethod
