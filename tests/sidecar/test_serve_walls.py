@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -232,3 +235,27 @@ def test_a_tool_module_not_found_names_each_directory_once(
         default_registry(load_config(tmp_path / "sidecar.toml", env={}))
 
     assert f"looked in {tmp_path} and sys.path" in str(raised.value)
+
+
+def test_version_answers_without_importing_the_sidecar() -> None:
+    # --version imported the whole server: 0.4 s on a quiet machine, over a second on a busy one.
+    probe = (
+        "import json, sys; from cleveragents.sidecar.cli import main; code = main(['--version']); "
+        "print(json.dumps([code, sorted(m for m in sys.modules "
+        "if m.startswith(('cleveragents', 'grpc', 'google')))]))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    printed, loaded = done.stdout.splitlines()
+
+    assert printed == f"cleveragents-sidecar {importlib.metadata.version('cleveragents-sidecar')}"
+    assert json.loads(loaded) == [
+        0, ["cleveragents", "cleveragents.sidecar", "cleveragents.sidecar.cli",
+            "cleveragents.sidecar.cli.version"],
+    ]  # fmt: skip
+
+
+def test_the_package_still_offers_its_public_names_when_asked() -> None:
+    probe = "import cleveragents.sidecar as s; print(s.Sidecar.__module__, s.load_config.__name__)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+
+    assert done.stdout.split() == ["cleveragents.sidecar.transport.server", "load_config"]

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import importlib.metadata
 import json
 import os
 import signal
 import sys
 
+from cleveragents.sidecar.cli.version import version
 from cleveragents.sidecar.errors import ConfigError
 
 __all__ = [
@@ -32,10 +32,7 @@ __all__ = [
     "write_ready_file",
 ]
 
-try:
-    VERSION = importlib.metadata.version("cleveragents-sidecar")
-except importlib.metadata.PackageNotFoundError:  # run from a source tree never installed
-    VERSION = "unknown"
+VERSION = version()
 #: The signal Linux sends when the parent thread ends (SIGTERM would be indistinguishable
 #: from an operator's stop, and the parent may still be alive).
 DEATH_SIGNAL = signal.SIGUSR2
