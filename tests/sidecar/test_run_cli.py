@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -125,6 +126,20 @@ def test_run_with_a_script_that_is_not_json_exits_2_naming_the_file_and_starts_n
     assert (code, out) == (2, "")
     assert f"the script {str(path)!r} is not valid JSON" in err
     assert "line 2" in err
+    assert client.list_runs() == []
+
+
+def test_run_with_a_deeply_nested_script_exits_2_with_one_line_and_starts_nothing(
+    served: ServedSidecar, client: SidecarClient, tmp_path: Path
+) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text('[{"content": "x", "usage": ' + "[" * 100_000 + "]" * 100_000 + "}]")
+    code, out, err = cli("run", "go", "--script", str(path), "--target", served.address)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"cleveragents-sidecar: the script {str(path)!r} is nested too deeply to read (arrays "
+        f"and objects more than about {sys.getrecursionlimit()} levels inside each other)"
+    ]
     assert client.list_runs() == []
 
 
