@@ -422,5 +422,7 @@ async def test_sigterm_exits_soon_after_the_grace_period_though_a_tool_thread_is
         err = (await process.stderr.read()).decode()
 
     assert code == 0
-    assert took < 1 + 4  # the grace period, then a couple of seconds for the threads
+    # The grace period (1 s), then the threads' 2 s: without the exit a stuck thread would hold
+    # the process for ever; the bound is generous for a loaded machine.
+    assert took < CLI_WAIT_S
     assert "exiting without them" in err
