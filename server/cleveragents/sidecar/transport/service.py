@@ -20,7 +20,7 @@ from cleveragents.sidecar.assembly import AssembledRun, RunAssembler
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
-from cleveragents.sidecar.identity import Access, roles_granting
+from cleveragents.sidecar.identity import Access
 from cleveragents.sidecar.runs import FrameQueue, FrameSink, LogCursor, Run, RunManager
 from cleveragents.sidecar.runs.resume import ResumeInfo
 from cleveragents.sidecar.runs.shared import Control
@@ -376,46 +376,8 @@ class ToolRuntimeService:
         self, run_id: str, context: Context, access: Access = Access.READ
     ) -> tuple[Run, str]:
         """The run, and the id of the other sidecar sharing the store that runs it (empty: a
-        run of this sidecar's); ``NOT_FOUND`` as ``require``, but ``PERMISSION_DENIED`` for
-        a run the caller may read (it knows the run exists) and not cancel or decide."""
+        run of this sidecar's); see ``shared_calls.locate``."""
         try:
-            return self.require(run_id, access), ""
-        except SidecarError as exc:
-            missing = exc
-        try:
-            found = await self._shared_run(run_id, access)
-            if found is None and access is not Access.READ and await self._readable(run_id):
-                missing = _not_allowed(current_caller().name, run_id, access)
+            return await shared_calls.locate(self, run_id, access)
         except SidecarError as exc:
             await abort(context, exc)
-        if found is None:
-            await abort(context, missing)
-        return found
-
-    async def _readable(self, run_id: str) -> bool:
-        """Whether the caller may read ``run_id``, here or on another sidecar."""
-        try:
-            self.require(run_id, Access.READ)
-        except SidecarError:
-            return await self._shared_run(run_id) is not None
-        return True
-
-    async def _shared_run(
-        self, run_id: str, access: Access = Access.READ
-    ) -> tuple[Run, str] | None:
-        """The run of another sidecar sharing the store, if the caller may ``access`` it."""
-        caller, shared = current_caller(), self.manager.shared  # another's log is never read:
-        if shared is None:  # the owner is checked on the run's hash first
-            return None
-        return await shared.get(run_id, lambda o: caller.may(access, o))
-
-
-def _not_allowed(caller: str, run_id: str, access: Access) -> SidecarError:
-    """Refusing an identity that may read a run what it may not do to it: it knows the run
-    exists, so ``NOT_FOUND`` would mislead it."""
-    doing = "cancel it" if access is Access.CONTROL else "decide its approvals"
-    roles = " or ".join(roles_granting(access))
-    return SidecarError.denied(
-        f"identity {caller!r} may read run {run_id!r} but not {doing}: that needs the {roles} "
-        "role, or owning the run"
-    )
