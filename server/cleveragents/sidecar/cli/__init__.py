@@ -25,12 +25,13 @@ if TYPE_CHECKING:
 
     from cleveragents.client import SidecarClient
 
-__all__ = ["DEFAULT_TARGET", "main"]
+__all__ = ["DEFAULT_TARGET", "build_parser", "main"]
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, every command and flag (the docs' CLI reference reads it)."""
     import argparse
 
     from cleveragents.sidecar.cli.health import add_health_arguments
@@ -153,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments == ["--version"]:  # before the parser, which imports every command
         print(f"cleveragents-sidecar {version()}")
         return 0
-    args = _parser().parse_args(arguments)
+    args = build_parser().parse_args(arguments)
     if args.command in ("run", "watch", "cancel", "runs", "approve", "deny"):
         return _talk(args)
     if args.command == "health":
