@@ -754,6 +754,7 @@ class RunSpec(_message.Message):
     RUN_ID_FIELD_NUMBER: _builtins.int
     DETACH_FIELD_NUMBER: _builtins.int
     BUDGET_FIELD_NUMBER: _builtins.int
+    NO_SERVER_TOOLS_FIELD_NUMBER: _builtins.int
     OUTPUT_SCHEMA_FIELD_NUMBER: _builtins.int
     MAX_OUTPUT_RETRIES_FIELD_NUMBER: _builtins.int
     prompt: _builtins.str
@@ -768,6 +769,12 @@ class RunSpec(_message.Message):
     """
     detach: _builtins.bool
     """When true, the run keeps going if the stream that started it closes."""
+    no_server_tools: _builtins.bool
+    """When true, the run offers none of the server's tools: only a Session's
+    own tools, if it declares any (a run with neither has no tools). Default
+    false: tool_names decides. Setting it together with tool_names is refused
+    with INVALID_ARGUMENT.
+    """
     max_output_retries: _builtins.int
     """How many invalid answers the model may correct, with output_schema, before
     the run ends with STOP_REASON_MAX_OUTPUT_RETRIES. Unset selects the default
@@ -784,7 +791,14 @@ class RunSpec(_message.Message):
 
     @_builtins.property
     def tool_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Names of server-side tools the run may use; empty means all of them."""
+        """Names of server-side tools the run may use; empty means all of them
+        (unless no_server_tools). A Session's own tool (SessionStart.tools) may
+        share a name with a server tool the run does not offer: a name conflicts
+        only among the tools the run offers. A client tool named like an offered
+        server tool is refused with PERMISSION_DENIED unless the governance
+        policy's allow_tool_shadowing (default false) lets the client's tool take
+        its place; leave that tool out of tool_names, or set no_server_tools.
+        """
 
     @_builtins.property
     def budget(self) -> Global___RunBudget:
@@ -811,12 +825,13 @@ class RunSpec(_message.Message):
         run_id: _builtins.str = ...,
         detach: _builtins.bool = ...,
         budget: Global___RunBudget | None = ...,
+        no_server_tools: _builtins.bool = ...,
         output_schema: Global___OutputSchema | None = ...,
         max_output_retries: _builtins.int | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_output_retries", b"_max_output_retries", "budget", b"budget", "context", b"context", "llm", b"llm", "max_output_retries", b"max_output_retries", "output_schema", b"output_schema"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_output_retries", b"_max_output_retries", "budget", b"budget", "context", b"context", "detach", b"detach", "llm", b"llm", "max_iterations", b"max_iterations", "max_output_retries", b"max_output_retries", "output_schema", b"output_schema", "prompt", b"prompt", "run_id", b"run_id", "tool_names", b"tool_names"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_output_retries", b"_max_output_retries", "budget", b"budget", "context", b"context", "detach", b"detach", "llm", b"llm", "max_iterations", b"max_iterations", "max_output_retries", b"max_output_retries", "no_server_tools", b"no_server_tools", "output_schema", b"output_schema", "prompt", b"prompt", "run_id", b"run_id", "tool_names", b"tool_names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_output_retries: _TypeAlias = _typing.Literal["max_output_retries"]  # noqa: Y015
     _WhichOneofArgType__max_output_retries: _TypeAlias = _typing.Literal["_max_output_retries", b"_max_output_retries"]  # noqa: Y015
