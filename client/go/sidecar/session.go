@@ -34,6 +34,15 @@ type Tool struct {
 	Func    ToolFunc
 }
 
+// LLMFunc answers one LLM invocation of a Session whose LLM this process hosts: the whole
+// conversation so far is in request.Messages, the tools the model may call in request.Tools,
+// and the run's output schema, if it has one, in request.OutputSchema (a final answer, one
+// without tool calls, must then be Content as JSON text matching it: the sidecar validates it
+// and sends an invalid one back as a user message naming the error). Return the model's answer
+// (RequestId is filled in); an error fails the run with its message. ctx ends at the
+// sidecar's deadline for the answer or when the session ends.
+type LLMFunc func(ctx context.Context, request *pb.LlmInvocation) (*pb.LlmResult, error)
+
 // ApprovalFunc decides an approval_requested event of the session's run: approve or deny,
 // with a reason the model sees when denied. An error denies the call, saying why.
 type ApprovalFunc func(ctx context.Context, request *pb.ApprovalRequested) (approved bool, reason string, err error)
@@ -47,6 +56,9 @@ type SessionOptions struct {
 	// (empty: all of them), or none with Spec.NoServerTools. A tool named like one of the
 	// sidecar's is refused only when the run offers that one of the sidecar's.
 	Tools []Tool
+	// LLM, when set, makes this process the run's LLM (client_llm): the sidecar sends it each
+	// LLM invocation, with the whole conversation, and waits for its answer.
+	LLM LLMFunc
 	// Approve, when set, decides the run's approval requests (handles_approvals); otherwise
 	// they wait for the DecideApproval RPC or time out.
 	Approve ApprovalFunc
@@ -107,7 +119,7 @@ func (c *Client) StartSession(ctx context.Context, opts SessionOptions) (*Sessio
 	if opts.Spec == nil {
 		return nil, errors.New("SessionOptions.Spec is required")
 	}
-	start := &pb.SessionStart{Spec: opts.Spec, HandlesApprovals: opts.Approve != nil}
+	start := &pb.SessionStart{Spec: opts.Spec, HandlesApprovals: opts.Approve != nil, ClientLlm: opts.LLM != nil}
 	tools := make(map[string]Tool, len(opts.Tools))
 	for _, tool := range opts.Tools {
 		if tool.Name == "" || tool.Func == nil {
@@ -237,6 +249,10 @@ func (s *Session) receive() {
 			s.inflight.Add(1)
 			go s.invoke(inv)
 		}
+		if inv := resp.GetLlmInvocation(); inv != nil && s.opts.LLM != nil {
+			s.inflight.Add(1)
+			go s.answerLLM(inv)
+		}
 	}
 	s.stop() // ends the calls still running
 	s.inflight.Wait()
@@ -349,6 +365,36 @@ func encodeOutput(value any) (string, error) {
 		return "", fmt.Errorf("the tool's result is not JSON: %w", err)
 	}
 	return string(wrapped), nil
+}
+
+func (s *Session) answerLLM(inv *pb.LlmInvocation) {
+	defer s.inflight.Done()
+	ctx := s.ctx
+	if deadline := inv.GetDeadline(); deadline != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline.AsTime())
+		defer cancel()
+	}
+	result, err := s.askLLM(ctx, inv)
+	if err != nil {
+		message := err.Error()
+		result = &pb.LlmResult{Error: &message}
+	}
+	result.RequestId = inv.GetRequestId()
+	_ = s.send(&pb.SessionRequest{Kind: &pb.SessionRequest_LlmResult{LlmResult: result}})
+}
+
+func (s *Session) askLLM(ctx context.Context, inv *pb.LlmInvocation) (result *pb.LlmResult, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the LLM function panicked: %v", r)
+		}
+	}()
+	result, err = s.opts.LLM(ctx, inv)
+	if err == nil && result == nil {
+		err = errors.New("the LLM function returned no answer")
+	}
+	return result, err
 }
 
 func (s *Session) decide(asked *pb.ApprovalRequested) {
