@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from typing import Any, TypeVar, Unpack, overload
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import Any, TypeVar, Unpack
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
@@ -28,10 +28,17 @@ from cleveragents.client._requests import (
 )
 from cleveragents.client._session import LEAVING, Job, SessionApprover, SessionLogic
 from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
-from cleveragents.client.output import OutputSpec, OutputType, TypedResult, output_type_of
+from cleveragents.client.output import OutputSpec, OutputType, output_type_of
+from cleveragents.client.typed_runs import AsyncTypedRuns
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
-from cleveragents.tool import LLMCaller, OutputSchema, ToolCallRecord, ToolCallRunResult, ToolSpec
-from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
+from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec
+from cleveragents.toolruntime.v1 import (
+    events_pb2,
+    service_pb2,
+    service_pb2_grpc,
+    session_pb2,
+    types_pb2,
+)
 from cleveragents.wire import (
     events_of,
     result_from_pb,
@@ -47,7 +54,7 @@ Metadata = Sequence[tuple[str, str]]
 T = TypeVar("T")
 
 
-class AsyncSidecarClient:
+class AsyncSidecarClient(AsyncTypedRuns):
     """Talks to a sidecar at ``target`` (``host:port`` or ``unix:/path``) from asyncio code.
 
     Results and events come back as the core's dataclasses. A non-OK status raises
@@ -117,57 +124,8 @@ class AsyncSidecarClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    @overload
-    async def run_tool_loop(
-        self,
-        prompt: str,
-        *,
-        output_type: type[T] | OutputType[T],
-        detach: bool = False,
-        timeout: float | None = None,
-        **options: Unpack[RunOptions],
-    ) -> TypedResult[T]: ...
-
-    @overload
-    async def run_tool_loop(
-        self,
-        prompt: str,
-        *,
-        output_type: Mapping[str, Any] | OutputSchema,
-        detach: bool = False,
-        timeout: float | None = None,
-        **options: Unpack[RunOptions],
-    ) -> TypedResult[Any]: ...
-
-    @overload
-    async def run_tool_loop(
-        self,
-        prompt: str,
-        *,
-        output_type: None = None,
-        detach: bool = False,
-        timeout: float | None = None,
-        **options: Unpack[RunOptions],
-    ) -> ToolCallRunResult: ...
-
-    async def run_tool_loop(
-        self,
-        prompt: str,
-        *,
-        output_type: OutputSpec | OutputType[Any] | None = None,
-        detach: bool = False,
-        timeout: float | None = None,
-        **options: Unpack[RunOptions],
-    ) -> ToolCallRunResult:
-        """Run the loop with the sidecar's tools and LLM profile; return the result.
-
-        With ``output_type`` (a dataclass, a ``TypedDict``, a pydantic model, a JSON Schema
-        dict or an ``OutputSchema``) the final answer must be JSON of it: the result is then a
-        ``TypedResult`` whose ``output`` is the answer as that type (a schema dict: as parsed
-        JSON), ``None`` when the run ended without a valid one (see ``stop_reason``).
-        """
-        output = output_type_of(output_type)
-        spec = run_spec(prompt, detach=detach, output_type=output, **options)
+    async def _run_spec(self, spec: types_pb2.RunSpec, timeout: float | None) -> ToolCallRunResult:
+        """Send ``spec`` with RunToolLoop; the result, its records read by pages if need be."""
         request = service_pb2.RunToolLoopRequest(spec=spec)
         try:
             with rpc_errors():
@@ -179,10 +137,8 @@ class AsyncSidecarClient:
                 exc.result = with_history(exc.result, await self._records(exc.result.run_id))
             raise
         if omits_history(response.result):  # too large for one message: read by pages
-            result = with_history(response.result, await self._records(response.result.run_id))
-        else:
-            result = result_from_pb(response.result)
-        return result if output is None else output.result(result)
+            return with_history(response.result, await self._records(response.result.run_id))
+        return result_from_pb(response.result)
 
     async def stream_tool_loop(
         self,

@@ -7,8 +7,8 @@ import contextlib
 import dataclasses
 import queue
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from typing import Any, TypeVar, Unpack, overload
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any, TypeVar, Unpack
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
@@ -31,10 +31,17 @@ from cleveragents.client._requests import (
 from cleveragents.client._session import LEAVING, Job, SessionApprover, SessionLogic
 from cleveragents.client._streams import OpenStreams
 from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
-from cleveragents.client.output import OutputSpec, OutputType, TypedResult, output_type_of
+from cleveragents.client.output import OutputSpec, OutputType, output_type_of
+from cleveragents.client.typed_runs import TypedRuns
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
-from cleveragents.tool import LLMCaller, OutputSchema, ToolCallRecord, ToolCallRunResult, ToolSpec
-from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
+from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec
+from cleveragents.toolruntime.v1 import (
+    events_pb2,
+    service_pb2,
+    service_pb2_grpc,
+    session_pb2,
+    types_pb2,
+)
 from cleveragents.wire import (
     events_of,
     result_from_pb,
@@ -54,7 +61,7 @@ _SessionCall = tuple[Any, "queue.SimpleQueue[session_pb2.SessionRequest | None]"
 _LEAVING_S = 1.0
 
 
-class SidecarClient:
+class SidecarClient(TypedRuns):
     """Talks to a sidecar at ``target`` (``host:port`` or ``unix:/path``), blocking.
 
     The same calls as :class:`AsyncSidecarClient`; streams are plain iterators. In a
@@ -126,57 +133,8 @@ class SidecarClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    @overload
-    def run_tool_loop(
-        self,
-        prompt: str,
-        *,
-        output_type: type[T] | OutputType[T],
-        detach: bool = False,
-        timeout: float | None = None,
-        **options: Unpack[RunOptions],
-    ) -> TypedResult[T]: ...
-
-    @overload
-    def run_tool_loop(
-        self,
-        prompt: str,
-        *,
-        output_type: Mapping[str, Any] | OutputSchema,
-        detach: bool = False,
-        timeout: float | None = None,
-        **options: Unpack[RunOptions],
-    ) -> TypedResult[Any]: ...
-
-    @overload
-    def run_tool_loop(
-        self,
-        prompt: str,
-        *,
-        output_type: None = None,
-        detach: bool = False,
-        timeout: float | None = None,
-        **options: Unpack[RunOptions],
-    ) -> ToolCallRunResult: ...
-
-    def run_tool_loop(
-        self,
-        prompt: str,
-        *,
-        output_type: OutputSpec | OutputType[Any] | None = None,
-        detach: bool = False,
-        timeout: float | None = None,
-        **options: Unpack[RunOptions],
-    ) -> ToolCallRunResult:
-        """Run the loop with the sidecar's tools and LLM profile; return the result.
-
-        With ``output_type`` (a dataclass, a ``TypedDict``, a pydantic model, a JSON Schema
-        dict or an ``OutputSchema``) the final answer must be JSON of it: the result is then a
-        ``TypedResult`` whose ``output`` is the answer as that type (a schema dict: as parsed
-        JSON), ``None`` when the run ended without a valid one (see ``stop_reason``).
-        """
-        output = output_type_of(output_type)
-        spec = run_spec(prompt, detach=detach, output_type=output, **options)
+    def _run_spec(self, spec: types_pb2.RunSpec, timeout: float | None) -> ToolCallRunResult:
+        """Send ``spec`` with RunToolLoop; the result, its records read by pages if need be."""
         request = service_pb2.RunToolLoopRequest(spec=spec)
         try:
             with rpc_errors():
@@ -186,10 +144,8 @@ class SidecarClient:
                 exc.result = with_history(exc.result, self._records(exc.result.run_id))
             raise
         if omits_history(response.result):  # too large for one message: read by pages
-            result = with_history(response.result, self._records(response.result.run_id))
-        else:
-            result = result_from_pb(response.result)
-        return result if output is None else output.result(result)
+            return with_history(response.result, self._records(response.result.run_id))
+        return result_from_pb(response.result)
 
     def stream_tool_loop(
         self,

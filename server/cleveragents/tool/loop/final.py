@@ -16,12 +16,33 @@ from cleveragents.tool.messages import LLMResponse, Message, Role
 from cleveragents.tool.output import OutputSchema
 from cleveragents.tool.records import StopReason, ToolCallRunResult
 
-__all__ = ["FinalAnswers", "refused"]
+__all__ = ["FinalAnswers", "final_answers", "refused", "settle"]
 
 
 def refused(state: RunState, response: LLMResponse) -> ToolCallRunResult:
     """The result of a run whose model refused to answer."""
     return state.result(StopReason.REFUSAL, content=response.refusal or "the model refused")
+
+
+def final_answers(output: OutputSchema | None, max_retries: int) -> FinalAnswers | None:
+    """The policy of a run with ``output`` (``None`` without one)."""
+    if output is None:
+        return None
+    if not isinstance(output, OutputSchema):
+        raise TypeError(f"output must be an OutputSchema, got {type(output).__name__}")
+    return FinalAnswers(output, max_retries)
+
+
+def settle(
+    answers: FinalAnswers | None, state: RunState, response: LLMResponse
+) -> ToolCallRunResult | None:
+    """How ``response`` (without tool calls) ends the run: ``answers.settle`` with an output
+    schema, else a refusal or the final answer."""
+    if answers is not None:
+        return answers.settle(state, response)
+    if response.refusal is not None:
+        return refused(state, response)
+    return state.result(StopReason.FINAL_ANSWER, content=response.content)
 
 
 class FinalAnswers:

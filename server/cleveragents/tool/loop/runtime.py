@@ -33,12 +33,13 @@ from cleveragents.tool.loop.batch import ToolBatch, feedback
 from cleveragents.tool.loop.blocking import run_blocking
 from cleveragents.tool.loop.checks import check_prompt
 from cleveragents.tool.loop.event_channel import EventChannel
-from cleveragents.tool.loop.final import FinalAnswers, refused
+from cleveragents.tool.loop.final import final_answers, settle
 from cleveragents.tool.loop.gate import CallGate
 from cleveragents.tool.loop.llm_call import call_llm, run_limit
 from cleveragents.tool.loop.resume import Resumption
 from cleveragents.tool.loop.resumed import resume_loop
 from cleveragents.tool.loop.run_state import RunState
+from cleveragents.tool.loop.summary import summarize
 from cleveragents.tool.loop.yield_timer import YieldTimer
 from cleveragents.tool.messages import LLMResponse, Message, Role, ToolCall
 from cleveragents.tool.output import DEFAULT_MAX_OUTPUT_RETRIES, OutputSchema
@@ -69,9 +70,7 @@ class ToolCallingRuntime:
     the ``ApprovalRequested`` event's ``how_to_answer``) and which are not even offered;
     ``budget`` adds limits beyond ``max_iterations``. A response asking for more than
     ``max_calls_per_response`` calls fails the run (``LLMCallError``) before any of them runs.
-    With ``output`` (an :class:`OutputSchema`) the final answer must be JSON that validates
-    against it: an invalid one goes back to the model, at most ``max_output_retries`` times
-    (``final.py``), and the result's ``output_json`` carries the valid one.
+    ``output`` asks for a final answer of JSON valid against it (``final.py``, ``output.py``).
     """
 
     def __init__(
@@ -126,11 +125,8 @@ class ToolCallingRuntime:
         self.approval_help = approval_help
         self.budget = budget if budget is not None else RunBudget()
         self.max_calls_per_response = max_calls_per_response
-        if output is not None and not isinstance(output, OutputSchema):
-            raise TypeError(f"output must be an OutputSchema, got {type(output).__name__}")
+        self.answers = final_answers(output, max_output_retries)
         self.output = output
-        #: How answers without tool calls end the run when there is an output schema.
-        self.answers = None if output is None else FinalAnswers(output, max_output_retries)
         self._llm_is_async = inspect.iscoroutinefunction(llm_caller.call)
 
     def offered_specs(self) -> list[ToolSpec]:
@@ -327,11 +323,9 @@ class ToolCallingRuntime:
             state.add_response(response)
             emit(LLMResponded.of(iteration, response))
             if not response.tool_calls:
-                if self.answers is None:
-                    if response.refusal is None:
-                        return state.result(StopReason.FINAL_ANSWER, content=response.content)
-                    return refused(state, response)
-                if (final := self.answers.settle(state, response)) is not None:
+                if self.answers is None and response.refusal is None:
+                    return state.result(StopReason.FINAL_ANSWER, content=response.content)
+                if (final := settle(self.answers, state, response)) is not None:
                     return final
                 continue
             calls = [route(call) for call in response.tool_calls]
@@ -357,22 +351,7 @@ class ToolCallingRuntime:
         self, state: RunState, stop: StopReason, emit: EventSink
     ) -> ToolCallRunResult:
         """One last LLM call, without tools, so the model can sum up what it has."""
-        iteration = state.iterations + 1
-        state.messages.append(
-            Message(
-                Role.USER,
-                f"The run has stopped ({stop.value.replace('_', ' ')}); no more tools can be "
-                "called. Summarise what you found and what is left to do.",
-            )
-        )
-        emit(IterationStarted(iteration))
-        response = await self._call_llm(state, (), iteration, emit)
-        state.iterations = iteration
-        state.add_response(response)
-        emit(LLMResponded(iteration, response.content, (), response.usage, response.reasoning))
-        answers = self.answers
-        output_json = "" if answers is None else answers.summary(response.content)
-        return state.result(stop, content=response.content, output_json=output_json)
+        return await summarize(self._call_llm, state, stop, emit, self.answers)
 
     async def _call_llm(
         self, state: RunState, tools: Sequence[Mapping[str, Any]], iteration: int, emit: EventSink
