@@ -19,13 +19,13 @@ from cleveragents.providers._caller import HTTPCaller
 from cleveragents.providers._output import anthropic_has_structured_outputs, strict_problem
 from cleveragents.tool import (
     LLMDelta,
-    LLMRequest,
     Message,
     OutputSchema,
     Role,
     RunCompleted,
     RunEvent,
     StopReason,
+    StructuredRequest,
     ToolCallingRuntime,
     ToolRegistry,
     ToolRunner,
@@ -107,8 +107,8 @@ def anthropic(
     return caller
 
 
-def asking(output: OutputSchema, text: str = "Read it.") -> LLMRequest:
-    return LLMRequest([Message(Role.USER, text)], [], 1, output=output)
+def asking(output: OutputSchema, text: str = "Read it.") -> StructuredRequest:
+    return StructuredRequest([Message(Role.USER, text)], [], 1, output=output)
 
 
 def echo_registry() -> ToolRegistry:

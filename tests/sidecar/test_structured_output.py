@@ -18,6 +18,7 @@ from cleveragents.client import AsyncSidecarClient, OutputType, SidecarRpcError,
 from cleveragents.sidecar import Sidecar
 from cleveragents.tool import (
     LLMDelta,
+    LLMRefusal,
     LLMRequest,
     LLMResponded,
     LLMResponse,
@@ -260,7 +261,7 @@ async def test_a_client_hosted_llm_gets_the_schema_and_its_answer_is_validated(
 async def test_a_client_hosted_refusal_ends_the_run(client: AsyncSidecarClient) -> None:
     class Refusing:
         async def call(self, request: LLMRequest) -> LLMResponse:
-            return LLMResponse("", refusal="Not this one.")
+            return LLMRefusal(refusal="Not this one.")
 
     events = [e async for e in client.session("x", llm=Refusing(), output_type=SCHEMA)]
     terminal = events[-1].event

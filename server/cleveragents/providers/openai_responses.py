@@ -36,6 +36,7 @@ from cleveragents.providers._http import describe_error
 from cleveragents.providers._output import responses_text_format, strict_problem
 from cleveragents.providers.openai import OPENAI_BASE_URL
 from cleveragents.tool import (
+    LLMRefusal,
     LLMRequest,
     LLMResponse,
     Message,
@@ -166,7 +167,7 @@ def parse_response(data: Mapping[str, Any]) -> LLMResponse:
     counts = _usage(usage) if isinstance(usage, Mapping) else None
     if refusal and not calls:
         said = "".join(refusal) or "the model refused"
-        return LLMResponse("".join(text), (), counts, _reasoning(data.get("output")), said)
+        return LLMRefusal("".join(text), (), counts, _reasoning(data.get("output")), said)
     reason = (data.get("incomplete_details") or {}).get("reason")
     if status == "incomplete" and (calls or not text):
         raise ValueError(f"the response is incomplete ({reason or 'no reason given'})")

@@ -11,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 from cleveragents.tool.errors import ScriptExhaustedError
 from cleveragents.tool.messages import (
     MAX_TOKEN_COUNT,
+    LLMRefusal,
     LLMRequest,
     LLMResponse,
     Message,
@@ -186,7 +187,9 @@ def response_from_dict(turn: Mapping[str, Any], *, turn_number: int = 1) -> LLMR
         if max(tokens) > MAX_TOKEN_COUNT:
             raise ValueError(f"usage token counts must be at most {MAX_TOKEN_COUNT} (int64)")
         usage = Usage(*tokens)
-    return LLMResponse(content=content, tool_calls=calls, usage=usage, refusal=refusal)
+    if refusal is not None:
+        return LLMRefusal(content, (), usage, refusal=refusal)
+    return LLMResponse(content=content, tool_calls=calls, usage=usage)
 
 
 #: A scripted ``output`` as the compact JSON text a model would write.

@@ -16,7 +16,15 @@ from typing import Any
 
 from cleveragents.tool.jsontext import Encoder
 from cleveragents.tool.jsontext import loads as json_loads
-from cleveragents.tool.messages import MAX_TOKEN_COUNT, LLMResponse, Message, Role, ToolCall, Usage
+from cleveragents.tool.messages import (
+    MAX_TOKEN_COUNT,
+    LLMRefusal,
+    LLMResponse,
+    Message,
+    Role,
+    ToolCall,
+    Usage,
+)
 from cleveragents.tool.spec import ToolSpec
 
 __all__ = ["ToolCallRouter", "ToolFormat", "parse_call", "route_call"]
@@ -193,23 +201,21 @@ def _parse_openai(router: ToolCallRouter, body: Mapping[str, Any]) -> LLMRespons
         raise ValueError("the provider's first choice has no message object")
     content = _text(message.get("content"))
     calls = router.parse_tool_calls(message)
-    refusal = message.get("refusal")
-    if not (refusal and not calls):
-        _check_stop(content, calls, choice.get("finish_reason"), "finish_reason")
-        refusal = None
     usage = body.get("usage")
-    return LLMResponse(
-        content=content,
-        tool_calls=calls,
-        refusal=None if refusal is None else str(refusal),
-        usage=Usage(
+    counts = (
+        Usage(
             _count(usage, "prompt_tokens"),
             _count(usage, "completion_tokens"),
             _count(usage, "total_tokens"),  # counted when it exceeds the two (thinking tokens)
         )
         if isinstance(usage, Mapping) and usage
-        else None,
+        else None
     )
+    refusal = message.get("refusal")
+    if refusal and not calls:
+        return LLMRefusal(content, (), counts, refusal=str(refusal))
+    _check_stop(content, calls, choice.get("finish_reason"), "finish_reason")
+    return LLMResponse(content=content, tool_calls=calls, usage=counts)
 
 
 def _parse_anthropic(router: ToolCallRouter, body: Mapping[str, Any]) -> LLMResponse:
@@ -223,26 +229,24 @@ def _parse_anthropic(router: ToolCallRouter, body: Mapping[str, Any]) -> LLMResp
     )
     calls = router.parse_tool_calls(blocks)
     stop = body.get("stop_reason")
-    refusal = None
-    if stop == "refusal":  # the text so far, if any, says why
-        refusal, calls = text or "the model refused (stop_reason 'refusal')", []
-    else:
-        _check_stop(text, calls, stop, "stop_reason")
     usage = body.get("usage")
     # Cached prompt tokens are counted apart from input_tokens; they are input all the same.
-    return LLMResponse(
-        content=text,
-        tool_calls=calls,
-        refusal=refusal,
-        usage=Usage(
+    counts = (
+        Usage(
             _count(usage, "input_tokens")
             + _count(usage, "cache_creation_input_tokens")
             + _count(usage, "cache_read_input_tokens"),
             _count(usage, "output_tokens"),
         )
         if isinstance(usage, Mapping) and usage
-        else None,
+        else None
     )
+    if stop == "refusal":  # the text so far, if any, says why
+        return LLMRefusal(
+            text, (), counts, refusal=text or "the model refused (stop_reason 'refusal')"
+        )
+    _check_stop(text, calls, stop, "stop_reason")
+    return LLMResponse(content=text, tool_calls=calls, usage=counts)
 
 
 def _check_stop(content: str, calls: Sequence[ToolCall], stop: Any, field: str) -> None:

@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cleveragents.tool import LLMRequest, LLMResponse, Message, OutputSchema
+from cleveragents.tool import (
+    LLMRefusal,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    OutputSchema,
+    StructuredRequest,
+)
 from cleveragents.toolruntime.v1 import session_pb2, types_pb2
 from cleveragents.wire.jsonfields import dumps
 from cleveragents.wire.timestamps import set_time
@@ -152,11 +159,11 @@ def llm_answer_from_pb(pb: session_pb2.LlmResult) -> LlmAnswer:
     """An ``llm_result`` as an :class:`LlmAnswer`."""
     if pb.HasField("error"):
         return LlmAnswer(pb.request_id, error=pb.error)
+    usage = usage_from_pb(pb.usage) if pb.HasField("usage") else None
+    if pb.refusal:
+        return LlmAnswer(pb.request_id, LLMRefusal(pb.content, (), usage, refusal=pb.refusal))
     response = LLMResponse(
-        content=pb.content,
-        tool_calls=[call_from_pb(c) for c in pb.tool_calls],
-        usage=usage_from_pb(pb.usage) if pb.HasField("usage") else None,
-        refusal=pb.refusal or None,
+        content=pb.content, tool_calls=[call_from_pb(c) for c in pb.tool_calls], usage=usage
     )
     return LlmAnswer(pb.request_id, response)
 
@@ -200,7 +207,9 @@ class Conversation:
             if self._output == output:  # the same schema each time: compiled once
                 output = self._output
             self._output = output
-        return LLMRequest(self.messages, tools, invocation.iteration, output=output)
+        if output is None:
+            return LLMRequest(self.messages, tools, invocation.iteration)
+        return StructuredRequest(self.messages, tools, invocation.iteration, output=output)
 
 
 def tool_result_request(
@@ -228,7 +237,7 @@ def llm_result_request(
         if response.usage is not None:
             result.usage.input_tokens = response.usage.input_tokens
             result.usage.output_tokens = response.usage.output_tokens
-        if response.refusal is not None:
+        if isinstance(response, LLMRefusal):
             result.refusal = response.refusal or "the model refused"
     return session_pb2.SessionRequest(llm_result=result)
 

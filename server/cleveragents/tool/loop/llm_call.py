@@ -24,7 +24,7 @@ from cleveragents.tool.events import EventSink, LLMDelta
 from cleveragents.tool.llm import LLMCaller
 from cleveragents.tool.loop.checks import response_problem
 from cleveragents.tool.loop.run_state import RunState
-from cleveragents.tool.messages import LLMRequest, LLMResponse, ResponseDelta
+from cleveragents.tool.messages import LLMRequest, LLMResponse, ResponseDelta, StructuredRequest
 from cleveragents.tool.output import OutputSchema
 from cleveragents.tool.records import StopReason
 
@@ -93,7 +93,10 @@ async def call_llm(
     usable response.
     """
     relay = DeltaRelay(emit, iteration)
-    request = LLMRequest(state.messages, tools, iteration, relay, output)
+    if output is None:
+        request = LLMRequest(state.messages, tools, iteration, relay)
+    else:
+        request = StructuredRequest(state.messages, tools, iteration, relay, output)
     try:
         if is_async:
             response: Any = await caller.call(request)  # type: ignore[misc]

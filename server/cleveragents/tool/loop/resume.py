@@ -24,7 +24,7 @@ from cleveragents.tool.events import (
 from cleveragents.tool.loop.batch import feedback
 from cleveragents.tool.loop.final import FinalAnswers, refused
 from cleveragents.tool.loop.run_state import RunState
-from cleveragents.tool.messages import LLMResponse, ToolCall
+from cleveragents.tool.messages import LLMRefusal, LLMResponse, ToolCall
 from cleveragents.tool.records import StopReason, ToolCallRecord, ToolCallRunResult
 
 __all__ = ["INTERRUPTED", "PendingBatch", "Replayed", "Resumption", "replay"]
@@ -131,9 +131,9 @@ def _responded(
     answers: FinalAnswers | None,
 ) -> None:
     state.iterations = event.iteration
-    response = LLMResponse(
-        event.content, list(event.tool_calls), event.usage, event.reasoning, event.refusal
-    )
+    response = LLMResponse(event.content, list(event.tool_calls), event.usage, event.reasoning)
+    if event.refusal is not None:
+        response = LLMRefusal(event.content, (), event.usage, event.reasoning, event.refusal)
     state.add_response(response)
     if out.stop is not None or not event.tool_calls:  # a summary, or the final answer
         if out.stop is None and answers is not None:
