@@ -23,6 +23,7 @@ from cleveragents.providers._assembly import (
     StreamFailure,
 )
 from cleveragents.providers._http import Reply, Transport, describe_error
+from cleveragents.providers._output import strict_problem
 from cleveragents.providers._retry import AnswerTooLargeError, ProviderError, RetryPolicy
 from cleveragents.providers._stream import post_stream
 from cleveragents.tool import (
@@ -97,6 +98,9 @@ class HTTPCaller:
         self.router = ToolCallRouter(self.tool_format)
         #: The output schemas whose non-strict sending was logged (once per caller).
         self._told: set[str] = set()
+        #: The last output schema asked for, and whether it meets strict mode's rules: a run
+        #: asks with the same one every iteration, checked once.
+        self._strict: tuple[OutputSchema, bool] | None = None
         self.url = self.endpoint((base_url or self.default_base_url).rstrip("/"))
         self._headers = {
             "content-type": "application/json",
@@ -207,6 +211,16 @@ class HTTPCaller:
         await self.aclose()
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def strict_for(self, output: OutputSchema) -> bool:
+        """Whether ``output`` goes in OpenAI's strict mode (checked once per schema; why not
+        is logged, see :meth:`not_strict`)."""
+        known = self._strict
+        if known is not None and known[0] is output:
+            return known[1]
+        strict = self.not_strict(output, strict_problem(output.schema)) is None
+        self._strict = (output, strict)
+        return strict
 
     def not_strict(self, output: OutputSchema, problem: str | None) -> str | None:
         """``problem`` (why ``output`` cannot go in strict mode), logged once per caller and

@@ -84,6 +84,8 @@ class AnthropicMessagesCaller(HTTPCaller):
         self.structured_output = structured_output
         #: The answer tool's name of the request being answered ("": no answer tool).
         self._answer_tool = ""
+        #: The last output schema asked for and its native form (``None``: the answer tool).
+        self._native: tuple[OutputSchema, dict[str, Any] | None] | None = None
 
     provider = "anthropic"
     tool_format = ToolFormat.ANTHROPIC
@@ -128,9 +130,13 @@ class AnthropicMessagesCaller(HTTPCaller):
             return None
         if self.structured_output == "auto" and not anthropic_has_structured_outputs(self.model):
             return None
+        known = self._native
+        if known is not None and known[0] is output:
+            return known[1]
         schema = anthropic_schema(output.schema)
         if schema is None:
             self.not_strict(output, "it is recursive or has open keys (a map)")
+        self._native = (output, schema)
         return schema
 
     def _ask_for_output(

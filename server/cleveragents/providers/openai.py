@@ -27,7 +27,7 @@ from typing import Any
 from cleveragents.providers._assembly import Assembler, StreamFailure
 from cleveragents.providers._caller import HTTPCaller
 from cleveragents.providers._http import describe_error
-from cleveragents.providers._output import chat_response_format, strict_problem
+from cleveragents.providers._output import chat_response_format
 from cleveragents.providers._retry import ProviderError
 from cleveragents.tool import LLMRequest, LLMResponse, ToolFormat
 
@@ -104,7 +104,7 @@ class OpenAIChatCaller(HTTPCaller):
             for key in _TOOL_PARAMS:
                 body.pop(key, None)
         if (output := request.output) is not None:
-            strict = self.not_strict(output, strict_problem(output.schema)) is None
+            strict = self.strict_for(output)
             body["response_format"] = chat_response_format(output, strict)
         return body
 

@@ -33,7 +33,7 @@ from typing import Any
 from cleveragents.providers._assembly import Assembler, StreamFailure
 from cleveragents.providers._caller import HTTPCaller
 from cleveragents.providers._http import describe_error
-from cleveragents.providers._output import responses_text_format, strict_problem
+from cleveragents.providers._output import responses_text_format
 from cleveragents.providers.openai import OPENAI_BASE_URL
 from cleveragents.tool import (
     LLMRefusal,
@@ -105,7 +105,7 @@ class OpenAIResponsesCaller(HTTPCaller):
             if "reasoning.encrypted_content" not in include:
                 body["include"] = [*include, "reasoning.encrypted_content"]
         if (output := request.output) is not None:
-            strict = self.not_strict(output, strict_problem(output.schema)) is None
+            strict = self.strict_for(output)
             text = body.get("text")
             body["text"] = {**(text if isinstance(text, dict) else {}),
                             "format": responses_text_format(output, strict)}  # fmt: skip
