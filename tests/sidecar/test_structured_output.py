@@ -397,3 +397,20 @@ async def test_an_answer_with_too_many_values_for_a_costly_schema_is_invalid(
         )
     assert result.stop_reason is StopReason.MAX_OUTPUT_RETRIES
     assert "JSON values" in result.output_error
+
+
+def test_the_same_schema_is_prepared_once_for_run_after_run() -> None:
+    from cleveragents.sidecar import SidecarConfig
+    from cleveragents.sidecar.output_schemas import CACHED_SCHEMAS
+    from cleveragents.sidecar.transport.run_specs import checked_request
+
+    config = SidecarConfig()
+    first = checked_request(raw_spec(json.dumps(SCHEMA)), config).output
+    again = checked_request(raw_spec(json.dumps(SCHEMA)), config).output
+    assert first is not None
+    assert again is first
+    stricter = checked_request(raw_spec(json.dumps(SCHEMA)), SidecarConfig(max_schema_depth=8))
+    assert stricter.output is not first  # measured again against other limits
+    for n in range(CACHED_SCHEMAS):
+        checked_request(raw_spec(json.dumps(SCHEMA), name=f"other_{n}"), config)
+    assert checked_request(raw_spec(json.dumps(SCHEMA)), config).output is not first

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 
 from cleveragents.sidecar.config import SidecarConfig
-from cleveragents.sidecar.output_schemas import prepare_output, refuse_large_output
+from cleveragents.sidecar.output_schemas import (
+    PreparedSchemas,
+    prepare_output,
+    refuse_large_output,
+)
 from cleveragents.sidecar.transport.calls import request_of
 from cleveragents.toolruntime.v1 import types_pb2
 from cleveragents.wire import RunRequest
@@ -32,13 +37,25 @@ def refuse_large_spec_output(spec: types_pb2.RunSpec, config: SidecarConfig) -> 
         refuse_large_output(len(text.encode("utf-8", "replace")), config)
 
 
+#: The output schemas this process prepared last (see ``output_schemas.PreparedSchemas``).
+_PREPARED = PreparedSchemas()
+
+
 def checked_request(spec: types_pb2.RunSpec, config: SidecarConfig) -> RunRequest:
-    """The request ``spec`` stands for, its output schema measured and compiled;
-    ``SidecarError`` (``INVALID_ARGUMENT``) names what is refused."""
+    """The request ``spec`` stands for, its output schema measured and compiled (or the same
+    schema as prepared for an earlier run); ``SidecarError`` (``INVALID_ARGUMENT``) names what
+    is refused."""
     refuse_large_spec_output(spec, config)
     request = request_of(spec)
-    if request.output is not None:
-        prepare_output(request.output, config)
+    if request.output is None:
+        return request
+    pb = spec.output_schema
+    limits = (config.max_schema_depth, config.max_schema_expansion, config.max_validation_steps)
+    key = (pb.name, pb.schema, pb.description, *limits)
+    known = _PREPARED.get(key)
+    if known is not None:
+        return dataclasses.replace(request, output=known)
+    _PREPARED.keep(key, prepare_output(request.output, config))
     return request
 
 
