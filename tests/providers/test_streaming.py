@@ -308,6 +308,18 @@ async def test_an_event_that_is_not_json_ends_the_call_naming_it(
     assert status_of(caught.value) is grpc.StatusCode.FAILED_PRECONDITION
 
 
+async def test_an_event_with_a_number_json_has_not_ends_the_call_saying_so(
+    provider: FakeProvider, make_caller: Factory
+) -> None:
+    provider.queue(sse(b'data: {"choices":[],"usage":{"prompt_tokens":NaN}}\n\n'))
+
+    with pytest.raises(ProviderError) as caught:
+        await make_caller().call(request())
+
+    assert "NaN is not a JSON number" in str(caught.value)
+    assert status_of(caught.value) is grpc.StatusCode.FAILED_PRECONDITION
+
+
 async def test_a_stream_of_only_keep_alives_times_out_unavailable(
     provider: FakeProvider, make_caller: Factory
 ) -> None:

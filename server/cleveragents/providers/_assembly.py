@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from cleveragents.providers.sse import ServerSentEvent
 from cleveragents.tool import DeltaSink, LLMResponse, ResponseDelta, parse_call
 from cleveragents.tool.jsontext import loads
@@ -34,11 +36,25 @@ __all__ = [
     "Assembler",
     "StreamFailure",
     "StreamedCall",
+    "parse_event",
 ]
 
 #: What one streamed answer may hold unless its caller says otherwise: the sidecar's default
 #: ``max_message_bytes``, since a larger answer could not be logged in one event anyway.
 DEFAULT_MAX_ANSWER_CHARS = 16 * 1024 * 1024
+
+
+
+def parse_event(data: str) -> Any:
+    """An event's JSON, parsed by orjson (C; a third of the stdlib's time on a chunk, and as
+    strict: no NaN, no infinite number, no lone surrogate; an integer past 64 bits reads as a
+    float, which no provider's event carries); what it refuses is parsed again by
+    :func:`~cleveragents.tool.jsontext.loads`, whose error says what is wrong and where."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return loads(data)
+
 
 #: Error types and codes of an in-stream error that a later request may not meet.
 _TRANSIENT = frozenset(
@@ -126,14 +142,14 @@ class Assembler:
         self.events += 1
         data = event.data
         self._event_chars = len(data)
-        payload = loads(data) if data[:1] == "{" else None  # the common case: no strip
+        payload = parse_event(data) if data[:1] == "{" else None  # the common case: no strip
         if payload is None:
             if not data.strip():
                 return False
             if data.strip() == "[DONE]":
                 self.complete = True
                 return True
-            payload = loads(data)
+            payload = parse_event(data)
         if not isinstance(payload, dict):
             raise ValueError(f"event {event.event!r} holds no JSON object")
         self.complete = self.handle(event.event, payload)

@@ -20,6 +20,8 @@ from typing import NamedTuple
 __all__ = ["SSEDecoder", "SSEError", "ServerSentEvent"]
 
 _BOM = b"\xef\xbb\xbf"
+#: Makes a ``ServerSentEvent`` from a tuple without the named tuple's Python ``__new__``.
+_new = tuple.__new__
 
 
 class SSEError(ValueError):
@@ -36,7 +38,7 @@ class ServerSentEvent(NamedTuple):
 class SSEDecoder:
     """Splits a ``text/event-stream`` body into events, read by read (module docstring)."""
 
-    __slots__ = ("_cr", "_head", "_parts", "_size", "max_event_bytes")
+    __slots__ = ("_cr", "_head", "_parts", "_plain", "_size", "max_event_bytes")
 
     def __init__(self, max_event_bytes: int) -> None:
         if max_event_bytes < 1:
@@ -50,9 +52,18 @@ class SSEDecoder:
         self._cr = False
         #: The body's first bytes while too few have come to tell whether they are a BOM.
         self._head: bytes | None = b""
+        #: Nothing is pending (no BOM to look for, no CR, no unfinished event).
+        self._plain = False
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """The events that ``chunk`` completes, in order (often none, or one)."""
+        if self._plain and chunk[-2:] == b"\n\n" and b"\r" not in chunk:
+            return _events(chunk, len(chunk) - 2)  # whole events and nothing else: most reads
+        events = self._feed(chunk)
+        self._plain = self._head is None and not self._cr and not self._parts
+        return events
+
+    def _feed(self, chunk: bytes) -> list[ServerSentEvent]:
         if self._head is not None:
             chunk = self._head + chunk
             if len(chunk) < len(_BOM) and _BOM.startswith(chunk):
@@ -84,7 +95,7 @@ class SSEDecoder:
             return []
         if end + 2 < len(chunk):
             self._keep(chunk[end + 2 :])
-        return _events(chunk[:end])
+        return _events(chunk, end)
 
     def _keep(self, piece: bytes) -> None:
         self._size += len(piece)
@@ -93,19 +104,28 @@ class SSEDecoder:
         self._parts.append(piece)
 
 
-def _events(text: bytes) -> list[ServerSentEvent]:
-    """The events of ``text``: whole events (LF line ends) without the last blank line."""
+def _events(chunk: bytes, end: int) -> list[ServerSentEvent]:
+    """The events of ``chunk[:end]``: whole events (LF line ends) without the last blank line."""
+    # The shapes providers send, looked for first: one data line, with or without its name.
+    if chunk.startswith(b"data: "):
+        if chunk.find(b"\n", 6) == end:
+            return [_new(ServerSentEvent, ("message", chunk[6:end].decode("utf-8", "replace")))]
+    elif chunk.startswith(b"event: "):
+        line = chunk.find(b"\n", 7)
+        if chunk.startswith(b"data: ", line + 1) and chunk.find(b"\n", line + 7) == end:
+            name = chunk[7:line].decode("utf-8", "replace")
+            return [_new(ServerSentEvent, (name, chunk[line + 7 : end].decode("utf-8", "replace")))]
     events = []
-    for block in text.split(b"\n\n"):
-        if block.startswith(b"data: ") and b"\n" not in block:  # most events: one data line
-            events.append(ServerSentEvent("message", block[6:].decode("utf-8", "replace")))
+    for block in chunk[:end].split(b"\n\n"):
+        if block.startswith(b"data: ") and b"\n" not in block:
+            events.append(_new(ServerSentEvent, ("message", block[6:].decode("utf-8", "replace"))))
             continue
         name = ""
         data: list[bytes] = []
-        for line in block.split(b"\n"):
-            if not line or line[0] == 0x3A:  # a blank line or a comment
+        for line_ in block.split(b"\n"):
+            if not line_ or line_[0] == 0x3A:  # a blank line or a comment
                 continue
-            field, colon, value = line.partition(b":")
+            field, colon, value = line_.partition(b":")
             if colon and value[:1] == b" ":
                 value = value[1:]
             if field == b"data":
@@ -113,7 +133,6 @@ def _events(text: bytes) -> list[ServerSentEvent]:
             elif field == b"event":
                 name = value.decode("utf-8", "replace")
         if data:
-            events.append(
-                ServerSentEvent(name or "message", b"\n".join(data).decode("utf-8", "replace"))
-            )
+            text = b"\n".join(data).decode("utf-8", "replace")
+            events.append(_new(ServerSentEvent, (name or "message", text)))
     return events
