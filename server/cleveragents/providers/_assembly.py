@@ -44,7 +44,6 @@ __all__ = [
 DEFAULT_MAX_ANSWER_CHARS = 16 * 1024 * 1024
 
 
-
 def parse_event(data: str) -> Any:
     """An event's JSON, parsed by orjson (C; a third of the stdlib's time on a chunk, and as
     strict: no NaN, no infinite number, no lone surrogate; an integer past 64 bits reads as a
