@@ -50,6 +50,12 @@ type SessionOptions struct {
 	// LLM, when set, makes this process the run's LLM (client_llm): the sidecar sends it each
 	// LLM invocation, with the whole conversation, and waits for its answer.
 	LLM LLMFunc
+	// StreamingLLM, when set instead of LLM, makes this process the run's LLM and streams each
+	// answer's pieces to the sidecar before it (see StreamingLLMFunc).
+	StreamingLLM StreamingLLMFunc
+	// StreamDeltas also puts the LLM's answer on Events as it streams, in llm_delta events
+	// (live only: they take no sequence and are never replayed).
+	StreamDeltas bool
 	// Approve, when set, decides the run's approval requests (handles_approvals); otherwise
 	// they wait for the DecideApproval RPC or time out.
 	Approve ApprovalFunc
@@ -110,7 +116,13 @@ func (c *Client) StartSession(ctx context.Context, opts SessionOptions) (*Sessio
 	if opts.Spec == nil {
 		return nil, errors.New("SessionOptions.Spec is required")
 	}
-	start := &pb.SessionStart{Spec: opts.Spec, HandlesApprovals: opts.Approve != nil, ClientLlm: opts.LLM != nil}
+	if opts.LLM != nil && opts.StreamingLLM != nil {
+		return nil, errors.New("set SessionOptions.LLM or StreamingLLM, not both")
+	}
+	hostsLLM := opts.LLM != nil || opts.StreamingLLM != nil
+	start := &pb.SessionStart{
+		Spec: opts.Spec, HandlesApprovals: opts.Approve != nil, ClientLlm: hostsLLM, StreamDeltas: opts.StreamDeltas,
+	}
 	tools := make(map[string]Tool, len(opts.Tools))
 	for _, tool := range opts.Tools {
 		if tool.Name == "" || tool.Func == nil {
@@ -240,7 +252,7 @@ func (s *Session) receive() {
 			s.inflight.Add(1)
 			go s.invoke(inv)
 		}
-		if inv := resp.GetLlmInvocation(); inv != nil && s.opts.LLM != nil {
+		if inv := resp.GetLlmInvocation(); inv != nil && (s.opts.LLM != nil || s.opts.StreamingLLM != nil) {
 			s.inflight.Add(1)
 			go s.answerLLM(inv)
 		}

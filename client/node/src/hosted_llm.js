@@ -98,7 +98,8 @@ export class HostedLlm {
       request.messages = [...this.#conversation];
       let response = await untilAborted(Promise.resolve(this.#llm(request)), signal);
       if (streams(response)) {
-        response = await streamAnswer(response, request.request_id, send, signal);
+        const batches = invocation.accepts_delta_batches === true;
+        response = await streamAnswer(response, request.request_id, send, signal, batches);
       }
       if (typeof response === 'string') response = { content: response };
       if (!response || typeof response !== 'object') {
