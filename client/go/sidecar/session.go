@@ -120,8 +120,11 @@ func (c *Client) StartSession(ctx context.Context, opts SessionOptions) (*Sessio
 		return nil, errors.New("set SessionOptions.LLM or StreamingLLM, not both")
 	}
 	hostsLLM := opts.LLM != nil || opts.StreamingLLM != nil
+	// BatchEvents: receive unpacks SessionResponse.events, so the events that precede an
+	// invocation come in its message, one message an iteration instead of one an event.
 	start := &pb.SessionStart{
-		Spec: opts.Spec, HandlesApprovals: opts.Approve != nil, ClientLlm: hostsLLM, StreamDeltas: opts.StreamDeltas,
+		Spec: opts.Spec, HandlesApprovals: opts.Approve != nil, ClientLlm: hostsLLM,
+		StreamDeltas: opts.StreamDeltas, BatchEvents: true,
 	}
 	tools := make(map[string]Tool, len(opts.Tools))
 	for _, tool := range opts.Tools {
