@@ -237,6 +237,9 @@ def report(table: dict[str, dict[str, float]], stacks: list[str]) -> None:
             cells.append(f"{value:.1f} us{ratio}" if value else "-")
         mark = "  <- the providers'" if name == SHIPPED else ""
         print(f"  {name:20}" + "".join(f"{cell:>24}" for cell in cells) + mark)
+    absent = sorted({STACKS[n] for n in STACKS if n not in stacks and (not WANTED or n in WANTED)})
+    if absent:
+        print(f"  not installed, so not measured: {', '.join(absent)} (.venv/bin/pip install them)")
 
 
 if __name__ == "__main__":
