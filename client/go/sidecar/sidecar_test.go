@@ -15,7 +15,10 @@ import (
 	"time"
 
 	pb "github.com/cleveragents/cleveragents-sidecar/client/go/toolruntimev1"
+	"golang.org/x/oauth2"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/oauth"
 	"google.golang.org/grpc/status"
 )
 
@@ -505,5 +508,18 @@ func TestEncodeOutputWrapsWhatIsNotAnObject(t *testing.T) {
 	}
 	if _, err := encodeOutput(func() {}); err == nil {
 		t.Error("a func encoded as JSON")
+	}
+}
+
+// Without WithTransportCredentials the connection is plaintext, and says so: a per-call
+// credential that needs privacy (gRPC's OAuth ones) refuses to be sent on it.
+func TestAPlaintextConnectionRefusesCredentialsThatNeedPrivacy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	token := oauth.NewOauthAccess(&oauth2.Token{AccessToken: "s3cret"})
+	client := dial(t, ctx, startSidecar(t, nil), WithDialOptions(grpc.WithPerRPCCredentials(token)))
+	_, err := client.RPC.ListTools(ctx, &pb.ListToolsRequest{})
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "SecurityLevel") {
+		t.Fatalf("ListTools with an OAuth token on plaintext: %v", err)
 	}
 }
