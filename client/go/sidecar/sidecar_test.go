@@ -168,7 +168,7 @@ func TestSessionCallsGoToolsAndReturnsTheResult(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := collect(t, s)
-	result, err := s.Wait()
+	result, err := s.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestSessionHostsItsOwnReadFileBesideTheSidecarsTools(t *testing.T) {
 				t.Fatal(err)
 			}
 			events := collect(t, s)
-			result, err := s.Wait()
+			result, err := s.Wait(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -277,7 +277,7 @@ func TestApprovalCallbackDecidesSideEffectCalls(t *testing.T) {
 			decided = append(decided, d)
 		}
 	}
-	result, err := s.Wait()
+	result, err := s.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestCancellingTheContextCancelsTheRun(t *testing.T) {
 	case <-time.After(testWait):
 		t.Fatal("the session did not end after its context was cancelled")
 	}
-	result, err := s.Wait()
+	result, err := s.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func bigRun(t *testing.T, ctx context.Context, client *Client) (*Session, []*pb.
 		t.Fatal(err)
 	}
 	events := collect(t, s)
-	if _, err := s.Wait(); err != nil {
+	if _, err := s.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return s, events
