@@ -6,6 +6,7 @@ import { Codec } from './codec.js';
 import { RunFailedError, toSidecarError } from './errors.js';
 import { eventStream } from './events.js';
 import { pagedEvents, withRecords } from './history.js';
+import { camelKeys, withLegacyNames } from './names.js';
 import { loadService } from './proto.js';
 import { SessionRun } from './session.js';
 import { normaliseTools } from './tools.js';
@@ -20,7 +21,7 @@ export const RESULT_TRAILER = 'cleveragents-result-bin';
  * @property {AbortSignal} [signal]  aborting it cancels the call (and so its run, unless detached)
  * @property {Record<string, string>} [metadata]  extra request headers
  * @property {boolean} [streamDeltas]  also yield the model's answer as it streams, as
- *   `llm_delta` events (sequence 0); off, the stream holds the logged events only
+ *   `llmDelta` events (sequence 0); off, the stream holds the logged events only
  */
 
 /**
@@ -88,7 +89,7 @@ export class SidecarClient {
 
   /**
    * Run the loop with the sidecar's tools and LLM; resolves with the final result (also for a
-   * cancelled run: see `stop_reason`). A failed run rejects with a `RunFailedError` carrying
+   * cancelled run: see `stopReason`). A failed run rejects with a `RunFailedError` carrying
    * the partial result; a refused request with a `SidecarError`.
    *
    * @param {string | import('./values.js').RunSpecInput} spec
@@ -137,7 +138,7 @@ export class SidecarClient {
    * When the sidecar drops this watcher (`RESOURCE_EXHAUSTED`: it fell too far behind, or
    * stopped taking events), it reconnects from the last event it yielded, unless `resume` is
    * false; the error then carries `afterSequence` to reconnect with. With `streamDeltas`, an
-   * iteration's `llm_responded` supersedes its `llm_delta`s (a preview: replace the streamed
+   * iteration's `llmResponded` supersedes its `llmDelta`s (a preview: replace the streamed
    * text with its `content`); after a reconnection past a call's end its deltas may not come.
    *
    * @param {string} runId
@@ -173,29 +174,31 @@ export class SidecarClient {
    * of its newest event, and its result once it has ended (`null` before).
    *
    * @param {string} runId
-   * @returns {Promise<{run_id: string, state: string, last_sequence: number,
+   * @returns {Promise<{runId: string, state: import('./values.js').RunState, lastSequence: number,
    *   result: import('./values.js').ToolCallRunResult | null}>}
    */
   async getRun(runId, options = {}) {
     return this.#mapped(async () => {
       const response = await this.#unary('GetRun', { run_id: runId }, options);
-      return { ...response, result: await this.#complete(this.codec.decodeResult(response.result), options) };
+      const result = await this.#complete(this.codec.decodeResult(response.result), options);
+      return withLegacyNames({ ...camelKeys({ ...response, result: null }), result });
     });
   }
 
   /**
    * One page of a run's log (GetRunHistory): the events after `afterSequence`, oldest first,
-   * as many as fit in `maxBytes` (0: the sidecar's page size), with `last_sequence` (the
+   * as many as fit in `maxBytes` (0: the sidecar's page size), with `lastSequence` (the
    * newest event stored) and `finished` (the run had ended).
    *
    * @param {string} runId
    * @param {CallOptions & {afterSequence?: number, maxBytes?: number}} [options]
-   * @returns {Promise<{events: import('./values.js').RunEvent[], last_sequence: number, finished: boolean}>}
+   * @returns {Promise<{events: import('./values.js').RunEvent[], lastSequence: number, finished: boolean}>}
    */
   async getRunHistory(runId, options = {}) {
     const request = { run_id: runId, after_sequence: options.afterSequence ?? 0, max_bytes: options.maxBytes ?? 0 };
     const page = await this.#mapped(() => this.#unary('GetRunHistory', request, options));
-    return { ...page, events: page.events.map((e) => this.codec.decodeEvent(e)) };
+    const events = page.events.map((e) => this.codec.decodeEvent(e));
+    return withLegacyNames({ ...camelKeys({ ...page, events: [] }), events });
   }
 
   /**
@@ -216,7 +219,7 @@ export class SidecarClient {
    *
    * @param {string} runId
    * @param {string} [reason]
-   * @returns {Promise<string>}
+   * @returns {Promise<import('./values.js').RunState>}
    */
   async cancelRun(runId, reason = '', options = {}) {
     const response = await this.#mapped(() => this.#unary('CancelRun', { run_id: runId, reason }, options));
@@ -235,12 +238,13 @@ export class SidecarClient {
 
   /**
    * Run a loop whose tools live in this process. `tools` maps names to plain functions (sync
-   * or async) or to `{description, input_schema, timeout, side_effects, idempotent, handler}`;
+   * or async) or to `{description, inputSchema, timeout, sideEffects, idempotent, handler}`;
    * an array of named functions or definitions works too. A tool receives the inputs object and
-   * a call context (`call_id`, `iteration`, `deadline`, `idempotency_key`, `signal`) and returns
-   * any JSON value: an object is the output, anything else `x` becomes `{"result": x}`. A tool
+   * a call context (`callId`, `toolName`, `iteration`, `deadline`, `idempotencyKey`,
+   * `signal`) and returns any JSON value: an object is the output, anything else `x` becomes
+   * `{"result": x}`. A tool
    * that throws fails its call (a record with `success: false`), and the loop goes on. A tool
-   * with `side_effects` is gated by the run's automation profile like the sidecar's own.
+   * with `sideEffects` is gated by the run's automation profile like the sidecar's own.
    *
    * `llm` is either an `LlmSelection` (`{profile, model, script}`, the sidecar's LLM) or a
    * function `(request) => response` (sync or async): then this process is the LLM. An async
@@ -300,7 +304,7 @@ export class SidecarClient {
 
   /** `result` with its records put back when it came without them (too large for a message). */
   #complete(result, options = {}, seen = null) {
-    return withRecords(result, () => this.runHistory(result.run_id, { metadata: options.metadata }), seen);
+    return withRecords(result, () => this.runHistory(result.runId, { metadata: options.metadata }), seen);
   }
 
   #metadata(options) {

@@ -27,9 +27,9 @@ const STOPPED = /the sidecar's deadline for LLM request llm_1 has passed|the ses
 async function assertTimedOut(run) {
   const events = await collect(run);
   const failed = events.at(-1);
-  assert.equal(failed.payload, 'run_failed');
-  assert.equal(failed.run_failed.code, Status.DEADLINE_EXCEEDED);
-  assert.match(failed.run_failed.message, /did not answer LLM invocation 'llm_1' within 0.5s/);
+  assert.equal(failed.payload, 'runFailed');
+  assert.equal(failed.runFailed.code, Status.DEADLINE_EXCEEDED);
+  assert.match(failed.runFailed.message, /did not answer LLM invocation 'llm_1' within 0.5s/);
   await assert.rejects(run.result, /did not answer LLM invocation/);
   return events;
 }

@@ -60,7 +60,7 @@ test('a session re-attaches after its connection drops mid-call, the call answer
     const run = client.session(
       {
         prompt: 'p',
-        run_id: id,
+        runId: id,
         llm: script(callTurn('', ['r1', 'remote', {}]), { content: 'done' }),
         tools: {
           remote: () => {
@@ -77,9 +77,9 @@ test('a session re-attaches after its connection drops mid-call, the call answer
 
     assert.equal(calls, 1, 'the tool ran once');
     assertEventLog(assert, events);
-    assert.equal(events.at(-1).payload, 'run_completed');
+    assert.equal(events.at(-1).payload, 'runCompleted');
     assert.equal(result.content, 'done');
-    const [record] = result.tool_call_history;
+    const [record] = result.toolCallHistory;
     assert.equal(record.success, true);
     assert.deepEqual(record.output, { answer: 'after the drop' });
   } finally {

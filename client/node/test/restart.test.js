@@ -61,11 +61,11 @@ test('a session hosting its LLM re-attaches to a restarted sidecar and completes
     const run = client.session(
       {
         prompt: 'p',
-        run_id: runId('restart'),
+        runId: runId('restart'),
         llm: (request) => {
           sent.push(request.messages.length);
           if (request.iteration === 1) {
-            return { content: '', tool_calls: [{ id: 'r1', name: 'remote', arguments: {} }] };
+            return { content: '', toolCalls: [{ id: 'r1', name: 'remote', arguments: {} }] };
           }
           return { content: 'done' };
         },
@@ -90,9 +90,9 @@ test('a session hosting its LLM re-attaches to a restarted sidecar and completes
     const result = await run.result;
 
     assertEventLog(assert, events);
-    assert.ok(events.some((e) => e.payload === 'run_resumed'), 'the run resumed');
+    assert.ok(events.some((e) => e.payload === 'runResumed'), 'the run resumed');
     assert.equal(result.content, 'done');
-    const [record] = result.tool_call_history;
+    const [record] = result.toolCallHistory;
     assert.equal(record.success, false);
     assert.match(record.error, /interrupted by a sidecar restart/);
     // The restarted sidecar sent the whole conversation again; the client took it whole.

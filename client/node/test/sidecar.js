@@ -181,7 +181,7 @@ export async function collect(stream) {
   return events;
 }
 
-const TERMINALS = ['run_completed', 'run_failed', 'run_cancelled'];
+const TERMINALS = ['runCompleted', 'runFailed', 'runCancelled'];
 
 /**
  * Assert the invariants of one run's event log (API.md): sequences 1, 2, 3… without gaps, one
@@ -195,21 +195,21 @@ export function assertEventLog(assert, events, { from = 1 } = {}) {
     events.map((_, i) => from + i),
     'sequences are consecutive',
   );
-  assert.equal(new Set(events.map((e) => e.run_id)).size, 1, 'one run id');
-  if (from === 1) assert.equal(events[0].payload, 'run_started');
+  assert.equal(new Set(events.map((e) => e.runId)).size, 1, 'one run id');
+  if (from === 1) assert.equal(events[0].payload, 'runStarted');
   const terminals = events.filter((e) => TERMINALS.includes(e.payload));
   assert.equal(terminals.length, 1, 'exactly one terminal event');
   assert.equal(events.at(-1), terminals[0], 'the terminal event is last');
   const started = new Set();
   const iterations = new Set();
   for (const event of events) {
-    if (event.payload === 'tool_call_started') started.add(event.tool_call_started.call_id);
-    if (event.payload === 'tool_call_completed' && from === 1) {
-      assert.ok(started.has(event.tool_call_completed.record.call_id), 'started before completed');
+    if (event.payload === 'toolCallStarted') started.add(event.toolCallStarted.callId);
+    if (event.payload === 'toolCallCompleted' && from === 1) {
+      assert.ok(started.has(event.toolCallCompleted.record.callId), 'started before completed');
     }
-    if (event.payload === 'iteration_started') iterations.add(event.iteration_started.iteration);
-    if (event.payload === 'llm_responded' && from === 1) {
-      assert.ok(iterations.has(event.llm_responded.iteration), 'iteration started before its answer');
+    if (event.payload === 'iterationStarted') iterations.add(event.iterationStarted.iteration);
+    if (event.payload === 'llmResponded' && from === 1) {
+      assert.ok(iterations.has(event.llmResponded.iteration), 'iteration started before its answer');
     }
     assert.ok(event.time instanceof Date, 'time is a Date');
   }
