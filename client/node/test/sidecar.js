@@ -7,6 +7,8 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
+import './guard.js'; // a file run alone (`node test/x.test.js`) is guarded too
+
 /** The tools a default sidecar serves: the built-ins, then the sandboxed file tools. */
 export const SERVER_TOOLS = ['echo', 'sleep', 'read_file', 'write_file', 'edit_file', 'list_dir', 'search_files', 'make_dir'];
 
