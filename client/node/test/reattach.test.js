@@ -3,9 +3,9 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { SidecarClient } from '../src/index.js';
+import { SidecarClient, Status } from '../src/index.js';
 import { tcpProxy } from './proxy.js';
-import { assertEventLog, callTurn, collect, runId, script, useSidecar } from './sidecar.js';
+import { assertEventLog, callTurn, collect, runId, script, signalled, useSidecar, within } from './sidecar.js';
 
 let sidecar;
 let proxy;
@@ -50,6 +50,38 @@ test('a session re-attaches after its connection drops mid-call, the call answer
     const [record] = result.tool_call_history;
     assert.equal(record.success, true);
     assert.deepEqual(record.output, { answer: 'after the drop' });
+  } finally {
+    client.close();
+  }
+});
+
+test('a session re-attaching when its client is closed ends CANCELLED, and nothing runs on', async () => {
+  const own = await tcpProxy(sidecar.address);
+  const client = new SidecarClient(own.address);
+  const called = signalled();
+  try {
+    const run = client.session(
+      {
+        prompt: 'p',
+        run_id: runId('reattach-closed'),
+        llm: script(callTurn('', ['r1', 'remote', {}]), { content: 'done' }),
+        tools: {
+          remote: () => {
+            called.resolve();
+            return new Promise(() => {}); // no answer: the session is mid-call when cut off
+          },
+        },
+      },
+      { reattach: true },
+    );
+    await called.promise;
+    await own.close(); // its connection dropped and nothing to re-attach to: it keeps trying
+    client.close();
+    await assert.rejects(within(run.result, 30_000, "the session's end"), (err) => {
+      assert.equal(err.code, Status.CANCELLED);
+      assert.match(err.details, /could not re-attach: Channel has been shut down/);
+      return true;
+    });
   } finally {
     client.close();
   }
