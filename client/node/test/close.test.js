@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
 import { SidecarClient, Status } from '../src/index.js';
-import { callTurn, runId, script, signalled, useSidecar, within } from './sidecar.js';
+import { WAIT_MS, callTurn, runId, script, signalled, useSidecar, within } from './sidecar.js';
 
 let sidecar;
 
@@ -45,7 +45,7 @@ async function drain(stream) {
 
 /** `promise` rejects with CANCELLED whose details match `details`. */
 async function cancelled(promise, what, details = /./) {
-  await assert.rejects(within(promise, 30_000, what), (err) => {
+  await assert.rejects(within(promise, WAIT_MS, what), (err) => {
     assert.equal(err.code, Status.CANCELLED, String(err));
     assert.match(err.details, details);
     return true;

@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { EXIT_GRACE_ENV, TEST_TIMEOUT_ENV } from './guard.js';
-import { within } from './sidecar.js';
+import { WAIT_MS, within } from './sidecar.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -35,7 +35,7 @@ async function runFixture(name) {
   }
   const code = await within(
     new Promise((resolve) => child.once('close', resolve)),
-    60_000,
+    WAIT_MS,
     `the end of the fixture ${name}`,
   ).finally(() => child.kill('SIGKILL'));
   return { code, output };

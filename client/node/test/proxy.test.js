@@ -6,7 +6,7 @@ import net from 'node:net';
 import { after, before, test } from 'node:test';
 
 import { drop, tcpProxy } from './proxy.js';
-import { within } from './sidecar.js';
+import { WAIT_MS, within } from './sidecar.js';
 
 let server;
 let port;
@@ -36,7 +36,7 @@ test('dropping a socket whose write side has ended closes it', async () => {
   client.on('error', () => {});
   socket.end(); // its shutdown request is pending now: a reset would be refused
   drop(socket);
-  await within(once(socket, 'close'), 10_000, "the dropped socket's close");
+  await within(once(socket, 'close'), WAIT_MS, "the dropped socket's close");
   client.destroy();
 });
 
@@ -44,7 +44,7 @@ test('dropping an open socket resets the connection', async () => {
   const { client, socket } = await connection();
   const failed = once(client, 'error');
   drop(socket);
-  const [error] = await within(failed, 10_000, 'the reset reaching the peer');
+  const [error] = await within(failed, WAIT_MS, 'the reset reaching the peer');
   assert.equal(error.code, 'ECONNRESET');
   await once(socket, 'close');
 });
@@ -61,7 +61,7 @@ test('a proxy connects to its current target, and a cut drops what it carries', 
     const [socket] = await accepted;
     socket.on('error', () => {}); // the proxy's side of it is reset too
     proxy.cut();
-    await within(closed, 10_000, "the cut connection's close at the client");
+    await within(closed, WAIT_MS, "the cut connection's close at the client");
     socket.destroy();
   } finally {
     await proxy.close();

@@ -5,7 +5,7 @@ import { after, before, test } from 'node:test';
 
 import { SidecarClient, Status } from '../src/index.js';
 import { tcpProxy } from './proxy.js';
-import { assertEventLog, callTurn, collect, runId, script, signalled, useSidecar, within } from './sidecar.js';
+import { WAIT_MS, assertEventLog, callTurn, collect, runId, script, signalled, useSidecar, within } from './sidecar.js';
 
 let sidecar;
 let proxy;
@@ -77,7 +77,7 @@ test('a session re-attaching when its client is closed ends CANCELLED, and nothi
     await called.promise;
     await own.close(); // its connection dropped and nothing to re-attach to: it keeps trying
     client.close();
-    await assert.rejects(within(run.result, 30_000, "the session's end"), (err) => {
+    await assert.rejects(within(run.result, WAIT_MS, "the session's end"), (err) => {
       assert.equal(err.code, Status.CANCELLED);
       assert.match(err.details, /could not re-attach: Channel has been shut down/);
       return true;
