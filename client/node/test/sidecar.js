@@ -51,20 +51,29 @@ export async function startSidecar(args = [], extraEnv = {}) {
   const orphanGuard = () => child.kill('SIGKILL');
   process.once('exit', orphanGuard);
   const lines = createInterface({ input: child.stdout });
-  const first = await Promise.race([
-    new Promise((resolve) => lines.once('line', resolve)),
-    exited.then(({ code, signal }) => {
-      throw new Error(`the sidecar exited (${code ?? signal}) before listening:\n${stderr}`);
-    }),
-    new Promise((_, reject) =>
-      setTimeout(() => reject(new Error(`the sidecar did not start in ${WAIT_MS} ms:\n${stderr}`)), WAIT_MS).unref(),
-    ),
-  ]);
-  lines.close();
-  const match = /^cleveragents-sidecar listening on (\S+)$/.exec(first);
-  if (!match) {
+  let timer;
+  let match;
+  try {
+    const first = await Promise.race([
+      new Promise((resolve) => lines.once('line', resolve)),
+      exited.then(({ code, signal }) => {
+        throw new Error(`the sidecar exited (${code ?? signal}) before listening:\n${stderr}`);
+      }),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`the sidecar did not start in ${WAIT_MS} ms:\n${stderr}`)), WAIT_MS);
+      }),
+    ]);
+    match = /^cleveragents-sidecar listening on (\S+)$/.exec(first);
+    if (!match) throw new Error(`unexpected first line from the sidecar: ${first}`);
+  } catch (err) {
+    // A sidecar that did not come up is not left running, holding this process up.
+    process.off('exit', orphanGuard);
     child.kill('SIGKILL');
-    throw new Error(`unexpected first line from the sidecar: ${first}`);
+    await exited;
+    throw err;
+  } finally {
+    clearTimeout(timer);
+    lines.close();
   }
   return {
     address: match[1],
