@@ -78,6 +78,8 @@ class ToolRuntimeService:
         self.frame_limit = event_limit(config.max_message_bytes)
         #: The largest message a watcher is sent (unless one event is larger).
         self.watch_batch_bytes = min(self.batch_limit, WATCH_BATCH_BYTES)
+        #: What each identity's FollowRun watchers have in flight together, bounded.
+        self.follow_windows = follow.IdentityWindows(config.watch_window_bytes_per_identity)
         #: Starts the lazy MCP servers whose tools these names (all: none) may select, and
         #: waits for them; set by the sidecar when it has MCP servers.
         self.tools_wanted: Callable[[Sequence[str]], Awaitable[None]] | None = None
