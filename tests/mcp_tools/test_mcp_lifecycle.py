@@ -263,3 +263,15 @@ async def test_a_lazy_server_starts_for_the_first_run_that_selects_one_of_its_to
     assert after_other == []  # a run that cannot use its tools does not start it
     assert result.tool_call_history[0].output == {"result": "woken"}
     assert len(pids(fault_dir)) == 1
+
+
+async def test_a_run_with_no_server_tools_does_not_start_a_lazy_server(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir, startup="lazy"))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        script = [{"content": "hi"}]
+        result = await bounded(client.run_tool_loop("go", script=script, no_server_tools=True))
+
+    assert result.content == "hi"
+    assert pids(fault_dir) == []  # empty tool_names would have meant all: it was started

@@ -26,6 +26,7 @@ __all__ = [
 
 ENV_PREFIX = "CLEVERAGENTS_SIDECAR_"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MAX_PORT = 65535
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,10 +366,16 @@ class SidecarConfig:
 
 
 def _check_listen(listen: str) -> None:
-    """A ``host:port`` or ``unix:`` address; a bare port gets the two likely meanings."""
+    """A ``host:port`` or ``unix:`` address; a bare port gets the two likely meanings. A port
+    past 65535 is refused: gRPC would take it modulo 65536 and listen somewhere else."""
     if listen.startswith("unix:"):
         return
     host, colon, port = listen.rpartition(":")
+    if colon and host and port.isdigit() and int(port) > _MAX_PORT:
+        raise ConfigError(
+            f"listen {listen!r}: port {int(port)} is out of range: a port is 0 to {_MAX_PORT} "
+            "(0 picks a free one)"
+        )
     if not colon or not host or not port.isdigit():
         hint = ""
         if listen.isdigit():

@@ -31,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from cleveragents.sidecar.config.mcp import McpServerConfig, expand_env
+from cleveragents.sidecar.mcp.commands import locate_command
 from cleveragents.sidecar.mcp.stdio import MessageTooLarge, stdio_transport
 from cleveragents.sidecar.observability.throttle import LogThrottle
 from cleveragents.tool import ToolError
@@ -275,10 +276,11 @@ class McpConnection:
     async def _transport(self) -> AsyncIterator[Any]:
         config, where = self.config, f"mcp_servers.{self.config.name}"
         if config.command:
+            env = expand_env(config.env, f"{where}.env")
             async with stdio_transport(
-                config.command,
+                locate_command(config.command, env.get("PATH")),
                 config.args,
-                env=expand_env(config.env, f"{where}.env"),
+                env=env,
                 cwd=config.cwd or None,
                 max_message_bytes=config.max_message_bytes,
             ) as streams:
