@@ -24,11 +24,20 @@ export function drop(socket) {
  * A TCP proxy that connects each new connection to `proxy.target` (which a test may point
  * elsewhere, at a restarted sidecar), and whose `cut()` drops every connection at once.
  *
- * @param {string} target  `host:port`
+ * While `proxy.target` is `null` each new connection is closed at once, as a dead sidecar's
+ * port would refuse it. A test that kills a sidecar points the proxy at nothing until the next
+ * one listens: the dead sidecar's port is free, and another process's sidecar (the test files
+ * run side by side) may be given it meanwhile, and would answer a re-attach NOT_FOUND.
+ *
+ * @param {string | null} target  `host:port`
  */
 export async function tcpProxy(target) {
   const sockets = new Set();
   const server = net.createServer((downstream) => {
+    if (proxy.target === null) {
+      downstream.destroy();
+      return;
+    }
     const split = proxy.target.lastIndexOf(':');
     const upstream = net.connect(Number(proxy.target.slice(split + 1)), proxy.target.slice(0, split));
     for (const socket of [downstream, upstream]) {

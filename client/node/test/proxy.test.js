@@ -67,3 +67,23 @@ test('a proxy connects to its current target, and a cut drops what it carries', 
     await proxy.close();
   }
 });
+
+test('a proxy pointed at nothing closes each new connection, and reaches no one', async () => {
+  const proxy = await tcpProxy(`127.0.0.1:${port}`);
+  try {
+    proxy.target = null;
+    let reached = false;
+    const count = () => {
+      reached = true;
+    };
+    server.on('connection', count);
+    const split = proxy.address.lastIndexOf(':');
+    const client = net.connect(Number(proxy.address.slice(split + 1)), '127.0.0.1');
+    client.on('error', () => {}); // a reset, should the proxy close before the client's read
+    await within(once(client, 'close'), WAIT_MS, "the refused connection's close at the client");
+    server.off('connection', count);
+    assert.equal(reached, false, 'the proxy connected to its old target');
+  } finally {
+    await proxy.close();
+  }
+});

@@ -51,6 +51,7 @@ test('a session hosting its LLM re-attaches to a restarted sidecar and completes
     const collecting = collect(run);
     await isRunning;
     await first.kill();
+    proxy.target = null; // its port is free now: nothing may answer on it but a refusal
     proxy.cut();
     second = await startSidecar([], env);
     proxy.target = second.address;
