@@ -2,6 +2,7 @@
 import grpc from '@grpc/grpc-js';
 
 import { onAbort } from './abort.js';
+import { OpenCalls } from './calls.js';
 import { Codec } from './codec.js';
 import { RunFailedError, toSidecarError } from './errors.js';
 import { eventStream } from './events.js';
@@ -69,10 +70,16 @@ export class SidecarClient {
   }
 
   #resultOf;
+  #open = new OpenCalls();
 
-  /** Close the channel. */
+  /**
+   * Close the channel, and cancel the calls still under way (they end with CANCELLED, and a
+   * session with `reattach` finds nothing to re-attach with): nothing of this client is left
+   * to keep the process running.
+   */
   close() {
     this.stub.close();
+    this.#open.cancelAll();
   }
 
   /**
@@ -125,7 +132,7 @@ export class SidecarClient {
     };
     let call;
     const open = () => {
-      call = this.stub.StreamToolLoop(request, this.#metadata(options), this.#options(options));
+      call = this.#open.track(this.stub.StreamToolLoop(request, this.#metadata(options), this.#options(options)));
       return call;
     };
     return this.#eventStream(open, () => call, options, null);
@@ -150,7 +157,7 @@ export class SidecarClient {
     const state = { last: options.afterSequence ?? 0 };
     let call;
     const open = () => {
-      call = this.stub.FollowRun(this.#metadata(options), {});
+      call = this.#open.track(this.stub.FollowRun(this.#metadata(options), {}));
       call.write({
         start: { run_id: runId, after_sequence: state.last, stream_deltas: Boolean(options.streamDeltas) },
       });
@@ -286,7 +293,7 @@ export class SidecarClient {
       stream_deltas: Boolean(options.streamDeltas),
     };
     const run = new SessionRun({
-      openCall: () => this.stub.Session(this.#metadata(options), this.#options(options)),
+      openCall: () => this.#open.track(this.stub.Session(this.#metadata(options), this.#options(options))),
       codec: this.codec,
       tools: definitions,
       llm: clientLlm ? llm : null,
@@ -332,15 +339,12 @@ export class SidecarClient {
 
   #unary(method, request, options) {
     return new Promise((resolve, reject) => {
-      const call = this.stub[method](
-        request,
-        this.#metadata(options),
-        this.#options(options),
-        (err, response) => {
+      const call = this.#open.track(
+        this.stub[method](request, this.#metadata(options), this.#options(options), (err, response) => {
           detach();
           if (err) reject(err);
           else resolve(response);
-        },
+        }),
       );
       const detach = onAbort(options.signal, () => call.cancel());
     });
