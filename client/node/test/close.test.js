@@ -23,7 +23,7 @@ async function stuckSession(client, options = {}) {
   const run = client.session(
     {
       prompt: 'p',
-      run_id: runId('close'),
+      runId: runId('close'),
       llm: script(callTurn('', ['r1', 'remote', {}]), { content: 'done' }),
       tools: {
         remote: () => {
@@ -57,11 +57,11 @@ test('closing the client cancels its session, stream, watch and unary call under
   try {
     const session = await stuckSession(client);
     const sleeps = { prompt: 'p', llm: script(callTurn('', ['s', 'sleep', { seconds: 300 }]), { content: 'done' }) };
-    const stream = client.streamToolLoop({ ...sleeps, run_id: runId('close') });
+    const stream = client.streamToolLoop({ ...sleeps, runId: runId('close') });
     await stream.next(); // its first event: the stream is open
     const watch = client.watchRun(session.runId);
     await watch.next();
-    const unary = client.runToolLoop({ ...sleeps, run_id: runId('close') });
+    const unary = client.runToolLoop({ ...sleeps, runId: runId('close') });
 
     client.close();
     await cancelled(session.result, "the session's end");

@@ -63,7 +63,7 @@ test('a session re-attaching when its client is closed ends CANCELLED, and nothi
     const run = client.session(
       {
         prompt: 'p',
-        run_id: runId('reattach-closed'),
+        runId: runId('reattach-closed'),
         llm: script(callTurn('', ['r1', 'remote', {}]), { content: 'done' }),
         tools: {
           remote: () => {
