@@ -32,8 +32,8 @@ type StreamingLLMFunc func(ctx context.Context, request *pb.LlmInvocation, send 
 // sidecar that takes them so (LlmInvocation.AcceptsDeltaBatches); each goes alone to another.
 const MaxDeltasPerMessage = 256
 
-func (s *Session) answerLLM(inv *pb.LlmInvocation) {
-	defer s.inflight.Done()
+// answerLLM asks the LLM function and returns the message with its answer.
+func (s *Session) answerLLM(inv *pb.LlmInvocation) *pb.SessionRequest {
 	ctx := s.ctx
 	if deadline := inv.GetDeadline(); deadline != nil {
 		var cancel context.CancelFunc
@@ -46,7 +46,7 @@ func (s *Session) answerLLM(inv *pb.LlmInvocation) {
 		result = &pb.LlmResult{Error: &message}
 	}
 	result.RequestId = inv.GetRequestId()
-	_ = s.send(&pb.SessionRequest{Kind: &pb.SessionRequest_LlmResult{LlmResult: result}})
+	return &pb.SessionRequest{Kind: &pb.SessionRequest_LlmResult{LlmResult: result}}
 }
 
 func (s *Session) askLLM(ctx context.Context, inv *pb.LlmInvocation) (result *pb.LlmResult, err error) {
@@ -66,7 +66,11 @@ func (s *Session) askLLM(ctx context.Context, inv *pb.LlmInvocation) (result *pb
 		if inv.GetAcceptsDeltaBatches() {
 			most = MaxDeltasPerMessage
 		}
-		writer = newDeltaWriter(s.send, inv.GetRequestId(), most)
+		send := func(req *pb.SessionRequest) error {
+			_, err := s.send(req)
+			return err
+		}
+		writer = newDeltaWriter(send, inv.GetRequestId(), most)
 		result, err = s.opts.StreamingLLM(ctx, inv, writer.add)
 	} else {
 		result, err = s.opts.LLM(ctx, inv)

@@ -215,7 +215,7 @@ func TestASidecarTakesAStreamingLLMFasterThanItIsWrittenEveryPieceInOrder(t *tes
 	for _, ev := range collect(t, session) {
 		streamed.WriteString(ev.GetLlmDelta().GetText())
 	}
-	result, err := session.Wait()
+	result, err := session.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestAStreamingLLMsPieceTheSidecarRefusesCancelsTheRunSayingWhy(t *testing.T
 	if !strings.Contains(cancelled.GetReason(), "numbered from 0") {
 		t.Fatalf("the run ended with %v", events[len(events)-1])
 	}
-	if result, err := session.Wait(); err != nil || result.GetStopReason() != pb.StopReason_STOP_REASON_CANCELLED {
+	if result, err := session.Wait(ctx); err != nil || result.GetStopReason() != pb.StopReason_STOP_REASON_CANCELLED {
 		t.Fatalf("Wait gave %v, %v", result, err)
 	}
 }

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -58,7 +59,7 @@ func TestASessionTakesTheEventsBeforeAnInvocationInItsMessage(t *testing.T) {
 	const iterations = 20
 	var turns []scriptTurn
 	for i := 0; i < iterations-1; i++ {
-		turns = append(turns, scriptTurn{ToolCalls: []scriptCall{{ID: "c", Name: "ok", Arguments: map[string]any{}}}})
+		turns = append(turns, scriptTurn{ToolCalls: []scriptCall{{ID: fmt.Sprintf("c%d", i), Name: "ok", Arguments: map[string]any{}}}})
 	}
 	turns = append(turns, scriptTurn{Content: "done"})
 	_, tool := manyCalls(t, 0)
@@ -67,7 +68,7 @@ func TestASessionTakesTheEventsBeforeAnInvocationInItsMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := collect(t, s)
-	if _, err := s.Wait(); err != nil {
+	if _, err := s.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 

@@ -80,9 +80,9 @@ test('a sidecar takes an LLM that streams faster than it is written, every piece
   const llm = () => pieces(2000);
   const events = await collect(client.session({ prompt: 'go', llm }, { streamDeltas: true }));
 
-  assert.equal(events.at(-1).payload, 'run_completed');
+  assert.equal(events.at(-1).payload, 'runCompleted');
   const expected = [...Array(2000).keys()].map((i) => `${i} `).join('');
-  assert.equal(events.at(-1).run_completed.result.content, expected);
-  const streamed = events.filter((e) => e.payload === 'llm_delta').map((e) => e.llm_delta.text);
+  assert.equal(events.at(-1).runCompleted.result.content, expected);
+  const streamed = events.filter((e) => e.payload === 'llmDelta').map((e) => e.llmDelta.text);
   assert.equal(streamed.join(''), expected);
 });
