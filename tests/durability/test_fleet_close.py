@@ -13,9 +13,9 @@ import redis.asyncio
 
 from cleveragents.client import AsyncSidecarClient
 from cleveragents.sidecar import Sidecar, SidecarConfig
+from cleveragents.sidecar.fleet.lease import RedisFleet
+from cleveragents.sidecar.fleet.mirrors import Control, SharedHead, SharedRun, SharedRuns
 from cleveragents.sidecar.runs.log import LogStats
-from cleveragents.sidecar.runs.redis_fleet import RedisFleet
-from cleveragents.sidecar.runs.shared import Control, SharedHead, SharedRun, SharedRuns
 from cleveragents.sidecar.runs.store import StoredRun
 from cleveragents.tool import ToolCallStarted
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from cleveragents.sidecar.runs.redis_handover import RedisHandovers
-from cleveragents.sidecar.runs.shared import GONE, REFUSED, RELEASE, Control
+from cleveragents.sidecar.fleet.handover import RedisHandovers
+from cleveragents.sidecar.fleet.mirrors import GONE, REFUSED, RELEASE, Control
 
 if TYPE_CHECKING:
-    from cleveragents.sidecar.runs.redis_fleet import RedisFleet
+    from cleveragents.sidecar.fleet.lease import RedisFleet
 
 
 class ClaimFails:

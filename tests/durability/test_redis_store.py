@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError
 from cleveragents.sidecar import ConfigError, Sidecar, SidecarConfig
-from cleveragents.sidecar.runs.redis_keys import (
+from cleveragents.sidecar.fleet.keys import (
     INDEX_KEY,
     QUARANTINE_KEY,
     lease_key,
@@ -24,7 +24,7 @@ from cleveragents.sidecar.runs.redis_keys import (
     quarantine_key,
     redacted,
 )
-from cleveragents.sidecar.runs.redis_store import RedisEventStore
+from cleveragents.sidecar.fleet.redis_store import RedisEventStore
 from cleveragents.tool import RunFailed, ToolCallStarted
 from tests.conftest import captured_logs
 from tests.redis_server import RedisServer, free_port

@@ -20,8 +20,8 @@ import redis.asyncio
 
 from cleveragents.client import AsyncSidecarClient, StreamedEvent
 from cleveragents.sidecar import ClientConfig, Sidecar, SidecarConfig
-from cleveragents.sidecar.runs.redis_fence import CLAIM
-from cleveragents.sidecar.runs.redis_keys import control_key, lease_key, meta_key
+from cleveragents.sidecar.fleet.fencing import CLAIM
+from cleveragents.sidecar.fleet.keys import control_key, lease_key, meta_key
 from cleveragents.tool import (
     RunCancelled,
     RunCompleted,

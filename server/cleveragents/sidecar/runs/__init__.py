@@ -6,8 +6,7 @@ admits and keeps runs, recovery from a store, and the stores.
 - ``readers``: the queue of the stream that started a run, and a watcher's cursor.
 - ``manager``: admission, cancellation, drain at shutdown, retention.
 - ``recovery``: the runs a store kept, taken back at start-up.
-- ``store``, ``sqlite_store`` and ``redis_store``: where logs live; ``stores`` picks one from
-  ``event_store`` (``redis_store`` is imported only then, with redis-py).
+- ``store`` and ``sqlite_store``: where logs live (the Redis store is the fleet's: ``fleet``).
 """
 
 from cleveragents.sidecar.runs.log import LogStats, RunLog

@@ -11,7 +11,7 @@ tools). A run another stream holds is refused (``FAILED_PRECONDITION``): taking 
 silently would leave two clients answering the same calls.
 
 With a Redis fleet the client may reach any sidecar: one that does not run the run asks the
-sidecar that does to hand it over (``runs.redis_handover``; at most ``min(event_store_lease_s,
+sidecar that does to hand it over (``fleet.handover``; at most ``min(event_store_lease_s,
 5 s)``). A parked run moves here and resumes as an adopted one does (from its log after the
 claim: calls in flight re-run only for idempotent tools, the others get the interrupted
 record); one attached to a live stream there is refused (``FAILED_PRECONDITION`` naming that
@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 import grpc
 
 from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.fleet.mirrors import ATTACHED
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.runs import Run
 from cleveragents.sidecar.runs.resume import RESTART_REASON, ResumeInfo, resumption_of
-from cleveragents.sidecar.runs.shared import ATTACHED
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context
 from cleveragents.sidecar.transport.opening import read_opening

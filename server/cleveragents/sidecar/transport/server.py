@@ -14,9 +14,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import running_loop_name
+from cleveragents.sidecar.fleet.setup import share, store_for
 from cleveragents.sidecar.llm_profiles import close_provider_clients
 from cleveragents.sidecar.runs import RunManager, RunObserver
-from cleveragents.sidecar.runs.stores import share, store_for
 from cleveragents.sidecar.secrets import known_secrets
 from cleveragents.sidecar.tool_sources import default_registry
 from cleveragents.sidecar.transport.access import (

@@ -19,11 +19,11 @@ from typing import Any
 from cleveragents.sidecar.assembly import AssembledRun, RunAssembler
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.fleet.mirrors import Control
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.identity import Access
 from cleveragents.sidecar.runs import FrameQueue, FrameSink, LogCursor, Run, RunManager
 from cleveragents.sidecar.runs.resume import ResumeInfo
-from cleveragents.sidecar.runs.shared import Control
 from cleveragents.sidecar.transport import follow, session, shared_calls
 from cleveragents.sidecar.transport.bounds import check_started_fits
 from cleveragents.sidecar.transport.caller import current_caller

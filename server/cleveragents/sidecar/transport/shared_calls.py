@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 from cleveragents.sidecar.approvals import own_run_refusal
 from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.fleet.mirrors import Control
 from cleveragents.sidecar.identity import Access
 from cleveragents.sidecar.runs import Run
-from cleveragents.sidecar.runs.shared import Control
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import RunSummary, summary_to_pb

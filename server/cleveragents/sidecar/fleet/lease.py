@@ -31,10 +31,9 @@ import redis.asyncio
 import structlog
 from redis.exceptions import RedisError
 
-from cleveragents.sidecar.identity import DEFAULT_IDENTITY
-from cleveragents.sidecar.runs.redis_fence import CLAIM, taken_over_message
-from cleveragents.sidecar.runs.redis_handover import RedisHandovers
-from cleveragents.sidecar.runs.redis_keys import (
+from cleveragents.sidecar.fleet.fencing import CLAIM, taken_over_message
+from cleveragents.sidecar.fleet.handover import RedisHandovers
+from cleveragents.sidecar.fleet.keys import (
     INDEX_KEY,
     SIDECARS_KEY,
     adopter_key,
@@ -44,7 +43,8 @@ from cleveragents.sidecar.runs.redis_keys import (
     meta_key,
     runs_of_key,
 )
-from cleveragents.sidecar.runs.shared import Control, SharedHead, SharedRun
+from cleveragents.sidecar.fleet.mirrors import Control, SharedHead, SharedRun
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY
 from cleveragents.sidecar.runs.store import StoredRun
 from cleveragents.tool import RunCancelled, RunCompleted, RunFailed
 from cleveragents.wire import decode_frame

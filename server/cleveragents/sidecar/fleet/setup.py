@@ -11,14 +11,14 @@ import structlog
 
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError, SidecarError
+from cleveragents.sidecar.fleet.mirrors import ATTACHED, GONE, Control, SharedRuns
 from cleveragents.sidecar.runs.manager import RunManager
 from cleveragents.sidecar.runs.resume import ADOPTION_REASON, handover_reason
-from cleveragents.sidecar.runs.shared import ATTACHED, GONE, Control, SharedRuns
 from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
 from cleveragents.sidecar.runs.store import EventStore, StoredRun
 
 if TYPE_CHECKING:
-    from cleveragents.sidecar.runs.redis_handover import RedisHandovers
+    from cleveragents.sidecar.fleet.handover import RedisHandovers
 
 __all__ = ["is_redis_url", "share", "store_for"]
 
@@ -39,7 +39,7 @@ def store_for(config: SidecarConfig, env: Mapping[str, str] | None = None) -> Ev
         return None
     if not is_redis_url(config.event_store):
         return SqliteEventStore(config.event_store)
-    from cleveragents.sidecar.runs.redis_store import RedisEventStore
+    from cleveragents.sidecar.fleet.redis_store import RedisEventStore
 
     password = ""
     if name := config.event_store_password_env:
@@ -65,7 +65,7 @@ def share(store: EventStore | None, manager: RunManager) -> None:
     adopt the runs of those whose leases expire, and obey their control requests."""
     if type(store).__name__ != "RedisEventStore":  # redis-py is imported only for Redis
         return
-    from cleveragents.sidecar.runs.redis_store import RedisEventStore
+    from cleveragents.sidecar.fleet.redis_store import RedisEventStore
 
     assert isinstance(store, RedisEventStore)
     fleet = store.fleet
@@ -94,7 +94,7 @@ def share(store: EventStore | None, manager: RunManager) -> None:
 def _hand_over(handovers: RedisHandovers, manager: RunManager) -> None:
     """Let ``manager`` hand its parked Session runs to the sidecars their clients reach, and
     take those handed to it (``redis_handover``)."""
-    from cleveragents.sidecar.runs.redis_handover import handed_over_message
+    from cleveragents.sidecar.fleet.handover import handed_over_message
 
     def release(run_id: str, identity: str) -> str:
         run = manager.get(run_id)

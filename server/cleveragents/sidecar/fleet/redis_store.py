@@ -36,10 +36,8 @@ import structlog
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from cleveragents.sidecar.errors import ConfigError
-from cleveragents.sidecar.identity import DEFAULT_IDENTITY
-from cleveragents.sidecar.runs.redis_fence import APPEND, APPEND_SHA, WRITTEN, fenced_by
-from cleveragents.sidecar.runs.redis_fleet import RedisFleet, ended, frames_of
-from cleveragents.sidecar.runs.redis_keys import (
+from cleveragents.sidecar.fleet.fencing import APPEND, APPEND_SHA, WRITTEN, fenced_by
+from cleveragents.sidecar.fleet.keys import (
     INDEX_KEY,
     QUARANTINE_KEY,
     SIDECARS_KEY,
@@ -51,6 +49,8 @@ from cleveragents.sidecar.runs.redis_keys import (
     redacted,
     runs_of_key,
 )
+from cleveragents.sidecar.fleet.lease import RedisFleet, ended, frames_of
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY
 from cleveragents.sidecar.runs.store import LogOwner, StoredRun, StoreListener
 
 __all__ = ["RedisEventStore"]

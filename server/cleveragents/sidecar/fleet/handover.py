@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, cast
 import structlog
 from redis.exceptions import RedisError
 
-from cleveragents.sidecar.runs.redis_fence import CLAIM
-from cleveragents.sidecar.runs.redis_keys import lease_key, meta_key, runs_of_key
-from cleveragents.sidecar.runs.shared import GONE, REFUSED, RELEASE, RELEASED, Control
+from cleveragents.sidecar.fleet.fencing import CLAIM
+from cleveragents.sidecar.fleet.keys import lease_key, meta_key, runs_of_key
+from cleveragents.sidecar.fleet.mirrors import GONE, REFUSED, RELEASE, RELEASED, Control
 from cleveragents.sidecar.runs.store import StoredRun
 
 if TYPE_CHECKING:
-    from cleveragents.sidecar.runs.redis_fleet import RedisFleet
+    from cleveragents.sidecar.fleet.lease import RedisFleet
 
 __all__ = ["MAX_WAIT_S", "RedisHandovers", "handed_over_message"]
 
