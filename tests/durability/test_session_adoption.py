@@ -1,7 +1,9 @@
 """A Session run on a sidecar killed with SIGKILL while it waits on its client's tool: once the
 dead sidecar's lease expires, another sidecar on the same Redis adopts the run and parks it;
-the client re-attaches to that sidecar (the first answers ``UNAVAILABLE`` until then, so it
-retries) and the run resumes from its log there, or nobody re-attaches and it fails."""
+the client re-attaches to that sidecar (the first answers that the run is not waiting for a
+client, attached on the dead sidecar, while that lease lives, then ``UNAVAILABLE`` until the
+adoption: the client retries both) and the run resumes from its log there, or nobody
+re-attaches and it fails."""
 
 from __future__ import annotations
 
@@ -91,8 +93,8 @@ async def _reattach(
     start: session_pb2.SessionRequest,
     events: list[events_pb2.RunEvent],
 ) -> tuple[Call, session_pb2.ToolInvocation | None]:
-    """Re-attach as a client does: again while the sidecar answers ``UNAVAILABLE`` (the run
-    is still the dead sidecar's until its lease expires)."""
+    """Re-attach as a client does: again while the sidecar answers that the run is the dead
+    sidecar's (attached there while its lease lives; ``UNAVAILABLE`` until it is adopted)."""
     while True:
         call: Call = Stub(channel).Session()
         await call.write(start)
@@ -100,9 +102,10 @@ async def _reattach(
             return call, await _read(call, events)
         except grpc.aio.AioRpcError as exc:
             details = exc.details() or ""
-            if exc.code() is not grpc.StatusCode.UNAVAILABLE:
+            held = exc.code() is grpc.StatusCode.FAILED_PRECONDITION and "not waiting" in details
+            if exc.code() is not grpc.StatusCode.UNAVAILABLE and not held:
                 raise
-        assert "runs on sidecar 'alpha', not this one" in details
+        assert "on sidecar 'alpha'" in details
         await asyncio.sleep(BACKOFF_S)  # the client's backoff between attempts
 
 

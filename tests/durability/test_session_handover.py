@@ -1,18 +1,18 @@
 """A parked Session run handed over to the sidecar of a Redis fleet its client re-attaches to.
 
 Real sidecars on real sockets sharing one real Redis: a Session client drops on one sidecar
-(its run parks there) and re-attaches to another, which asks the first (its control stream)
-to hand the run over; the run resumes there as an adopted one does. A run attached to a live
-stream is refused, a sidecar that does not answer is ``UNAVAILABLE`` after a bounded wait,
-another identity's run is ``NOT_FOUND`` with nothing asked, and of two clients racing for the
-same run exactly one gets it."""
+(its run parks there, and its hash says so) and re-attaches to another, which takes the run
+with one compare-and-set on its hash; the run resumes there as an adopted one does, and the
+first stops its copy. A run attached to a live stream is refused, a run whose sidecar stalled
+is taken all the same (nothing is asked of it), another identity's run is ``NOT_FOUND`` with
+nothing read, and of two clients racing for the same run exactly one gets it."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 import grpc
 import pytest
@@ -20,8 +20,8 @@ import redis.asyncio
 
 from cleveragents.client import AsyncSidecarClient, StreamedEvent
 from cleveragents.sidecar import ClientConfig, Sidecar, SidecarConfig
-from cleveragents.sidecar.fleet.fencing import CLAIM
-from cleveragents.sidecar.fleet.keys import control_key, lease_key, meta_key
+from cleveragents.sidecar.fleet.fencing import CLAIM, TAKE
+from cleveragents.sidecar.fleet.layout import control_key, lease_key, meta_key
 from cleveragents.tool import (
     RunCancelled,
     RunCompleted,
@@ -81,11 +81,19 @@ def _auth(who: str = "alice") -> tuple[tuple[str, str], ...]:
 
 
 async def _parked(sidecar: Sidecar, run_id: str) -> None:
-    """Until ``sidecar`` lets ``run_id`` wait for its client (it noticed the drop, or adopted)."""
+    """Until ``sidecar`` lets ``run_id`` wait for its client (it noticed the drop, or adopted)
+    and the store says so (any sidecar may take it then)."""
     parked = sidecar.manager.parked
     while parked.get(run_id) is None:
         parked.parked_one.clear()
         await parked.parked_one.wait()
+    await sidecar.directory.marked(run_id)
+
+
+async def _stopped(sidecar: Sidecar, run_id: str) -> None:
+    """Until ``sidecar`` no longer has a copy of ``run_id`` (it handed the run over)."""
+    while (run := sidecar.manager.get(run_id)) is not None:
+        await run.wait()
 
 
 async def _dropped(
@@ -141,8 +149,8 @@ async def test_a_run_parked_on_one_sidecar_resumes_on_the_sidecar_its_client_rea
                 await call.write(_answer(asked.call_id, '{"n": 1}'))
                 assert await _read(call, after) is None
             assert await call.code() is grpc.StatusCode.OK
+        await _stopped(alpha, "h")  # told by beta, alpha stops its copy and does not keep it
         log = await _log(alpha.address, "h")  # alpha reads the shared log now
-    assert alpha.manager.get("h") is None  # alpha's copy stopped, and is not kept
     assert [e.sequence for e in after] == list(range(len(before) + 1, len(log) + 1))
     _whole(log)
     [resumed] = [e.event for e in log if isinstance(e.event, RunResumed)]
@@ -193,10 +201,10 @@ async def test_a_run_adopted_from_a_killed_sidecar_is_handed_to_the_third_its_cl
             await call.write(_answer("r1", "{}"))
             assert await _read(call, after) is None
             assert await call.code() is grpc.StatusCode.OK
+        await _stopped(beta, "k")
         async with AsyncSidecarClient(beta.address) as client:
             log = [e async for e in client.watch("k")]
     _whole(log)
-    assert beta.manager.get("k") is None
     # Adopted by beta (parked: no loop, nothing logged), then resumed on gamma.
     [resumed] = [e.event for e in log if isinstance(e.event, RunResumed)]
     assert (
@@ -226,27 +234,29 @@ async def test_a_run_attached_to_a_live_stream_on_its_sidecar_is_failed_precondi
     assert sum(e.HasField("run_completed") for e in events) == 1
 
 
-async def test_a_sidecar_that_does_not_answer_is_unavailable_naming_it_after_a_bounded_wait(
+async def test_a_parked_run_whose_sidecar_stalled_is_taken_without_asking_that_sidecar(
     fleet: Start, direct: redis.asyncio.Redis
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
-    tools = [types_pb2.ToolSpec(name="remote")]
+    tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
     async with asyncio.timeout(LONG_S):
         before, _ = await _dropped(alpha.address, _start(tools, "stuck", _calling("remote")))
         await _parked(alpha, "stuck")
-        # Its hash names a sidecar whose lease lives and whose control loop never reads.
+        # Its hash names a sidecar whose lease lives and which never reads anything.
         await direct.set(lease_key("ghost"), "1", px=60_000)
         await direct.hset(meta_key("stuck"), "sidecar", "ghost")
-        start = _start(tools, "stuck", _calling("remote"), before[-1].sequence)
-        waited = asyncio.get_running_loop().time()
-        refused = await _refused(beta.address, start)
-        waited = asyncio.get_running_loop().time() - waited
-        asks = await direct.xlen(control_key("ghost"))
-    assert refused.code() is grpc.StatusCode.UNAVAILABLE
-    details = refused.details() or ""
-    assert "runs on sidecar 'ghost', not this one and did not hand it over in time" in details
-    assert asks == 1
-    assert waited < 20  # bounded: min(event_store_lease_s, 5 s), generously
+        async with grpc.aio.insecure_channel(beta.address) as channel:
+            call: Call = Stub(channel).Session(metadata=_auth())
+            await call.write(_start(tools, "stuck", _calling("remote"), before[-1].sequence))
+            asked = await _read(call, [])
+            assert asked is not None
+            await call.write(_answer(asked.call_id, "{}"))
+            assert await _read(call, []) is None
+            assert await call.code() is grpc.StatusCode.OK
+        owner = await direct.hget(meta_key("stuck"), "sidecar")
+        log = await _log(beta.address, "stuck")
+    assert owner == b"beta"
+    _whole(log)
 
 
 async def test_another_identitys_parked_run_is_not_found_and_nothing_is_asked(
@@ -260,9 +270,11 @@ async def test_another_identitys_parked_run_is_not_found_and_nothing_is_asked(
         start = _start(tools, "mine", _calling("remote"), before[-1].sequence)
         refused = await _refused(beta.address, start, who="bob")
         asks = await direct.xlen(control_key("alpha"))
+        owner = await direct.hget(meta_key("mine"), "sidecar")
     assert refused.code() is grpc.StatusCode.NOT_FOUND
     assert asks == 0
     assert alpha.manager.parked.get("mine") is not None  # still alice's, waiting on alpha
+    assert owner == b"alpha"
 
 
 async def test_of_two_clients_racing_to_reattach_at_two_sidecars_exactly_one_gets_the_run(
@@ -356,7 +368,7 @@ async def test_a_run_handed_over_whose_answer_was_lost_is_taken_at_the_next_reat
             assert await call.code() is grpc.StatusCode.OK
         asks = await direct.xlen(control_key("alpha"))
         log = await _log(beta.address, "lost")
-    assert asks == 0  # beta claimed it again itself: the store said it was beta's
+    assert asks == 0  # beta took it itself: the store said it was beta's already
     _whole(log)
 
 
@@ -410,27 +422,7 @@ async def test_the_python_client_behind_a_balancer_gets_its_run_back_from_anothe
     assert resumed.interrupted_call_ids == ("r1",)
 
 
-async def _answer_to(direct: redis.asyncio.Redis, sidecar: str, call_id: str) -> dict[bytes, bytes]:
-    """The hand-over answer with ``call_id`` on ``sidecar``'s control stream (a blocking read:
-    the answer is the sign that the ask, and all before it, were handled)."""
-    last = "0-0"
-    while True:
-        read = await direct.xread({control_key(sidecar): last}, block=1000)
-        answer = cast("list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]", read)
-        for _, entries in answer or ():
-            for entry_id, fields in entries:
-                last = entry_id.decode()
-                if fields.get(b"call") == call_id.encode():
-                    return fields
-
-
-def _release(run_id: str, call_id: str, sender: str, identity: str = "alice") -> dict[Any, Any]:
-    """A ``release`` ask as a sidecar writes it on another's control stream."""
-    return {"op": "release", "run": run_id, "call": call_id, "identity": identity,
-            "from": sender, "token": "0"}  # fmt: skip
-
-
-async def test_a_release_for_another_identity_or_to_a_sidecar_without_a_lease_is_refused(
+async def test_the_compare_and_set_takes_only_a_parked_run_and_only_for_its_owner(
     fleet: Start, direct: redis.asyncio.Redis
 ) -> None:
     alpha, _ = await fleet("alpha"), await fleet("beta")
@@ -438,35 +430,63 @@ async def test_a_release_for_another_identity_or_to_a_sidecar_without_a_lease_is
     async with asyncio.timeout(LONG_S):
         await _dropped(alpha.address, _start(tools, "kept", _calling("remote")))
         await _parked(alpha, "kept")
-        await direct.xadd(control_key("alpha"), _release("kept", "as-bob", "beta", "bob"))
-        as_bob = await _answer_to(direct, "beta", "as-bob")
-        await direct.xadd(control_key("alpha"), _release("kept", "no-lease", "nobody"))
-        no_lease = await _answer_to(direct, "nobody", "no-lease")
-        parked = alpha.manager.parked.get("kept")
+        as_bob = await direct.eval(TAKE, 1, meta_key("kept"), "beta", "bob", "default")
+        await direct.hset(meta_key("kept"), "parked", "")  # as if a client re-attached there
+        not_parked = await direct.eval(TAKE, 1, meta_key("kept"), "beta", "alice", "default")
         owner = await direct.hget(meta_key("kept"), "sidecar")
-    assert as_bob[b"op"] == b"refused"
-    assert no_lease[b"op"] == b"refused"
-    assert parked is not None  # still alice's, waiting on alpha
-    assert not parked.reserved
+    assert as_bob == [0, b"alpha"]
+    assert not_parked == [0, b"alpha"]
     assert owner == b"alpha"
-    assert alpha.manager.get("kept") is not None
+    assert alpha.manager.parked.get("kept") is not None  # still waiting on alpha
 
 
-async def test_a_released_answer_to_no_ask_of_the_sidecar_is_ignored(
+async def test_nothing_on_a_control_stream_moves_a_run_there(
     fleet: Start, direct: redis.asyncio.Redis
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote")]
-    async with asyncio.timeout(LONG_S):
+    nap = [{"tool_calls": [{"id": "n", "name": "sleep", "arguments": {"seconds": 60}}]}]
+    async with (
+        asyncio.timeout(LONG_S),
+        AsyncSidecarClient(alpha.address, token=TOKENS["alice"]) as client,
+    ):
         await _dropped(alpha.address, _start(tools, "theirs", _calling("remote")))
         await _parked(alpha, "theirs")
-        forged: dict[Any, Any] = {"op": "released", "run": "theirs", "token": "7"}
-        forged.update({"call": "never-asked", "from": "alpha"})
-        await direct.xadd(control_key("beta"), forged)
-        # Handled in order: once beta answers this ask, it has handled the forged answer.
-        await direct.xadd(control_key("beta"), _release("unknown", "after", "alpha"))
-        await _answer_to(direct, "alpha", "after")
+        witness = client.stream_tool_loop("nap", script=nap, run_id="witness", detach=True)
+        async for streamed in witness:
+            if isinstance(streamed.event, ToolCallStarted):
+                break
+        # A forged notice that beta took the run: alpha believes the store, not the notice.
+        await direct.xadd(control_key("alpha"), {"op": "taken", "run": "theirs", "from": "beta"})
+        # Read in order: once the witness is cancelled, the notice before it was handled.
+        await direct.xadd(control_key("alpha"), {"op": "cancel", "run": "witness"})
+        ended = [e async for e in client.watch("witness")][-1]
         owner = await direct.hget(meta_key("theirs"), "sidecar")
+    assert isinstance(ended.event, RunCancelled)
     assert beta.manager.get("theirs") is None
     assert alpha.manager.parked.get("theirs") is not None
     assert owner == b"alpha"
+
+
+async def test_a_reattach_refused_where_the_run_waits_leaves_it_for_another_sidecar_to_take(
+    fleet: Start,
+) -> None:
+    alpha, beta = await fleet("alpha"), await fleet("beta")
+    tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
+    script = _calling("remote")
+    async with asyncio.timeout(LONG_S):
+        before, _ = await _dropped(alpha.address, _start(tools, "again", script))
+        await _parked(alpha, "again")
+        wrong = _start([types_pb2.ToolSpec(name="other")], "again", script, before[-1].sequence)
+        refused = await _refused(alpha.address, wrong)  # held for it, then given back
+        await _parked(alpha, "again")
+        async with grpc.aio.insecure_channel(beta.address) as channel:
+            call: Call = Stub(channel).Session(metadata=_auth())
+            await call.write(_start(tools, "again", script, before[-1].sequence))
+            asked = await _read(call, [])
+            assert asked is not None
+            await call.write(_answer(asked.call_id, "{}"))
+            assert await _read(call, []) is None
+        log = await _log(beta.address, "again")
+    assert refused.code() is grpc.StatusCode.INVALID_ARGUMENT
+    _whole(log)

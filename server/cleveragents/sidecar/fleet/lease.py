@@ -1,29 +1,28 @@
-"""A sidecar's place in a fleet that shares one Redis: its lease, the others' runs, control.
+"""A sidecar's membership of the fleet: its lease, the adoption of dead sidecars' runs, and its
+control stream.
 
 Each sidecar has an id (``sidecar_id``, or a random one per start) and a *lease*: a key with a
 time to live (``event_store_lease_s``) that it renews three times a lease. A run's hash names
 the sidecar that runs it, so a run's lease is its sidecar's: held while that key lives. A
-renewal that fails is logged and counted (``renewal_failures``); the store keeps trying.
+renewal that fails is logged and counted (``renewal_failures``); the lease keeps trying.
 
-When a sidecar's lease expires (it died, or lost Redis for a whole lease), one other sidecar
-takes its adopter key (``SET NX``) and *adopts* its live runs: it claims each (a new fencing
-token, ``redis_fence.py``) before it reads its log, ``on_adopt`` gets the logs, and the run
-manager takes them back as a restart does: they resume from their logs where they can, else
-end with ``run_failed`` (exactly once: only the adopter writes it). A sidecar that finds its
-lease expired (it stalled) checks its runs: ``on_lost`` is told each one another sidecar
-claimed, as the store is told of a frame the fence refused, and the manager stops it here.
-
-Other sidecars read this one's runs from the streams (``SharedLog``), and send it cancels
-and approval decisions on its *control stream*, which ``on_control`` gets; hand-overs of
-parked Session runs go there too (``redis_handover``).
+At start-up (``join``) a sidecar takes back its own live runs and those of sidecars whose
+leases expired, claiming each (a new fencing token, ``fencing``) before it reads its log.
+While it runs (``running``), when another sidecar's lease expires (it died, or lost Redis for
+a whole lease), one sidecar takes its adopter key (``SET NX``) and *adopts* its live runs the
+same way; the ``FleetRuns`` it reports to takes them back as a restart does: they resume from
+their logs where they can, else end with ``run_failed`` (exactly once: only the adopter writes
+it). A sidecar that finds its lease expired (it stalled) checks its runs, and reports each one
+another sidecar claimed; each renewal also checks its parked runs, which another sidecar may
+have taken over (a hand-over). Cancels and approval decisions for this sidecar's runs come on
+its *control stream*, and are reported too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import redis
@@ -31,66 +30,49 @@ import redis.asyncio
 import structlog
 from redis.exceptions import RedisError
 
-from cleveragents.sidecar.fleet.fencing import CLAIM, taken_over_message
-from cleveragents.sidecar.fleet.handover import RedisHandovers
-from cleveragents.sidecar.fleet.keys import (
-    INDEX_KEY,
+from cleveragents.sidecar.fleet.control import Control
+from cleveragents.sidecar.fleet.directory import FleetRuns
+from cleveragents.sidecar.fleet.fencing import CLAIM, Claims
+from cleveragents.sidecar.fleet.layout import (
     SIDECARS_KEY,
     adopter_key,
     control_key,
+    ended,
     lease_key,
-    log_key,
     meta_key,
+    read_stored,
     runs_of_key,
+    stored_runs,
 )
-from cleveragents.sidecar.fleet.mirrors import Control, SharedHead, SharedRun
-from cleveragents.sidecar.identity import DEFAULT_IDENTITY
 from cleveragents.sidecar.runs.store import StoredRun
-from cleveragents.tool import RunCancelled, RunCompleted, RunFailed
-from cleveragents.wire import decode_frame
 
-__all__ = ["RedisFleet", "ended", "frames_of"]
+__all__ = ["Lease"]
 
 log = structlog.get_logger("cleveragents.sidecar.store")
 
 #: How long one blocking read of the control stream waits (milliseconds).
 _CONTROL_BLOCK_MS = 1000
-#: What XRANGE answers, and XREAD (per stream).
-_Entries = list[tuple[bytes, dict[bytes, bytes]]]
-_Streams = list[tuple[bytes, _Entries]]
-#: The control stream keeps about this many entries.
-_CONTROL_MAXLEN = 10_000
+#: What XREAD answers (per stream).
+_Streams = list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]
 
 
-class RedisFleet:
-    """This sidecar's lease, adoption of expired ones, control streams, and shared reads."""
+class Lease:
+    """This sidecar's lease, its adoption of expired ones, and its control stream."""
 
-    def __init__(self, client: redis.asyncio.Redis, lease_s: float, sidecar_id: str = "") -> None:
+    def __init__(self, client: redis.asyncio.Redis, claims: Claims, lease_s: float) -> None:
         self.client = client
+        self.claims = claims
         self.lease_s = lease_s
-        self.sidecar_id = sidecar_id or uuid.uuid4().hex[:16]
-        #: Told the logs of the live runs this sidecar adopted (the run manager ends them).
-        self.on_adopt: Callable[[list[StoredRun]], object] | None = None
-        #: Told each control request other sidecars sent for this sidecar's runs.
-        self.on_control: Callable[[Control], None] | None = None
-        #: Told each live run another sidecar took over, and why (the manager stops it).
-        self.on_lost: Callable[[str, str], None] | None = None
-        #: The fencing token this sidecar claimed each of its runs with (``redis_fence``).
-        self.tokens: dict[str, int] = {}
         #: Lease renewals that failed (Redis unreachable, or the lease had expired).
         self.renewal_failures = 0
-        #: Runs adopted from sidecars whose leases expired; runs lost to other sidecars.
+        #: Runs adopted from sidecars whose leases expired.
         self.adopted_runs = 0
-        self.lost_runs = 0
-        self._tasks: list[asyncio.Task[None]] = []
-        #: Parked Session runs handed over between sidecars (``redis_handover``).
-        self.handovers = RedisHandovers(self)
-        #: Set by ``close``: the loops end at their next turn even if a cancel is lost.
+        #: Set when the lease stops: its loops end at their next turn even if a cancel is lost.
         self._closing = asyncio.Event()
 
-    def counts(self) -> tuple[int, int, int]:
-        """Lease renewals that failed, runs adopted, runs taken over by others (metrics)."""
-        return self.renewal_failures, self.adopted_runs, self.lost_runs
+    @property
+    def sidecar_id(self) -> str:
+        return self.claims.sidecar_id
 
     @property
     def lease_ms(self) -> int:
@@ -98,12 +80,44 @@ class RedisFleet:
 
     # -- at start-up (the store's synchronous open) ------------------------------------------
 
-    def register(self, client: redis.Redis) -> set[str]:
+    def join(self, client: redis.Redis) -> list[StoredRun]:
+        """Take this sidecar's lease, and return the runs it keeps: every finished one, and
+        the live ones that are its own (same ``sidecar_id``) or whose sidecar's lease expired
+        (adopted); another live sidecar's runs stay its own. Each live one is claimed (a new
+        fencing token) and then read again: its log as the claim found it."""
+        me = self.sidecar_id
+        alive = self._register(client)
+        adopted: dict[str, bool] = {}  # a dead sidecar's id: whether this one adopts its runs
+        runs, wanted = [], []
+        for stored, sidecar in stored_runs(client):
+            if ended(stored.frames):
+                runs.append(stored)
+                continue
+            if sidecar != me and sidecar:
+                if sidecar in alive:
+                    continue  # another sidecar runs it now
+                if sidecar not in adopted:
+                    key, px = adopter_key(sidecar), 3 * self.lease_ms
+                    adopted[sidecar] = bool(client.set(key, me, px=px, nx=True))
+                if not adopted[sidecar]:
+                    continue
+            wanted.append((stored.run_id, sidecar))
+        with client.pipeline(transaction=False) as pipe:
+            for run_id, sidecar in wanted:
+                pipe.eval(CLAIM, 1, meta_key(run_id), me, sidecar)
+            claimed = self._claimed([run_id for run_id, _ in wanted], pipe.execute())
+        if claimed:
+            client.sadd(runs_of_key(me), *claimed)
+        runs += [stored for stored, _ in stored_runs(client, claimed)]
+        for sidecar in (sidecar for sidecar, won in adopted.items() if won):
+            client.srem(SIDECARS_KEY, sidecar)
+            client.delete(runs_of_key(sidecar), control_key(sidecar))
+        return runs
+
+    def _register(self, client: redis.Redis) -> set[str]:
         """Take this sidecar's lease; return the ids of the other sidecars whose leases live."""
         client.set(lease_key(self.sidecar_id), "1", px=self.lease_ms)
         client.sadd(SIDECARS_KEY, self.sidecar_id)
-        seconds, micros = client.time()
-        self.handovers.started_ms = seconds * 1000 + micros // 1000  # Redis's clock
         others = [m.decode() for m in cast("set[bytes]", client.smembers(SIDECARS_KEY))]
         others = [other for other in others if other != self.sidecar_id]
         with client.pipeline(transaction=False) as pipe:
@@ -112,225 +126,154 @@ class RedisFleet:
             alive = pipe.execute()
         return {other for other, live in zip(others, alive, strict=True) if live}
 
-    def claim_sync(self, client: redis.Redis, runs: list[tuple[str, str]]) -> list[str]:
-        """Make the runs ``runs`` (id, the sidecar that ran it), taken back at start-up, this
-        sidecar's; returns the ids claimed (not those another sidecar claimed first)."""
-        with client.pipeline(transaction=False) as pipe:
-            for run_id, sidecar in runs:
-                pipe.eval(CLAIM, 1, meta_key(run_id), self.sidecar_id, sidecar)
-            tokens = pipe.execute()
-        return self._claimed(client, [run for run, _ in runs], tokens)
-
-    def _claimed(self, client: redis.Redis, run_ids: list[str], tokens: list[Any]) -> list[str]:
-        claimed = [run_id for run_id, token in zip(run_ids, tokens, strict=True) if token]
-        self.tokens.update((r, int(t)) for r, t in zip(run_ids, tokens, strict=True) if t)
-        if claimed:
-            client.sadd(runs_of_key(self.sidecar_id), *claimed)
+    def _claimed(self, run_ids: list[str], tokens: list[Any]) -> list[str]:
+        """The runs of ``run_ids`` whose claims (``tokens``, in order) succeeded, kept."""
+        claimed = []
+        for run_id, token in zip(run_ids, tokens, strict=True):
+            if token:
+                self.claims.hold(run_id, int(token))
+                claimed.append(run_id)
         return claimed
 
-    def start(self) -> None:
-        """Start renewing the lease and reading the control stream (``close`` stops both)."""
-        self._tasks = [
-            asyncio.create_task(self._heartbeat(), name="store-lease"),
-            asyncio.create_task(self._control_loop(), name="store-control"),
-        ]
+    # -- while the sidecar runs ------------------------------------------------------------------
 
-    async def close(self, *, clean: bool) -> None:
-        """Stop; ``clean`` (every run ended and stored): leave the fleet, lease and all.
+    @contextlib.asynccontextmanager
+    async def running(self, runs: FleetRuns) -> AsyncIterator[None]:
+        """Renew the lease, adopt expired ones and read the control stream, reporting to
+        ``runs``, until the block ends.
 
         The loops are cancelled, and told to end too: redis-py can lose the cancel of a
         command (it writes under Python 3.11's ``asyncio.wait_for``, which drops a cancel
         that comes as the write ends); the ``XREAD`` then returns as if nothing happened,
         and a loop that relied on the cancel read on, so the stop never returned. Told, a
         loop ends once its read returns: within ``_CONTROL_BLOCK_MS``."""
+        self._closing.clear()
+        tasks = [
+            asyncio.create_task(self._heartbeat(runs), name="store-lease"),
+            asyncio.create_task(self._control_loop(runs), name="store-control"),
+        ]
+        try:
+            yield
+        finally:
+            self._closing.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def leave(self) -> None:
+        """Leave the fleet, lease and all (every run of this sidecar ended and is stored)."""
         self._closing.set()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if clean:
-            with contextlib.suppress(RedisError):
-                async with self.client.pipeline(transaction=False) as pipe:
-                    pipe.srem(SIDECARS_KEY, self.sidecar_id)
-                    pipe.delete(
-                        lease_key(self.sidecar_id),
-                        runs_of_key(self.sidecar_id),
-                        control_key(self.sidecar_id),
-                    )
-                    await pipe.execute()
+        me = self.sidecar_id
+        with contextlib.suppress(RedisError):
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.srem(SIDECARS_KEY, me)
+                pipe.delete(lease_key(me), runs_of_key(me), control_key(me))
+                await pipe.execute()
 
-    # -- SharedLog -----------------------------------------------------------------------------
+    def counts(self) -> tuple[int, int, int]:
+        """Lease renewals that failed, runs adopted, runs taken over by others (metrics)."""
+        return self.renewal_failures, self.adopted_runs, self.claims.lost_runs
 
-    async def read_runs(self, run_ids: list[str]) -> list[SharedRun]:
-        if not run_ids:
-            return []
-        async with self.client.pipeline(transaction=False) as pipe:
-            for run_id in run_ids:
-                pipe.xrange(log_key(run_id))
-                pipe.hmget(meta_key(run_id), ["owner", "sidecar", "resume"])
-            answers = await pipe.execute()
-        found = []
-        for index, run_id in enumerate(run_ids):
-            frames = frames_of(answers[2 * index])
-            if frames:
-                owner, sidecar, resume = answers[2 * index + 1]
-                name = owner.decode() if owner else DEFAULT_IDENTITY.name
-                stored = StoredRun(run_id, frames, name, resume.decode() if resume else "")
-                found.append(SharedRun(stored, sidecar.decode() if sidecar else ""))
-        return found
-
-    async def read_head(self, run_id: str) -> SharedHead | None:
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.exists(log_key(run_id))
-            pipe.hmget(meta_key(run_id), ["owner", "sidecar", "resume"])
-            exists, (owner, sidecar, resume) = await pipe.execute()
-        if not exists:
-            return None
-        name = owner.decode() if owner else DEFAULT_IDENTITY.name
-        return SharedHead(name, (sidecar or b"").decode(), (resume or b"").decode())
-
-    async def recent_run_ids(self, limit: int) -> list[str]:
-        members = await self.client.zrevrange(INDEX_KEY, 0, max(0, limit - 1))
-        return [member.decode() for member in cast("list[bytes]", members)]
-
-    async def read_after(self, run_id: str, after: int, block_ms: int) -> list[bytes]:
-        streams = {log_key(run_id): f"{after}-0"}
-        answer = cast("_Streams", await self.client.xread(streams, block=block_ms))  # type: ignore[arg-type]
-        frames: list[bytes] = []
-        for _, entries in answer or ():
-            for entry_id, fields in entries:
-                if int(entry_id.split(b"-", 1)[0]) != after + len(frames) + 1:
-                    return frames  # a gap: read again from the last in order
-                frames.append(fields[b"f"])
-        return frames
-
-    async def send_control(self, sidecar: str, control: Control) -> None:
-        fields: dict[Any, Any] = {
-            "op": control.op,
-            "run": control.run_id,
-            "reason": control.reason,
-            "call": control.call_id,
-            "approved": "1" if control.approved else "",
-            "identity": control.identity,
-            "from": self.sidecar_id,
-            "token": str(control.token),
-        }
-        await self.client.xadd(
-            control_key(sidecar), fields, maxlen=_CONTROL_MAXLEN, approximate=True
-        )
-
-    # -- the background tasks --------------------------------------------------------------------
-
-    async def _heartbeat(self) -> None:
+    async def _heartbeat(self, runs: FleetRuns) -> None:
         while not self._closing.is_set():
             with contextlib.suppress(TimeoutError):  # the renewal period, or the close
                 await asyncio.wait_for(self._closing.wait(), self.lease_s / 3)
-            if not self._closing.is_set() and await self.renew():
+            if not self._closing.is_set() and await self.renew(runs):
                 with contextlib.suppress(RedisError):
-                    await self._adopt_expired()
+                    await self._check(runs, sorted(self.claims.parked))
+                    await self._adopt_expired(runs)
 
-    async def renew(self) -> bool:
-        """Renew this sidecar's lease; ``False`` (logged, counted) if Redis did not take it."""
+    async def renew(self, runs: FleetRuns | None = None) -> bool:
+        """Renew this sidecar's lease; ``False`` (logged, counted) if Redis did not take it.
+        A lease that had expired is taken again, and ``runs`` told of each run another
+        sidecar claimed meanwhile."""
+        me = self.sidecar_id
         try:
-            renewed = await self.client.set(
-                lease_key(self.sidecar_id), "1", px=self.lease_ms, xx=True
-            )
+            renewed = await self.client.set(lease_key(me), "1", px=self.lease_ms, xx=True)
             if not renewed:  # it expired first: other sidecars may have adopted our runs
                 self.renewal_failures += 1
                 log.error(
                     "store lease had expired before its renewal; taken again",
-                    sidecar=self.sidecar_id,
+                    sidecar=me,
                     lease_s=self.lease_s,
                 )
-                await self.client.set(lease_key(self.sidecar_id), "1", px=self.lease_ms)
-                await self.client.sadd(SIDECARS_KEY, self.sidecar_id)  # an adopter removed it
-                await self._check_claims()
+                await self.client.set(lease_key(me), "1", px=self.lease_ms)
+                await self.client.sadd(SIDECARS_KEY, me)  # an adopter removed it
+                if runs is not None:
+                    await self._check(runs, list(self.claims.tokens))
             return True
         except RedisError as exc:
             self.renewal_failures += 1
             log.warning(
                 "store lease renewal failed",
-                sidecar=self.sidecar_id,
+                sidecar=me,
                 error=f"{type(exc).__name__}: {exc}",
                 failures=self.renewal_failures,
             )
             return False
 
-    async def _check_claims(self) -> None:
-        """Find the runs another sidecar claimed while this one's lease was expired."""
-        run_ids = list(self.tokens)
+    async def _check(self, runs: FleetRuns, run_ids: list[str]) -> None:
+        """Tell ``runs`` of each run of ``run_ids`` that another sidecar claimed."""
+        if not run_ids:
+            return
         async with self.client.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
                 pipe.hmget(meta_key(run_id), ["sidecar", "epoch"])
             answers = await pipe.execute()
         for run_id, (sidecar, epoch) in zip(run_ids, answers, strict=True):
-            token = self.tokens.get(run_id)  # none: forgotten while this read was under way
+            token = self.claims.tokens.get(run_id)  # none: forgotten while this read was on
             if sidecar is None or token is None:  # or its first frame is not written yet
                 continue
-            if sidecar.decode() != self.sidecar_id or int(epoch or 0) != token:
-                self.lose(run_id, sidecar.decode())
+            holder = sidecar.decode()
+            if holder == self.sidecar_id and int(epoch or 0) == token:
+                continue
+            if (message := self.claims.lost(run_id, holder)) is not None:
+                runs.lose(run_id, message)
 
-    def lose(self, run_id: str, sidecar: str) -> None:
-        """Another sidecar (``sidecar``) claimed ``run_id``: tell ``on_lost`` (once)."""
-        if self.tokens.pop(run_id, None) is None:
-            return
-        self.lost_runs += 1
-        message = taken_over_message(run_id, self.sidecar_id, sidecar)
-        log.error("store lease lost: a run was taken over", run_id=run_id, by=sidecar)
-        if self.on_lost is not None:
-            self.on_lost(run_id, message)
-
-    async def _adopt_expired(self) -> None:
+    async def _adopt_expired(self, runs: FleetRuns) -> None:
         """Adopt the live runs of each sidecar whose lease expired (one adopter each)."""
+        me = self.sidecar_id
         members = cast("set[bytes]", await self.client.smembers(SIDECARS_KEY))
         for other in sorted(m.decode() for m in members):
-            if other == self.sidecar_id or await self.client.exists(lease_key(other)):
+            if other == me or await self.client.exists(lease_key(other)):
                 continue
-            taken = await self.client.set(
-                adopter_key(other), self.sidecar_id, px=3 * self.lease_ms, nx=True
-            )
-            if not taken:
+            if not await self.client.set(adopter_key(other), me, px=3 * self.lease_ms, nx=True):
                 continue
-            runs = cast("set[bytes]", await self.client.smembers(runs_of_key(other)))
-            found = await self.read_runs(sorted(m.decode() for m in runs))
+            run_ids = cast("set[bytes]", await self.client.smembers(runs_of_key(other)))
+            found = await read_stored(self.client, sorted(m.decode() for m in run_ids))
             # Only what the dead sidecar still ran: an id it once ran may be another's now.
-            run_ids = [
-                f.stored.run_id for f in found if f.sidecar == other and not ended(f.stored.frames)
+            live = [
+                held.stored.run_id
+                for held in found
+                if held.sidecar == other and not ended(held.stored.frames)
             ]
-            live = await self._claim(run_ids, other)
+            async with self.client.pipeline(transaction=False) as pipe:
+                for run_id in live:
+                    pipe.eval(CLAIM, 1, meta_key(run_id), me, other)
+                claimed = self._claimed(live, await pipe.execute())
+            if claimed:
+                await self.client.sadd(runs_of_key(me), *claimed)
+            stored = await self.claimed_logs(claimed)
             async with self.client.pipeline(transaction=False) as pipe:
                 pipe.delete(runs_of_key(other), control_key(other))
                 pipe.srem(SIDECARS_KEY, other)
                 await pipe.execute()
-            self.adopted_runs += len(live)
+            self.adopted_runs += len(stored)
             log.warning(
                 "adopted the live runs of a sidecar whose store lease expired",
                 sidecar=other,
-                runs=len(live),
+                runs=len(stored),
             )
-            if live and self.on_adopt is not None:
-                self.on_adopt(live)
-
-    async def _claim(self, run_ids: list[str], sidecar: str) -> list[StoredRun]:
-        """Claim the runs ``run_ids`` of ``sidecar``, then read their logs: a frame the old
-        owner wrote is in them, and it can write none after the claim."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            for run_id in run_ids:
-                pipe.eval(CLAIM, 1, meta_key(run_id), self.sidecar_id, sidecar)
-            tokens = await pipe.execute()
-        claimed = [run_id for run_id, token in zip(run_ids, tokens, strict=True) if token]
-        self.tokens.update((r, int(t)) for r, t in zip(run_ids, tokens, strict=True) if t)
-        if claimed:
-            await self.client.sadd(runs_of_key(self.sidecar_id), *claimed)
-        return await self.claimed_logs(claimed)
+            if stored:
+                await runs.adopt(stored)
 
     async def claimed_logs(self, run_ids: list[str]) -> list[StoredRun]:
-        """The logs of the live runs ``run_ids`` this sidecar claimed, read after the claim."""
-        return [f.stored for f in await self.read_runs(run_ids) if not ended(f.stored.frames)]
+        """The logs of the live runs ``run_ids`` this sidecar claimed, read after the claim:
+        a frame the old owner wrote is in them, and it can write none after the claim."""
+        found = await read_stored(self.client, run_ids)
+        return [held.stored for held in found if not ended(held.stored.frames)]
 
-    async def ask_release(self, sidecar: str, run_id: str, identity: str) -> Control | None:
-        return await self.handovers.ask(sidecar, run_id, identity)
-
-    async def _control_loop(self) -> None:
+    async def _control_loop(self, runs: FleetRuns) -> None:
         key, last = control_key(self.sidecar_id), "0-0"
         while not self._closing.is_set():
             try:
@@ -343,39 +286,8 @@ class RedisFleet:
             for _, entries in answer or ():
                 for entry_id, fields in entries:
                     last = entry_id.decode()
-                    await self._obey(_control(fields), int(entry_id.split(b"-", 1)[0]))
-
-    async def _obey(self, control: Control, sent_ms: int) -> None:
-        """Hand ``control`` to the hand-overs or ``on_control`` (one at a time, in order)."""
-        try:
-            if not await self.handovers.handle(control, sent_ms) and self.on_control is not None:
-                self.on_control(control)
-        except RedisError as exc:  # the asker's wait ends unanswered; it retries
-            log.error(
-                "control request failed", op=control.op, run_id=control.run_id, error=repr(exc)
-            )
-
-
-def _control(fields: dict[bytes, bytes]) -> Control:
-    def text(name: bytes) -> str:
-        return fields.get(name, b"").decode()
-
-    return Control(
-        text(b"op"), text(b"run"), text(b"reason"), text(b"call"), bool(fields.get(b"approved")),
-        text(b"identity"), text(b"from"), int(text(b"token") or 0),
-    )  # fmt: skip
-
-
-def ended(frames: list[bytes]) -> bool:
-    """Whether a log ends with its terminal event."""
-    return isinstance(decode_frame(frames[-1]).event, RunCompleted | RunFailed | RunCancelled)
-
-
-def frames_of(entries: _Entries) -> list[bytes]:
-    """The gap-free frames of a stream's entries (``<seq>-0`` ids), from sequence 1 on."""
-    frames: list[bytes] = []
-    for entry_id, fields in entries:
-        if int(entry_id.split(b"-", 1)[0]) != len(frames) + 1:
-            break  # a gap can only follow a torn pipeline: stop there
-        frames.append(fields[b"f"])
-    return frames
+                    control = Control.of(fields)
+                    try:
+                        await runs.obey(control)
+                    except Exception:  # one bad request must not stop the stream's reading
+                        log.exception("control request failed", op=control.op, run=control.run_id)

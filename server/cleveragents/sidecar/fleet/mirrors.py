@@ -1,10 +1,9 @@
-"""Runs that another sidecar on the same store runs: read back from the store and followed live.
+"""Mirrors: the runs other sidecars of the fleet run, read back from the store and followed live.
 
-With a shared store (Redis), ``GetRun``, ``ListRuns``, ``WatchRun`` and ``FollowRun`` serve a
-run this sidecar does not have. Such a run is a *mirror*: a ``Run`` rebuilt from the stored
-log (its owner identity with it), which a follower task keeps up to date with blocking stream
-reads while someone watches it, so that its watchers' cursors work as on a local run.
-``CancelRun`` and ``DecideApproval`` on a mirror are sent to the sidecar that runs it.
+With a fleet, ``GetRun``, ``ListRuns``, ``WatchRun`` and ``FollowRun`` serve a run this sidecar
+does not have. Such a run is a *mirror*: a ``Run`` rebuilt from the stored log (its owner
+identity with it), which a follower task keeps up to date with blocking stream reads while
+someone watches it, so that its watchers' cursors work as on a local run.
 """
 
 from __future__ import annotations
@@ -27,12 +26,9 @@ from cleveragents.sidecar.status import status_from_code
 from cleveragents.tool import LLMResponded, RunCancelled, RunCompleted, RunFailed, ToolCallCompleted
 from cleveragents.wire import RunState, check_frame, decode_frame, request_of_started
 
-__all__ = [
-    "ATTACHED", "GONE", "REFUSED", "RELEASE", "RELEASED",
-    "Control", "SharedHead", "SharedLog", "SharedRun", "SharedRuns", "mirror",
-]  # fmt: skip
+__all__ = ["FleetLog", "HeldRun", "Mirrors", "RunHead", "mirror"]
 
-log = structlog.get_logger("cleveragents.sidecar.shared")
+log = structlog.get_logger("cleveragents.sidecar.fleet")
 
 T = TypeVar("T")
 #: How long one blocking read of a followed run waits before it looks whether anyone still
@@ -41,60 +37,34 @@ BLOCK_MS = 1000
 #: A mirror nobody watches is still followed this long after it was asked for (a CancelRun
 #: waits on it).
 KEEP_S = 10.0
-#: The control ops of a hand-over (``redis_handover``): the ask, and its two answers.
-RELEASE, RELEASED, REFUSED = "release", "released", "refused"
-#: Why an owner refuses a hand-over: a client stream holds the run; it is not live there.
-ATTACHED, GONE = "attached", "gone"
 
 
 @dataclass(frozen=True, slots=True)
-class SharedRun:
-    """A run as the shared store holds it, and the sidecar that runs (or ran) it."""
+class HeldRun:
+    """A run as the fleet's store holds it, and the sidecar that runs (or ran) it."""
 
     stored: StoredRun
     sidecar: str
 
 
 @dataclass(frozen=True, slots=True)
-class SharedHead:
-    """What the shared store's hash of a run says without its log: the identity that owns
-    it, the sidecar that runs (or ran) it and its ``resume_info``."""
+class RunHead:
+    """What the store's hash of a run says without its log: the identity that owns it, the
+    sidecar that runs (or ran) it and its ``resume_info``."""
 
     owner: str
     sidecar: str
     resume_info: str
 
 
-@dataclass(frozen=True, slots=True)
-class Control:
-    """A request for the sidecar that runs ``run_id``: ``cancel``, ``decide`` a call (as
-    ``identity``, whose decision the owner records and checks against the run's policy), or
-    a hand-over's ask and answer (``release``; ``released`` with the new fencing ``token``,
-    or ``refused``: see ``redis_handover``). ``sender`` is the sidecar that sent it."""
+class FleetLog(Protocol):
+    """What the fleet's store lets this sidecar read of the runs of others."""
 
-    op: str
-    run_id: str
-    reason: str = ""
-    call_id: str = ""
-    approved: bool = False
-    identity: str = ""
-    sender: str = ""
-    token: int = 0
-
-
-class SharedLog(Protocol):
-    """What a store that several sidecars share lets one read of the others' runs."""
-
-    @property
-    def sidecar_id(self) -> str:
-        """This sidecar's id in the store (leases and control streams are by it)."""
-        ...
-
-    async def read_runs(self, run_ids: list[str]) -> list[SharedRun]:
+    async def read_runs(self, run_ids: list[str]) -> list[HeldRun]:
         """The stored runs of ``run_ids`` there are (unknown ones left out)."""
         ...
 
-    async def read_head(self, run_id: str) -> SharedHead | None:
+    async def read_head(self, run_id: str) -> RunHead | None:
         """The hash of ``run_id`` (``None``: no such run), read without its log: an owner
         check costs one small read, however long the log."""
         ...
@@ -105,21 +75,6 @@ class SharedLog(Protocol):
 
     async def read_after(self, run_id: str, after: int, block_ms: int) -> list[bytes]:
         """The frames after sequence ``after``, waiting up to ``block_ms`` for one."""
-        ...
-
-    async def send_control(self, sidecar: str, control: Control) -> None:
-        """Queue ``control`` for ``sidecar`` (its control stream)."""
-        ...
-
-    async def ask_release(self, sidecar: str, run_id: str, identity: str) -> Control | None:
-        """Ask ``sidecar`` to hand its parked run ``run_id`` (of ``identity``, which it
-        checks) over to this sidecar: its answer
-        (``released``: the run is live here now), or ``None`` if none came in time."""
-        ...
-
-    def lose(self, run_id: str, sidecar: str) -> None:
-        """Another sidecar (``sidecar``) took over this sidecar's run ``run_id``: stop it here
-        (logged and counted once)."""
         ...
 
 
@@ -162,11 +117,11 @@ def feed(run: Run, frames: list[bytes]) -> None:
             run.log.append(item)
 
 
-class SharedRuns:
+class Mirrors:
     """The mirrors of other sidecars' runs, each followed by one task while it is wanted."""
 
-    def __init__(self, shared: SharedLog, stats: LogStats, frame_limit: int = 0) -> None:
-        self.shared = shared
+    def __init__(self, store: FleetLog, stats: LogStats, frame_limit: int = 0) -> None:
+        self.store = store
         self.stats = stats
         self.frame_limit = frame_limit
         #: Followed mirrors by run id, with the sidecar running each, and until when to keep
@@ -177,9 +132,9 @@ class SharedRuns:
         #: Set by ``close``: a follower ends at its next read even if its cancel is lost.
         self._closing = False
 
-    async def head(self, run_id: str) -> SharedHead | None:
+    async def head(self, run_id: str) -> RunHead | None:
         """The hash of ``run_id`` (owner, sidecar, resume info), or ``None`` if not stored."""
-        return await _read(self.shared.read_head(run_id))
+        return await _read(self.store.read_head(run_id))
 
     async def get(
         self, run_id: str, may: Callable[[str], bool] = lambda owner: True
@@ -196,7 +151,7 @@ class SharedRuns:
         if head is None or not may(head.owner):
             return None
         self._keep_until[run_id] = time.monotonic() + KEEP_S
-        found = await _read(self.shared.read_runs([run_id]))
+        found = await _read(self.store.read_runs([run_id]))
         if not found:
             self._keep_until.pop(run_id, None)
             return None
@@ -212,21 +167,7 @@ class SharedRuns:
         task.add_done_callback(self._tasks.discard)
         return run, found[0].sidecar
 
-    async def taken_over(self, run_id: str) -> bool:
-        """Whether the store says another sidecar runs ``run_id``, this sidecar's (its lease
-        expired while it stalled, and that sidecar took the run over): if so this sidecar's
-        copy is stopped now (``SharedLog.lose``), as its next renewal would. ``False`` too
-        when the store cannot be read (the caller goes on locally)."""
-        try:
-            head = await self.head(run_id)
-        except SidecarError:
-            return False
-        if head is None or head.sidecar in ("", self.shared.sidecar_id):
-            return False
-        self.shared.lose(run_id, head.sidecar)
-        return True
-
-    async def claim(self, run_id: str, owner: str, store: EventStore) -> None:
+    async def reserve(self, run_id: str, owner: str, store: EventStore) -> None:
         """Let a new run of ``owner`` take ``run_id``, unknown here: a finished run of its own
         on the store is forgotten (replaced); ``ALREADY_EXISTS`` if another identity owns it,
         or it still runs. While the store cannot be read, the run starts, and the store's
@@ -255,29 +196,20 @@ class SharedRuns:
 
     async def recent(self, limit: int, skip: set[str]) -> list[Run]:
         """Snapshots of the ``limit`` runs started last that are not in ``skip``."""
-        recent = await _read(self.shared.recent_run_ids(limit + len(skip)))
+        recent = await _read(self.store.recent_run_ids(limit + len(skip)))
         run_ids = [run_id for run_id in recent if run_id not in skip]
         runs = []
-        for found in await _read(self.shared.read_runs(run_ids[:limit])):
+        for found in await _read(self.store.read_runs(run_ids[:limit])):
             followed = self._followed.get(found.stored.run_id)
             try:
                 runs.append(followed[0] if followed else mirror(found.stored, self.stats))
             except Exception:  # an unreadable log is left out of the list, not fatal to it
-                log.warning("shared run unreadable", run_id=found.stored.run_id)
+                log.warning("another sidecar's run unreadable", run_id=found.stored.run_id)
         return runs
-
-    async def control(self, sidecar: str, control: Control) -> None:
-        """Send ``control`` to the sidecar running the run."""
-        await _read(self.shared.send_control(sidecar, control))
-
-    async def ask_release(self, sidecar: str, run_id: str, identity: str) -> Control | None:
-        """Ask ``sidecar`` to hand its parked run ``run_id`` of ``identity`` over
-        (``SharedLog.ask_release``)."""
-        return await _read(self.shared.ask_release(sidecar, run_id, identity))
 
     async def close(self) -> None:
         """Stop following (every follower task is awaited). Each is told as well as
-        cancelled: redis-py can lose the cancel of a blocking read (``RedisFleet.close``)."""
+        cancelled: redis-py can lose the cancel of a blocking read (see ``lease``)."""
         self._closing = True
         tasks = list(self._tasks)
         for task in tasks:
@@ -291,10 +223,10 @@ class SharedRuns:
                 wanted = run.log.cursors or time.monotonic() < self._keep_until.get(run_id, 0)
                 if not wanted:
                     break
-                frames = await self.shared.read_after(run_id, len(run.log.frames), BLOCK_MS)
+                frames = await self.store.read_after(run_id, len(run.log.frames), BLOCK_MS)
                 feed(run, frames)
         except Exception as exc:  # the store went away: the watchers end where they are
-            log.warning("shared run no longer followed", run_id=run_id, error=repr(exc))
+            log.warning("another sidecar's run no longer followed", run_id=run_id, error=repr(exc))
             run.log.close()
         finally:
             with contextlib.suppress(KeyError):

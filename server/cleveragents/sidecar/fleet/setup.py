@@ -1,28 +1,21 @@
-"""Which ``EventStore`` a sidecar's ``event_store`` setting names: none (memory), a Redis URL,
-or a SQLite file; and, for a store several sidecars share, what ties the manager to the fleet."""
+"""Which ``EventStore`` a sidecar's ``event_store`` setting names (none: memory; a Redis URL; or
+a SQLite file), and the run directory that comes with it: a fleet's for Redis, shared with the
+other sidecars on that Redis; a sidecar alone's for the others."""
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
-
-import structlog
 
 from cleveragents.sidecar.config import SidecarConfig
-from cleveragents.sidecar.errors import ConfigError, SidecarError
-from cleveragents.sidecar.fleet.mirrors import ATTACHED, GONE, Control, SharedRuns
-from cleveragents.sidecar.runs.manager import RunManager
-from cleveragents.sidecar.runs.resume import ADOPTION_REASON, handover_reason
+from cleveragents.sidecar.errors import ConfigError
+from cleveragents.sidecar.fleet.directory import RunDirectory
+from cleveragents.sidecar.runs import RunManager
 from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
-from cleveragents.sidecar.runs.store import EventStore, StoredRun
+from cleveragents.sidecar.runs.store import EventStore
 
-if TYPE_CHECKING:
-    from cleveragents.sidecar.fleet.handover import RedisHandovers
-
-__all__ = ["is_redis_url", "share", "store_for"]
-
-log = structlog.get_logger("cleveragents.sidecar.shared")
+__all__ = ["directory_for", "is_redis_url", "store_for"]
 
 #: The ``event_store`` values that name a Redis server (anything else is a SQLite file).
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -39,7 +32,11 @@ def store_for(config: SidecarConfig, env: Mapping[str, str] | None = None) -> Ev
         return None
     if not is_redis_url(config.event_store):
         return SqliteEventStore(config.event_store)
-    from cleveragents.sidecar.fleet.redis_store import RedisEventStore
+    import redis.asyncio
+
+    from cleveragents.sidecar.fleet.fencing import Claims
+    from cleveragents.sidecar.fleet.lease import Lease
+    from cleveragents.sidecar.fleet.redis_store import RedisEventStore, redis_options
 
     password = ""
     if name := config.event_store_password_env:
@@ -49,80 +46,29 @@ def store_for(config: SidecarConfig, env: Mapping[str, str] | None = None) -> Ev
     for name in ("event_store_ca_file", "event_store_cert_file", "event_store_key_file"):
         if (path := getattr(config, name)) and not os.access(path, os.R_OK):
             raise ConfigError(f"{name} {path!r} cannot be read (missing, or no access)")
-    return RedisEventStore(
-        config.event_store,
+    url = config.event_store
+    options = redis_options(
+        url,
         password=password,
         ca_file=config.event_store_ca_file,
         cert_file=config.event_store_cert_file,
         key_file=config.event_store_key_file,
-        lease_s=config.event_store_lease_s,
-        sidecar_id=config.sidecar_id,
     )
+    client = redis.asyncio.Redis.from_url(url, **options)
+    claims = Claims(config.sidecar_id or uuid.uuid4().hex[:16])
+    lease = Lease(client, claims, config.event_store_lease_s)
+    return RedisEventStore(url, options, client, claims, lease)
 
 
-def share(store: EventStore | None, manager: RunManager) -> None:
-    """With a store several sidecars share (Redis), let ``manager`` serve the others' runs,
-    adopt the runs of those whose leases expire, and obey their control requests."""
+def directory_for(config: SidecarConfig, manager: RunManager) -> RunDirectory:
+    """The run directory of ``manager``'s runs: with a Redis store, of the fleet's too."""
+    takes_over = config.resume_runs and config.session_reattach_s > 0
+    store = manager.store
     if type(store).__name__ != "RedisEventStore":  # redis-py is imported only for Redis
-        return
+        return RunDirectory(manager, takes_over=takes_over)
+    from cleveragents.sidecar.fleet.redis_fleet import RedisFleet
     from cleveragents.sidecar.fleet.redis_store import RedisEventStore
 
     assert isinstance(store, RedisEventStore)
-    fleet = store.fleet
-    manager.shared = SharedRuns(fleet, manager.stats, manager.frame_limit)
-    fleet.on_adopt = lambda runs: manager.take_back(runs, ADOPTION_REASON)
-    fleet.on_lost = manager.lose
-
-    def control(request: Control) -> None:
-        run = manager.get(request.run_id)
-        if run is None or run.finished:
-            log.info("control for a run not live here", op=request.op, run_id=request.run_id)
-        elif request.op == "cancel":
-            manager.cancel(run, request.reason or "cancelled by CancelRun")
-        elif request.op == "decide" and run.approvals is not None:
-            try:
-                run.approvals.decide(
-                    request.call_id, request.approved, request.reason, "rpc", request.identity
-                )
-            except SidecarError as exc:
-                log.warning("approval decision refused", run_id=run.run_id, error=exc.message)
-
-    fleet.on_control = control
-    _hand_over(fleet.handovers, manager)
-
-
-def _hand_over(handovers: RedisHandovers, manager: RunManager) -> None:
-    """Let ``manager`` hand its parked Session runs to the sidecars their clients reach, and
-    take those handed to it (``redis_handover``)."""
-    from cleveragents.sidecar.fleet.handover import handed_over_message
-
-    def release(run_id: str, identity: str) -> str:
-        run = manager.get(run_id)
-        if run is None or run.ended or run.owner != identity:
-            return GONE
-        entry = manager.parked.get(run_id)
-        if entry is None or entry.reserved:
-            return ATTACHED
-        entry.reserved = True  # no client re-attaches here while it is claimed
-        return ""
-
-    def claimed(run_id: str, to: str, moved: bool) -> None:
-        entry = manager.parked.get(run_id)
-        if not moved:
-            if entry is not None:
-                entry.reserved = False
-            return
-        manager.parked.unpark(run_id)
-        manager.lose(run_id, handed_over_message(run_id, handovers.fleet.sidecar_id, to))
-
-    def handed(stored: StoredRun, sender: str, awaited: bool) -> None:
-        if (live := manager.get(stored.run_id)) is not None and not live.ended:
-            log.warning("handed-over run already live here", run_id=stored.run_id)
-            return
-        manager.take_back([stored], handover_reason(sender))
-        if (entry := manager.parked.get(stored.run_id)) is not None:
-            entry.reserved = awaited
-
-    handovers.on_release = release
-    handovers.on_claimed = claimed
-    handovers.on_handed = handed
+    fleet = RedisFleet(store.client, store.claims, store.lease, manager.stats, manager.frame_limit)
+    return RunDirectory(manager, fleet, takes_over=takes_over)

@@ -41,7 +41,6 @@ from cleveragents.tool import Resumption, RunFailed
 if TYPE_CHECKING:
     from cleveragents.sidecar.assembly import AssembledRun
     from cleveragents.sidecar.config import Policy
-    from cleveragents.sidecar.fleet.mirrors import SharedRuns
 
 __all__ = ["RunManager"]
 
@@ -85,6 +84,8 @@ class RunManager:
         self.store_changed = asyncio.Event()
         self._hurry = asyncio.Event()
         self._live: dict[str, Run] = {}
+        #: The loops of runs lost to another sidecar, still ending (awaited at the drain).
+        self._stopping: set[asyncio.Task[None]] = set()
         #: The watchers' cursors (``follow``, ``unfollow``, ``drop_stalled``).
         self.watchers = Watchers(self.stats, watcher_queue_size)
         #: Finished runs kept for GetRun and WatchRun.
@@ -98,12 +99,10 @@ class RunManager:
         #: The governance policy a stored run names (``None``: gone): a run taken back counts
         #: against its owner's quotas under it.
         self._policy_of = policy_of
-        #: Other sidecars' runs, with a store they share (see ``stores.share``).
-        self.shared: SharedRuns | None = None
         self._resumer: Resumer | None = None
         #: Session runs waiting for their client to re-attach (see ``parked``).
         self.parked = ParkedRuns(session_reattach_s)
-        self.store.watch(self._store_changed)
+        self.store.listen(self)
 
     # -- the store -----------------------------------------------------------------------------
 
@@ -201,9 +200,7 @@ class RunManager:
         await settle(self._finished.runs(), timeout_s)
 
     async def close(self) -> None:
-        """Stop following other sidecars' runs; let the store write what it holds, close it."""
-        if self.shared is not None:
-            await self.shared.close()
+        """Let the store write what it holds, and close it."""
         await self.store.close()
 
     @property
@@ -348,10 +345,14 @@ class RunManager:
         run = self._live.get(run_id) or self._finished.get(run_id)
         if run is None or not run.lose(message):
             return
-        # Retained (its loop ended, its end not stored): forgotten; parked: no loop to end.
-        if self._finished.pop(run_id) is None and run.task is None:
-            self.parked.unpark(run_id)
-            self._retire(run)
+        # Forgotten at once (it is another's now): retained (its loop ended, its end not
+        # stored) or live; a loop still running ends on its own, awaited at the drain.
+        self.parked.unpark(run_id)
+        self._finished.pop(run_id)
+        self._retire(run)
+        if run.task is not None and not run.task.done():
+            self._stopping.add(run.task)
+            run.task.add_done_callback(self._stopping.discard)
 
     def hurry(self) -> None:
         """End a drain's grace period now (a second Ctrl-C): its live runs are cancelled."""
@@ -362,6 +363,7 @@ class RunManager:
         self.accepting = False
         self.parked.close()
         await drain_live(self._live, self._hurry, grace_s, self.cancel)
+        await asyncio.gather(*self._stopping, return_exceptions=True)
 
     async def _drive(
         self, run: Run, assembled: AssembledRun, resume: Resumption | None = None
@@ -371,7 +373,14 @@ class RunManager:
         finally:
             self._retire(run)
 
-    def _store_changed(self, failure: str | None) -> None:
+    # -- what the store tells (``StoreListener``) -----------------------------------------------
+
+    def run_taken(self, run_id: str, message: str) -> None:
+        """The store refused a frame of ``run_id``: another sidecar owns it now."""
+        self.lose(run_id, message)
+
+    def health_changed(self, failure: str | None) -> None:
+        """The store failed to write (every live run ends), or writes again."""
         self.store_failure = failure
         self.store_changed.set()
         if failure is not None:
@@ -380,7 +389,9 @@ class RunManager:
                 self.fail(run, message)
 
     def _retire(self, run: Run) -> None:
-        self._live.pop(run.run_id, None)
+        if self._live.get(run.run_id) is not run:  # retired already (lost, its loop ending)
+            return
+        del self._live[run.run_id]
         self.quotas.release(run)
         if self.max_finished_runs > 0 and run.lost is None:  # a lost run is another's now
             self._finished.keep(run)

@@ -32,8 +32,8 @@ class ParkedRun:
     timer: asyncio.TimerHandle
     #: Why it waits here: the ``run_resumed`` reason once its client re-attaches.
     reason: str = ""
-    #: Handed over for a re-attach under way here: no other client, and no other sidecar's
-    #: hand-over, may take it (that re-attach unparks it next).
+    #: Taken by a re-attach under way here: no other client, here or at another sidecar,
+    #: may take it (that re-attach unparks it next, or gives it back).
     reserved: bool = False
 
 
@@ -65,6 +65,10 @@ class ParkedRuns:
         self.unpark(run.run_id)
         self._parked[run.run_id] = entry
         self.parked_one.set()
+
+    def entries(self) -> list[ParkedRun]:
+        """The runs waiting now."""
+        return list(self._parked.values())
 
     def get(self, run_id: str) -> ParkedRun | None:
         """The parked run ``run_id``, or ``None``."""

@@ -38,7 +38,7 @@ ADOPTION_REASON = "its sidecar stopped renewing its lease and this sidecar adopt
 
 
 def handover_reason(sidecar: str) -> str:
-    """Why a parked Session run that ``sidecar`` handed over (``redis_handover``) resumes here."""
+    """Why a parked Session run taken over from ``sidecar`` (a hand-over) resumes here."""
     return f"sidecar {sidecar!r} handed it over when its client re-attached to this sidecar"
 
 

@@ -222,10 +222,10 @@ class Run:
         self.log.end(item, self._finish)
 
     def lose(self, message: str) -> bool:
-        """Stop this sidecar's copy of a run another sidecar took over (its lease had expired;
-        the fleet logs that as an error) or was handed (``redis_handover``): nothing more is
-        logged or run here, its streams end (``FAILED_PRECONDITION``,
-        ``message``) and its waiters wake; ``False`` if it had already finished."""
+        """Stop this sidecar's copy of a run another sidecar took over (its lease had expired:
+        the fleet logs that as an error; or it was parked: a hand-over): nothing more is
+        logged or run here, its streams end (``FAILED_PRECONDITION``, ``message``) and its
+        waiters wake; ``False`` if it had already finished."""
         if self.finished or self.lost is not None:
             return False
         self.lost = SidecarError(grpc.StatusCode.FAILED_PRECONDITION, message)

@@ -10,26 +10,23 @@ the re-declared tools and resumes from its log (calls in flight re-run only for 
 tools). A run another stream holds is refused (``FAILED_PRECONDITION``): taking it over
 silently would leave two clients answering the same calls.
 
-With a Redis fleet the client may reach any sidecar: one that does not run the run asks the
-sidecar that does to hand it over (``fleet.handover``; at most ``min(event_store_lease_s,
-5 s)``). A parked run moves here and resumes as an adopted one does (from its log after the
-claim: calls in flight re-run only for idempotent tools, the others get the interrupted
-record); one attached to a live stream there is refused (``FAILED_PRECONDITION`` naming that
-sidecar); no answer in time is ``UNAVAILABLE`` (the client retries). Ownership is checked
-first: another identity's run is ``NOT_FOUND``, and nothing is asked.
+With a Redis fleet the client may reach any sidecar: a run parked on another sidecar is taken
+over here (``fleet.redis_fleet``: one compare-and-set on the run's hash) and resumes as an
+adopted one does (from its log after the claim: calls in flight re-run only for idempotent
+tools, the others get the interrupted record); one attached to a live stream there is refused
+(``FAILED_PRECONDITION`` naming that sidecar); one whose sidecar died is ``UNAVAILABLE`` until
+the fleet adopts it (the client retries). Ownership is checked first: another identity's run is
+``NOT_FOUND``, and nothing is read of its log.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
-import grpc
-
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.sidecar.fleet.mirrors import ATTACHED
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.runs import Run
+from cleveragents.sidecar.runs.parked import ParkedRun
 from cleveragents.sidecar.runs.resume import RESTART_REASON, ResumeInfo, resumption_of
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context
@@ -58,17 +55,17 @@ def session_gone(
 ) -> None:
     """The stream of ``run`` ended early: park the run for its client to re-attach when it
     waits on that client, else cancel it as before (see ``ToolRuntimeService.abandoned``)."""
-    parked = service.manager.parked
+    window = service.config.session_reattach_s
     remaining = context.time_remaining()
     at_deadline = remaining is not None and remaining <= DEADLINE_SLACK_S
-    waits = hosts and parked.window_s > 0 and not at_deadline
+    waits = hosts and window > 0 and not at_deadline
     if waits and not run.ended and host.violation is None:
         why = (
             f"its client went away and no client re-attached within session_reattach_s "
-            f"({parked.window_s:g} s)"
+            f"({window:g} s)"
         )
-        parked.park(run, host, lambda: service.manager.cancel(run, why))
-        run.logger.info("session client went away", waits_s=parked.window_s)
+        service.directory.park(run, host, lambda: service.manager.cancel(run, why))
+        run.logger.info("session client went away", waits_s=window)
         return
     service.abandoned(run, context, "the client went away", force=hosts)
 
@@ -79,44 +76,48 @@ async def reattach(
     """The run ``start`` re-attaches to and its host, its outbox filled with what the client
     missed (``None``: the run has ended; its log has the rest). ``SidecarError`` says why it
     cannot (``NOT_FOUND`` for a run of another identity, as for an unknown id)."""
-    caller = current_caller()
-    away = await _elsewhere(service, start, caller.name)
-    if isinstance(away, tuple):  # handed over to this sidecar for this very re-attach
-        run, opened = away
-        try:
-            return run, _resumed(service, run, start, opened, handed=True)
-        except SidecarError:
-            if (entry := service.manager.parked.get(run.run_id)) is not None:
-                entry.reserved = False  # another re-attach may have it
-            raise
-    run = away or service.manager.require(start.reattach_run_id, lambda r: r.owner == caller.name)
+    caller, run_id = current_caller(), start.reattach_run_id
+    handle = await service.directory.locate(run_id, lambda owner: owner == caller.name)
+    if handle is None:
+        raise SidecarError.not_found(f"no run with id {run_id!r} (unknown, or expired)")
+    run = handle.run
     if run.lost is not None:  # handed over (or taken over): another sidecar has it now
         raise SidecarError.out_of_order(run.lost.message)
-    after = start.after_sequence
-    _check_after(run, after)
+    _check_after(run, start.after_sequence)
     if run.ended:
         return run, None
-    parked = service.manager.parked.get(run.run_id)
-    if parked is None or parked.reserved:
-        _refuse_server_hosted(run)
-        raise SidecarError.out_of_order(
-            f"run {run.run_id!r} is not waiting for a client: a Session run is attached to "
-            "another stream (a run has one client at a time; watch it with FollowRun meanwhile)"
-        )
-    if isinstance(parked.host, ClientHost):  # its stream dropped; the run went on
-        host = parked.host
-        declared = sorted(tool.name for tool in start.tools)
-        if declared != sorted(host.tool_names):
-            raise SidecarError.invalid(
-                f"start.tools must re-declare the run's client tools {sorted(host.tool_names)}, "
-                f"not {declared}"
-            )
-        service.manager.parked.unpark(run.run_id)
-        host.rebind(run.log, run.log.frames[after : run.log.released])
-        run.log.sinks.append(host.outbox)
-        run.logger.info("session client re-attached", after_sequence=after)
-        return run, host
-    return run, await _rebuilt(service, run, start)
+    _refuse_server_hosted(run)  # retrying would not help: it never waits for a client
+
+    async def prepare(waiting: ParkedRun | None) -> Opened | None:
+        """Check the start before the run is taken: the tools of a run whose host waits
+        here; else (rebuilt from its log, here or at the sidecar it comes from) the opening."""
+        if waiting is not None and isinstance(waiting.host, ClientHost):
+            declared = sorted(tool.name for tool in start.tools)
+            if declared != sorted(waiting.host.tool_names):
+                raise SidecarError.invalid(
+                    f"start.tools must re-declare the run's client tools "
+                    f"{sorted(waiting.host.tool_names)}, not {declared}"
+                )
+            return None
+        return await _opening(service, run, start)
+
+    attachment = await handle.reattach(caller.name, prepare)
+    run, waiting = attachment.run, attachment.waiting
+    if waiting is None:  # it ended meanwhile: its log has the rest
+        return run, None
+    try:
+        if isinstance(waiting.host, ClientHost):  # its stream dropped; the run went on
+            host = waiting.host
+            service.manager.parked.unpark(run.run_id)
+            host.rebind(run.log, run.log.frames[start.after_sequence : run.log.released])
+            run.log.sinks.append(host.outbox)
+            run.logger.info("session client re-attached", after_sequence=start.after_sequence)
+            return run, host
+        assert attachment.prepared is not None
+        return run, _resumed(service, run, waiting, start, attachment.prepared)
+    except BaseException:
+        attachment.give_back()
+        raise
 
 
 def _check_after(run: Run, after: int) -> None:
@@ -124,61 +125,6 @@ def _check_after(run: Run, after: int) -> None:
         raise SidecarError.invalid(
             f"after_sequence {after} is past the run's last event ({run.last_sequence})"
         )
-
-
-async def _elsewhere(
-    service: ToolRuntimeService, start: session_pb2.SessionStart, owner: str
-) -> Run | tuple[Run, Opened] | None:
-    """With a shared store, the run of ``owner`` that another sidecar ran and ended (its log
-    is sent as for a local one), or the live one it ran and handed over to this sidecar
-    (parked here for this re-attach, with the opening read from ``start``).
-
-    The sidecar running it is asked to hand it over if it is parked there; one attached to a
-    stream there is ``FAILED_PRECONDITION``; no answer in time (that sidecar stalled, or
-    died: once its lease expires, the fleet adopts the run) ``UNAVAILABLE``, and the client
-    retries. A server-hosted run is ``FAILED_PRECONDITION`` (no client takes it over).
-    ``None``: the run is this sidecar's, unknown or another identity's (``require`` says so).
-    """
-    shared, run_id = service.manager.shared, start.reattach_run_id
-    if shared is None or service.manager.get(run_id) is not None:
-        return None
-    found = await shared.get(run_id, lambda o: o == owner)  # another's log is not read
-    if found is None:
-        return None
-    run, sidecar = found
-    if run.finished:
-        return run
-    _refuse_server_hosted(run)  # retrying would not help: it never waits for a client
-    _check_after(run, start.after_sequence)
-    asked = ""
-    if service.config.resume_runs and service.manager.parked.window_s > 0:
-        opened = await _opening(service, run, start)  # a bad start is refused before asking
-        try:
-            answer = await shared.ask_release(sidecar, run_id, owner)
-        except asyncio.CancelledError:  # the client left: a run handed over waits for anyone
-            if (entry := service.manager.parked.get(run_id)) is not None:
-                entry.reserved = False
-            raise
-        handed = service.manager.get(run_id)
-        entry = service.manager.parked.get(run_id)
-        if handed is not None and entry is not None and entry.reserved:
-            return handed, opened  # kept for this re-attach (its answer may have come late)
-        if answer is not None and answer.reason == ATTACHED:
-            raise SidecarError.out_of_order(
-                f"run {run_id!r} is attached to another stream on sidecar {sidecar!r} (a run "
-                "has one client at a time; watch it with FollowRun meanwhile)"
-            )
-        if handed is not None:  # it came here meanwhile: re-attach to it as to a local run
-            return None
-        if run.finished:  # it ended there meanwhile (its mirror is followed)
-            return run
-        asked = " and did not hand it over in time"
-    raise SidecarError(
-        grpc.StatusCode.UNAVAILABLE,
-        f"run {run_id!r} runs on sidecar {sidecar!r}, not this one{asked}: retry (here or "
-        "there; once that sidecar's store lease, event_store_lease_s, expires, a sidecar of "
-        "the fleet adopts the run, and it waits session_reattach_s for its client)",
-    )
 
 
 def _refuse_server_hosted(run: Run) -> None:
@@ -200,36 +146,20 @@ async def _opening(
     return await read_opening(start, service.config, service.frame_limit, service.openings)
 
 
-async def _rebuilt(
-    service: ToolRuntimeService, run: Run, start: session_pb2.SessionStart
-) -> ClientHost:
-    """Resume ``run``, parked since the restart, around the tools ``start`` re-declares."""
-    return _resumed(service, run, start, await _opening(service, run, start), handed=False)
-
-
 def _resumed(
     service: ToolRuntimeService,
     run: Run,
+    waiting: ParkedRun,
     start: session_pb2.SessionStart,
     opened: Opened,
-    *,
-    handed: bool,
 ) -> ClientHost:
-    """Resume ``run``, parked rebuilt from its log (a restart, an adoption, a hand-over for
-    this re-attach when ``handed``), around the tools the opening re-declares."""
+    """Resume ``run``, parked rebuilt from its log (a restart, an adoption, a hand-over),
+    around the tools the opening re-declares."""
     opening, host = opened
     info = ResumeInfo.from_json(run.log.resume_info)
-    parked = service.manager.parked.get(run.run_id)
-    if run.lost is not None:  # handed over to another sidecar meanwhile
-        raise SidecarError.out_of_order(run.lost.message)
-    if parked is None or info is None:  # its window ended
+    if info is None:  # pragma: no cover - a run that parks rebuilt was stored with it
         raise SidecarError.not_found(f"run {run.run_id!r} stopped waiting for its client")
-    if parked.reserved and not handed:
-        raise SidecarError.out_of_order(
-            f"run {run.run_id!r} is being re-attached by another stream (a run has one client "
-            "at a time; watch it with FollowRun meanwhile)"
-        )
-    resumption = resumption_of(run.log.frames, parked.reason or RESTART_REASON)
+    resumption = resumption_of(run.log.frames, waiting.reason or RESTART_REASON)
     assembled = service.reassemble(run, info, resumption, (opening, host))
     service.manager.parked.unpark(run.run_id)
     tools, llm = _in_flight(resumption)

@@ -14,7 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import running_loop_name
-from cleveragents.sidecar.fleet.setup import share, store_for
+from cleveragents.sidecar.fleet.setup import directory_for, store_for
 from cleveragents.sidecar.llm_profiles import close_provider_clients
 from cleveragents.sidecar.runs import RunManager, RunObserver
 from cleveragents.sidecar.secrets import known_secrets
@@ -102,20 +102,21 @@ class Sidecar:
             finished_run_ttl_s=config.finished_run_ttl_s,
             max_finished_run_bytes=config.max_finished_run_bytes,
             watcher_queue_size=config.watcher_queue_size,
-            store=(store := store_for(config)),
+            store=store_for(config),
             observers=observers,
             frame_limit=event_limit(config.max_message_bytes),
             session_reattach_s=config.session_reattach_s,
             policy_of=lambda name: config.policies.get(name) if name else config.policy,
         )
-        share(store, self.manager)
+        #: Where each run lives: here, or (a fleet) on another sidecar sharing the store.
+        self.directory = directory_for(config, self.manager)
         #: Calls refused for their credentials (counted, and logged at most once an interval).
         self.rejections = Rejections(config.auth_reject_log_interval_s)
         if self.metrics is not None:
             self.metrics.track(self.manager, self.rejections)
-            if (fleet := getattr(store, "fleet", None)) is not None:  # a shared (Redis) store
-                self.metrics.track_fleet(fleet.counts)
-        self.service = ToolRuntimeService(config, self.registry, self.manager)
+            if (lease := getattr(self.manager.store, "lease", None)) is not None:  # a fleet
+                self.metrics.track_fleet(lease.counts)
+        self.service = ToolRuntimeService(config, self.registry, self.manager, self.directory)
         #: The MCP servers' connections; the ``mcp`` SDK is imported only when one is set.
         self.mcp: McpServers | None = None
         if config.mcp_servers:
@@ -131,6 +132,7 @@ class Sidecar:
         self._server: grpc.aio.Server | None = None
         self._health_task: asyncio.Task[None] | None = None
         self._sweep_task: asyncio.Task[None] | None = None
+        self._serving: contextlib.AbstractAsyncContextManager[None] | None = None
 
     async def start(self) -> str:
         """Bind the configured address and start serving; returns the address bound.
@@ -155,6 +157,8 @@ class Sidecar:
         resumer = self.service if self.config.resume_runs and self.config.event_store else None
         restored = self.manager.open(resumer)
         await self.manager.settle()
+        self._serving = self.directory.serving()
+        await self._serving.__aenter__()
         credentials = server_credentials(self.config)
         listen = self.config.listen
         check_listen_policy(
@@ -256,6 +260,9 @@ class Sidecar:
         await self.manager.drain(grace)
         if self._server is not None:
             await self._server.stop(min(grace, 2.0))
+        if self._serving is not None:
+            await self._serving.__aexit__(None, None, None)
+            self._serving = None
         await self.manager.close()
         if self.mcp is not None:
             await self.mcp.stop()

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from cleveragents.sidecar.approvals import own_run_refusal
 from cleveragents.sidecar.assembly import AssembledRun, RunAssembler
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.sidecar.fleet.mirrors import Control
+from cleveragents.sidecar.fleet.directory import Decision, RunDirectory, RunHandle
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.identity import Access
 from cleveragents.sidecar.runs import FrameQueue, FrameSink, LogCursor, Run, RunManager
 from cleveragents.sidecar.runs.resume import ResumeInfo
-from cleveragents.sidecar.transport import follow, session, shared_calls
+from cleveragents.sidecar.transport import follow, session
 from cleveragents.sidecar.transport.bounds import check_started_fits
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import (
@@ -41,6 +41,7 @@ from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import (
     RunRequest,
     RunState,
+    RunSummary,
     SessionOpening,
     batch,
     batch_limit,
@@ -50,12 +51,12 @@ from cleveragents.wire import (
     result_trailer,
     run_state_to_pb,
     spec_to_pb,
+    summary_to_pb,
     take_frames,
 )
 
 __all__ = ["ToolRuntimeService"]
 
-_CANCEL_WAIT_S = 5.0
 #: A spec this much under the frame limit cannot make ``run_started`` too large, whatever the
 #: sidecar adds (run id, iteration limit, thousands of tool names): nearer, it is measured.
 _SPEC_SLACK = 512 * 1024
@@ -68,10 +69,17 @@ WATCH_BATCH_BYTES = 64 * 1024
 class ToolRuntimeService:
     """The servicer. Server-side tools come from ``registry``; runs live in ``manager``."""
 
-    def __init__(self, config: SidecarConfig, registry: ToolRegistry, manager: RunManager) -> None:
+    def __init__(
+        self,
+        config: SidecarConfig,
+        registry: ToolRegistry,
+        manager: RunManager,
+        directory: RunDirectory,
+    ) -> None:
         self.config = config
         self.registry = registry
         self.manager = manager
+        self.directory = directory
         self.assembler = RunAssembler(config, registry)
         self.batch_limit = batch_limit(config.max_message_bytes)
         #: The largest event, or page of a run's history, one message may carry.
@@ -151,19 +159,12 @@ class ToolRuntimeService:
     async def CancelRun(
         self, request: service_pb2.CancelRunRequest, context: Context
     ) -> service_pb2.CancelRunResponse:
-        located = await self._locate(request.run_id, context, Access.CONTROL)
-        try:  # a copy stale here (taken over while this sidecar stalled) is not cancelled
-            run, sidecar = await shared_calls.current(self, *located)
+        handle = await self._locate(request.run_id, context, Access.CONTROL)
+        try:
+            state = await handle.cancel(request.reason or "cancelled by CancelRun")
         except SidecarError as exc:
             await abort(context, exc)
-        reason = request.reason or "cancelled by CancelRun"
-        if not run.finished and self.manager.shared is not None and sidecar:
-            await self.manager.shared.control(sidecar, Control("cancel", run.run_id, reason))
-        if not run.finished:
-            self.manager.cancel(run, reason)
-            with contextlib.suppress(TimeoutError):  # a tool that ignores cancellation
-                await asyncio.wait_for(run.wait(), _CANCEL_WAIT_S)
-        return service_pb2.CancelRunResponse(state=run_state_to_pb(run.state))
+        return service_pb2.CancelRunResponse(state=run_state_to_pb(state))
 
     async def ListTools(
         self, request: service_pb2.ListToolsRequest, context: Context
@@ -177,9 +178,15 @@ class ToolRuntimeService:
     async def DecideApproval(
         self, request: service_pb2.DecideApprovalRequest, context: Context
     ) -> service_pb2.DecideApprovalResponse:
-        run, sidecar = await self._locate(request.run_id, context, Access.DECIDE)
+        handle = await self._locate(request.run_id, context, Access.DECIDE)
+        caller, run = current_caller(), handle.run
+        policy = self.config.policy_named(caller.policy)
+        refused = own_run_refusal(policy.self_approval, policy.where, caller.name, run.run_id)
+        decision = Decision(request.call_id, request.approved, request.reason, caller.name)
         try:
-            await shared_calls.decide(self, run, sidecar, request)
+            if caller.name == run.owner and refused:  # checked before it travels
+                raise SidecarError.denied(refused)
+            await handle.decide(decision)
         except SidecarError as exc:
             await abort(context, exc)
         return service_pb2.DecideApprovalResponse()
@@ -187,10 +194,18 @@ class ToolRuntimeService:
     async def ListRuns(
         self, request: service_pb2.ListRunsRequest, context: Context
     ) -> service_pb2.ListRunsResponse:
+        if request.limit < 0:
+            await abort(context, SidecarError.invalid("limit must not be negative"))
+        limit, caller = request.limit or 100, current_caller()
         try:
-            return await shared_calls.list_runs(self, request)
+            runs = await self.directory.runs(limit)
         except SidecarError as exc:
             await abort(context, exc)
+        summaries = sorted(
+            (_summary(run) for run in runs if caller.may(Access.READ, run.owner)),
+            key=lambda summary: -summary.started_at,
+        )
+        return service_pb2.ListRunsResponse(runs=[summary_to_pb(s) for s in summaries[:limit]])
 
     # -- streaming -------------------------------------------------------------------------
 
@@ -259,10 +274,9 @@ class ToolRuntimeService:
             await self.tools_wanted(tool_names)
 
     async def claim_id(self, run_id: str) -> None:
-        """With a shared store, refuse another sidecar's run id as a local one (see
-        ``SharedRuns.claim``); a finished run of the caller's own is replaced."""
-        if self.manager.shared and run_id and self.manager.get(run_id) is None:
-            await self.manager.shared.claim(run_id, current_caller().name, self.manager.store)
+        """Refuse another sidecar's run id for a new run here (``RunDirectory.reserve``); a
+        finished run of the caller's own is replaced."""
+        await self.directory.reserve(run_id, current_caller().name)
 
     def start_run(
         self,
@@ -342,7 +356,8 @@ class ToolRuntimeService:
 
     async def follow(self, run_id: str, after: int, context: Context) -> tuple[Run, LogCursor]:
         """A watcher's cursor on run ``run_id`` after sequence ``after``, or the call ends."""
-        run = await self._require(run_id, context)
+        handle = await self._locate(run_id, context)
+        run = handle.run
         if after > run.last_sequence and run.finished:
             await abort(
                 context,
@@ -356,31 +371,38 @@ class ToolRuntimeService:
         decides = caller.may(Access.DECIDE, run.owner) and (
             run.approvals is None or run.approvals.refusal(caller.name) is None
         )
-        return run, self.manager.watchers.follow(run, after, decides=decides)
-
-    def require(self, run_id: str, access: Access = Access.READ) -> Run:
-        """The run ``run_id``, if the calling identity may ``access`` it (it owns it, or has a
-        role that grants it); else ``NOT_FOUND``, the same as for an unknown id."""
-        caller = current_caller()
-        return self.manager.require(run_id, lambda run: caller.may(access, run.owner))
+        return run, handle.follow(after, decides=decides)
 
     async def _require(self, run_id: str, context: Context, access: Access = Access.READ) -> Run:
-        return (await self._locate(run_id, context, access))[0]
+        return (await self._locate(run_id, context, access)).run
 
     async def _locate(
         self, run_id: str, context: Context, access: Access = Access.READ
-    ) -> tuple[Run, str]:
-        """The run, and the id of the other sidecar sharing the store that runs it (empty: a
-        run of this sidecar's); ``NOT_FOUND`` as ``require``."""
+    ) -> RunHandle:
+        """The run ``run_id`` wherever it lives, if the calling identity may ``access`` it (it
+        owns it, or has a role that grants it); else ``NOT_FOUND``, the same as for an unknown
+        id, so that ids do not leak."""
+        caller = current_caller()
         try:
-            return self.require(run_id, access), ""
-        except SidecarError as exc:
-            missing = exc
-        caller, shared = current_caller(), self.manager.shared  # another's log is never read:
-        try:  # the owner is checked on the run's hash first
-            found = await shared.get(run_id, lambda o: caller.may(access, o)) if shared else None
+            handle = await self.directory.locate(run_id, lambda owner: caller.may(access, owner))
         except SidecarError as exc:
             await abort(context, exc)
-        if found is None:
-            await abort(context, missing)
-        return found
+        if handle is None:
+            await abort(
+                context, SidecarError.not_found(f"no run with id {run_id!r} (unknown, or expired)")
+            )
+        return handle
+
+
+def _summary(run: Run) -> RunSummary:
+    return RunSummary(
+        run_id=run.run_id,
+        state=run.state,
+        stop_reason=run.stop_reason,
+        last_sequence=run.last_sequence,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        iterations=run.iterations,
+        tool_calls=run.tool_calls,
+        prompt=run.request.prompt[:200],
+    )

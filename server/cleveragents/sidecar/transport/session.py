@@ -170,7 +170,8 @@ class _Reader:
                 remaining = self.context.time_remaining()
                 at_deadline = remaining is not None and remaining <= self.slack_s
                 if self.hosts and not run.ended and not at_deadline:
-                    if manager.parked.window_s > 0 and await _went_away(self.context):
+                    waits = self.service.config.session_reattach_s > 0
+                    if waits and await _went_away(self.context):
                         return  # not a half-close: ``session_gone`` lets the run wait
                     manager.cancel(run, "the client closed its side of the session")
                 return
