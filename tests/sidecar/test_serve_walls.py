@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cleveragents.sidecar import ConfigError, SidecarConfig
-from cleveragents.sidecar.cli import _parser
+from cleveragents.sidecar.cli import build_parser
 from cleveragents.sidecar.cli.flags import LIST_FLAGS, TABLE_SETTINGS, add_setting_flags, overrides
 from cleveragents.sidecar.config import load_config
 from cleveragents.sidecar.tool_sources import default_registry
@@ -52,7 +52,7 @@ def test_serve_help_shows_each_default_and_environment_variable(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit):
-        _parser().parse_args(["serve", "--help"])
+        build_parser().parse_args(["serve", "--help"])
     text = " ".join(capsys.readouterr().out.split())
 
     assert (

@@ -1138,7 +1138,10 @@ type LlmSelection struct {
 	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	// UTF-8 JSON array text of scripted LLM turns, each shaped like an LLM
 	// response ({"content", "tool_calls", "usage"}, all keys optional).
-	// Only a profile of the scripted kind uses it; others ignore it.
+	// Only a profile of the scripted kind plays it. A provider profile (openai,
+	// openai_responses, anthropic) refuses it with INVALID_ARGUMENT, so that no
+	// run calls a paid API while its author thinks it is a dry run; a
+	// client-hosted LLM (a Session with client_llm) does not read it.
 	Script string `protobuf:"bytes,3,opt,name=script,proto3" json:"script,omitempty"`
 }
 

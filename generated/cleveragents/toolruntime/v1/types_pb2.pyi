@@ -645,7 +645,10 @@ class LlmSelection(_message.Message):
     script: _builtins.str
     """UTF-8 JSON array text of scripted LLM turns, each shaped like an LLM
     response ({"content", "tool_calls", "usage"}, all keys optional).
-    Only a profile of the scripted kind uses it; others ignore it.
+    Only a profile of the scripted kind plays it. A provider profile (openai,
+    openai_responses, anthropic) refuses it with INVALID_ARGUMENT, so that no
+    run calls a paid API while its author thinks it is a dry run; a
+    client-hosted LLM (a Session with client_llm) does not read it.
     """
     def __init__(
         self,

@@ -32,13 +32,14 @@ from cleveragents.sidecar.config.settings import ENV_PREFIX
 if TYPE_CHECKING:
     from cleveragents.client import SidecarClient
 
-__all__ = ["DEFAULT_TARGET", "main"]
+__all__ = ["DEFAULT_TARGET", "build_parser", "main"]
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 TOKEN_ENV = ENV_PREFIX + "TOKEN"
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, every command and flag (the docs' CLI reference reads it)."""
     parser = argparse.ArgumentParser(
         prog="cleveragents-sidecar",
         description="A gRPC sidecar that runs an LLM tool-calling loop.",
@@ -145,7 +146,7 @@ def _client_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.command in ("run", "watch", "cancel", "runs", "approve", "deny"):
         try:
             client = _connect(args)
