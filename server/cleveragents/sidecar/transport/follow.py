@@ -17,21 +17,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING
 
 import grpc
 
+from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.gateway import Gateway
 from cleveragents.sidecar.runs import LogCursor, Run
-from cleveragents.sidecar.transport.calls import Context, abort, end_if_lost, read_start
+from cleveragents.sidecar.transport.caller import current_caller
+from cleveragents.sidecar.transport.calls import Context, Limits, abort, end_if_lost, read_start
 from cleveragents.sidecar.transport.dropped import dropped_reason
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import follow_message
 
-if TYPE_CHECKING:
-    from cleveragents.sidecar.transport.service import ToolRuntimeService
-
-__all__ = ["AckWindow", "serve"]
+__all__ = ["AckWindow", "FollowRuns"]
 
 #: What a response adds to its frames, at most: a tag byte per frame is counted apart, and
 #: ``ack_requested`` and ``window_bytes`` take up to 12 bytes.
@@ -113,41 +112,53 @@ class AckWindow:
             await self._changed.wait()
 
 
-async def serve(service: ToolRuntimeService, context: Context) -> None:
-    """Serve one ``FollowRun`` stream for ``service``."""
-    first = await read_start(context, service_pb2.FollowRunRequest)
-    if first is None:
-        return
-    start, config = first.start, service.config
-    run, cursor = await service.follow(start.run_id, start.after_sequence, context)
-    if start.stream_deltas:
-        run.log.stream_deltas(cursor)
-    window = min(start.window_bytes or config.watch_window_bytes, config.watch_window_bytes)
-    follower = _Follower(service, context, run, cursor, AckWindow(window, start.after_sequence))
-    dropped: str | None = None
-    try:
-        async with asyncio.TaskGroup() as group:
-            reading = group.create_task(follower.read_acks())
-            try:
-                dropped = await follower.send()
-                if dropped is not None:
-                    await follower.ask()  # for everything sent: the status comes after it
-                await follower.take_owed_ack()
-            finally:
-                reading.cancel()
-    except BaseExceptionGroup as failure:  # the reader's refusal of an ack
-        error = failure.exceptions[0]
-        if isinstance(error, SidecarError):
-            await abort(context, error)
-        raise error from None
-    finally:
-        service.manager.watchers.unfollow(run, cursor)
-    await end_if_lost(run, context)
-    if dropped is not None:
-        await context.abort(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"{dropped} and was dropped; reconnect with after_sequence={follower.flow.sent}",
-        )
+class FollowRuns:
+    """Serves ``FollowRun`` streams: each asks ``gateway``, with ``config``'s window."""
+
+    def __init__(self, gateway: Gateway, config: SidecarConfig, limits: Limits) -> None:
+        self.gateway = gateway
+        self.config = config
+        self.limits = limits
+
+    async def serve(self, context: Context) -> None:
+        """Serve one ``FollowRun`` stream."""
+        first = await read_start(context, service_pb2.FollowRunRequest)
+        if first is None:
+            return
+        start, config, gateway = first.start, self.config, self.gateway
+        try:
+            run, cursor = await gateway.watch(current_caller(), start.run_id, start.after_sequence)
+        except SidecarError as exc:
+            await abort(context, exc)
+        if start.stream_deltas:
+            run.log.stream_deltas(cursor)
+        window = min(start.window_bytes or config.watch_window_bytes, config.watch_window_bytes)
+        flow = AckWindow(window, start.after_sequence)
+        follower = _Follower(self, context, run, cursor, flow)
+        dropped: str | None = None
+        try:
+            async with asyncio.TaskGroup() as group:
+                reading = group.create_task(follower.read_acks())
+                try:
+                    dropped = await follower.send()
+                    if dropped is not None:
+                        await follower.ask()  # for everything sent: the status comes after it
+                    await follower.take_owed_ack()
+                finally:
+                    reading.cancel()
+        except BaseExceptionGroup as failure:  # the reader's refusal of an ack
+            error = failure.exceptions[0]
+            if isinstance(error, SidecarError):
+                await abort(context, error)
+            raise error from None
+        finally:
+            gateway.unwatch(run, cursor)
+        await end_if_lost(run, context)
+        if dropped is not None:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{dropped} and was dropped; reconnect with after_sequence={follower.flow.sent}",
+            )
 
 
 class _Follower:
@@ -155,24 +166,24 @@ class _Follower:
 
     def __init__(
         self,
-        service: ToolRuntimeService,
+        follows: FollowRuns,
         context: Context,
         run: Run,
         cursor: LogCursor,
         flow: AckWindow,
     ) -> None:
-        self.service = service
+        self.follows = follows
         self.context = context
         self.run = run
         self.cursor = cursor
         self.flow = flow
-        self.stall_s = service.config.watcher_stall_s
+        self.stall_s = follows.config.watcher_stall_s
 
     async def send(self) -> str | None:
         """Send the run's frames to its end; or why the watcher was dropped."""
         cursor, flow, log = self.cursor, self.flow, self.run.log
         window = flow.window_bytes
-        limit = min(self.service.watch_batch_bytes, window)
+        limit = min(self.follows.limits.watch_batch, window)
         first = True
         while items := await cursor.get_many(limit):
             size = sum(map(len, items)) + len(items) + _TAIL_BYTES
@@ -185,9 +196,8 @@ class _Follower:
                 except TimeoutError:
                     # Gone from the run at once (it no longer counts as following it), though
                     # its call waits a while for the last ack.
-                    watchers = self.service.manager.watchers
-                    watchers.unfollow(self.run, cursor)
-                    watchers.count_dropped(self.run, "it left its window unacknowledged")
+                    reason = "it left its window unacknowledged"
+                    self.follows.gateway.drop_watcher(self.run, cursor, reason)
                     return (
                         f"this watcher left {flow.unacked} bytes unacknowledged (its window "
                         f"is {window}) for over {self.stall_s:g} s"
@@ -202,8 +212,8 @@ class _Follower:
             # Counted first: the client may ack it before this write returns.
             flow.wrote(cursor.cursor, len(message), asked=ask)
             await self.context.write(message)
-        manager, config = self.service.manager, self.service.config
-        return dropped_reason(cursor, manager.watcher_queue_size, config.watcher_stall_s)
+        config = self.follows.config
+        return dropped_reason(cursor, config.watcher_queue_size, config.watcher_stall_s)
 
     async def take_owed_ack(self) -> None:
         """Before the call ends: the ack asked for, if it comes in time."""

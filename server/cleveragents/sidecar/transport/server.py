@@ -15,6 +15,7 @@ from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import running_loop_name
 from cleveragents.sidecar.fleet.setup import directory_for, store_for
+from cleveragents.sidecar.gateway import NO_LAZY_TOOLS, Gateway
 from cleveragents.sidecar.llm_profiles import close_provider_clients
 from cleveragents.sidecar.runs import RunManager, RunObserver
 from cleveragents.sidecar.secrets import known_secrets
@@ -116,17 +117,19 @@ class Sidecar:
             self.metrics.track(self.manager, self.rejections)
             if (lease := getattr(self.manager.store, "lease", None)) is not None:  # a fleet
                 self.metrics.track_fleet(lease.counts)
-        self.service = ToolRuntimeService(config, self.registry, self.manager, self.directory)
         #: The MCP servers' connections; the ``mcp`` SDK is imported only when one is set.
         self.mcp: McpServers | None = None
         if config.mcp_servers:
             from cleveragents.sidecar.mcp import McpServers
 
             self.mcp = McpServers(config, self.registry)
-            self.service.tool_origins = self.mcp.origins
-            self.service.tools_wanted = self.mcp.wanted
             if self.metrics is not None:
                 self.metrics.track_mcp(self.mcp.states)
+        #: What the sidecar does for a caller, in plain values: the RPCs call it.
+        self.gateway = Gateway(
+            config, self.registry, self.manager, self.directory, self.mcp or NO_LAZY_TOOLS
+        )
+        self.service = ToolRuntimeService(config, self.gateway)
         self.health = BoundedHealthServicer(config.max_health_watchers)
         self.address = ""
         self._server: grpc.aio.Server | None = None
@@ -153,8 +156,8 @@ class Sidecar:
         size = self.config.max_message_bytes
         refuse_live_unix_socket(self.config.listen)
         identities = read_credentials(self.config)
-        self.service.assembler.secrets = known_secrets(self.config, token_values(self.config))
-        resumer = self.service if self.config.resume_runs and self.config.event_store else None
+        self.gateway.assembler.secrets = known_secrets(self.config, token_values(self.config))
+        resumer = self.gateway if self.config.resume_runs and self.config.event_store else None
         restored = self.manager.open(resumer)
         await self.manager.settle()
         self._serving = self.directory.serving()
