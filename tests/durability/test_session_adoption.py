@@ -105,7 +105,7 @@ async def _reattach(
             held = exc.code() is grpc.StatusCode.FAILED_PRECONDITION and "not waiting" in details
             if exc.code() is not grpc.StatusCode.UNAVAILABLE and not held:
                 raise
-        assert "on sidecar 'alpha'" in details
+        assert "sidecar 'alpha'" in details or "taken back by this sidecar" in details
         await asyncio.sleep(BACKOFF_S)  # the client's backoff between attempts
 
 

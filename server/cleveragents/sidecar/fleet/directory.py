@@ -324,6 +324,12 @@ class RemoteRun:
             return await LocalRun(here, directory).reattach(owner, _ready(prepared))
         handover = await directory.fleet.take(run_id, owner)
         if not handover.taken:
+            if handover.holder == directory.fleet.sidecar_id:  # an adoption here, under way
+                raise SidecarError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"run {run_id!r} is being taken back by this sidecar ({handover.holder!r}) "
+                    "from the sidecar that ran it: retry in a moment",
+                )
             if not handover.alive:  # its sidecar died: the fleet adopts the run, then retry
                 raise _elsewhere(run_id, handover.holder or self.sidecar, "")
             raise SidecarError.out_of_order(

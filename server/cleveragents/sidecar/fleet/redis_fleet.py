@@ -150,8 +150,12 @@ class RedisFleet:
         )
 
     async def take(self, run_id: str, identity: str) -> Handover:
-        """Take the parked run ``run_id`` of ``identity`` over (the compare-and-set)."""
+        """Take the parked run ``run_id`` of ``identity`` over (the compare-and-set). A run
+        this sidecar holds a token for is being taken back here already (an adoption under
+        way): it is not taken twice."""
         me = self.sidecar_id
+        if run_id in self.claims.tokens:
+            return Handover(False, me, alive=True)
         answer = await _store(
             self.client.eval(TAKE, 1, meta_key(run_id), me, identity, DEFAULT_IDENTITY.name)
         )
