@@ -170,6 +170,13 @@ class Lease:
                 pipe.delete(lease_key(me), runs_of_key(me), control_key(me))
                 await pipe.execute()
 
+    async def release(self) -> None:
+        """Let the lease go at once, its runs left live (a failed start): the other sidecars
+        adopt them at their next renewal, not a lease later."""
+        self._closing.set()
+        with contextlib.suppress(RedisError):
+            await self.client.delete(lease_key(self.sidecar_id))
+
     def counts(self) -> tuple[int, int, int]:
         """Lease renewals that failed, runs adopted, runs taken over by others (metrics)."""
         return self.renewal_failures, self.adopted_runs, self.claims.lost_runs

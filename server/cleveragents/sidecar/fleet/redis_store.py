@@ -172,13 +172,15 @@ class RedisEventStore:
         self._pending.append((run_id, "quarantine"))
         self._wake.set()
 
-    async def close(self) -> None:
+    async def close(self, *, clean: bool = True) -> None:
+        """Write what is pending; then, ``clean`` (every run ended and is stored), leave the
+        fleet; else drop the lease only, so that the fleet adopts the runs left live now."""
         self._stopping = True
         self._wake.set()
         if self._writer is not None:
             await self._writer
-            if self.failure is None:  # clean: every run ended and stored
-                await self.lease.leave()
+            if self.failure is None:
+                await (self.lease.leave() if clean else self.lease.release())
         try:  # each connection's close is bounded by redis-py (socket_connect_timeout)
             await self.client.aclose()
         except RedisError as exc:  # a peer that does not close in time: we leave anyway

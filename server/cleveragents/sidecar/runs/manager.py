@@ -199,9 +199,20 @@ class RunManager:
         gave each crashed run (see ``recovery.settle``)."""
         await settle(self._finished.runs(), timeout_s)
 
-    async def close(self) -> None:
-        """Let the store write what it holds, and close it."""
-        await self.store.close()
+    async def close(self, *, clean: bool = True) -> None:
+        """Let the store write what it holds, and close it (``clean``: every run ended; see
+        ``EventStore.close``)."""
+        await self.store.close(clean=clean)
+
+    async def abandon(self, message: str) -> int:
+        """Stop every live run here without logging its end (as a crash would: they stay
+        live in the store, to be taken back); returns how many there were, once their loops
+        have ended."""
+        runs = list(self._live.values())
+        for run in runs:
+            self.lose(run.run_id, message)
+        await asyncio.gather(*self._stopping, return_exceptions=True)
+        return len(runs)
 
     @property
     def live_count(self) -> int:

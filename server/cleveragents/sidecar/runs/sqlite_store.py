@@ -134,7 +134,7 @@ class SqliteEventStore:
         if not self._wake.is_set():
             self._wake.set()
 
-    async def close(self) -> None:
+    async def close(self, *, clean: bool = True) -> None:
         self._stopping = True
         self._wake.set()
         if self._thread is not None:

@@ -91,8 +91,9 @@ class EventStore(Protocol):
         """
         ...
 
-    async def close(self) -> None:
-        """Store what is pending and stop."""
+    async def close(self, *, clean: bool = True) -> None:
+        """Store what is pending and stop. ``clean``: every run this sidecar held has ended
+        (or gone to another sidecar); else some were left live, as a crash leaves them."""
         ...
 
 
@@ -114,5 +115,5 @@ class MemoryEventStore:
     def listen(self, listener: StoreListener) -> None:
         return None  # memory does not fail, and is no sidecar's but this one's
 
-    async def close(self) -> None:
+    async def close(self, *, clean: bool = True) -> None:
         return None

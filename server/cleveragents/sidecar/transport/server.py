@@ -26,7 +26,7 @@ from cleveragents.sidecar.transport.access import (
     server_credentials,
 )
 from cleveragents.sidecar.transport.auth import AuthInterceptor
-from cleveragents.sidecar.transport.credentials import read_credentials, token_values
+from cleveragents.sidecar.transport.credentials import Credentials, read_credentials, token_values
 from cleveragents.sidecar.transport.handlers import SERVICE_NAME, generic_handler
 from cleveragents.sidecar.transport.health import BoundedHealthServicer
 from cleveragents.sidecar.transport.reflection import enable_reflection
@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # imported at run time only when tracing or metrics are on
     from opentelemetry.trace import TracerProvider
 
     from cleveragents.sidecar.mcp import McpServers
-    from cleveragents.sidecar.observability.metrics import MetricsObserver, MetricsServer
+    from cleveragents.sidecar.observability.metrics import MetricsObserver
     from cleveragents.sidecar.observability.tracing import TracingObserver
 
 __all__ = ["Sidecar"]
@@ -81,7 +81,6 @@ class Sidecar:
         self.tracing: TracingObserver | None = None
         self.metrics: MetricsObserver | None = None
         self.metrics_port: int | None = None
-        self._metrics_server: MetricsServer | None = None
         self._owned_tracer_provider: SdkTracerProvider | None = None
         observers: list[RunObserver] = []
         if config.tracing:
@@ -133,40 +132,77 @@ class Sidecar:
         self.health = BoundedHealthServicer(config.max_health_watchers)
         self.address = ""
         self._server: grpc.aio.Server | None = None
-        self._health_task: asyncio.Task[None] | None = None
-        self._sweep_task: asyncio.Task[None] | None = None
-        self._serving: contextlib.AbstractAsyncContextManager[None] | None = None
+        #: What the start began, undone in reverse by ``stop`` (``None``: not serving).
+        self._running: contextlib.AsyncExitStack | None = None
+        #: The grace period of the stop under way.
+        self._grace = config.shutdown_grace_s
 
     async def start(self) -> str:
         """Bind the configured address and start serving; returns the address bound.
 
         The eager MCP servers are connected first: one that cannot start is a ``ConfigError``
-        before anything listens.
+        before anything listens. Each step that starts something puts its undo on one exit
+        stack: a start that fails undoes what it began (in reverse), and ``stop`` unwinds the
+        same stack. The runs a failed start took back are left as a crash leaves them: not
+        ended, to be taken back again (with a fleet: adopted at once, its lease gone).
         """
-        if self.mcp is None:
-            return await self._start()
-        await self.mcp.start()
-        try:
-            return await self._start()
-        except BaseException:
-            await self.mcp.stop()
-            raise
+        async with contextlib.AsyncExitStack() as stack:
+            await self._start(stack)
+            self._running = stack.pop_all()
+        return self.address
 
-    async def _start(self) -> str:
-        size = self.config.max_message_bytes
-        refuse_live_unix_socket(self.config.listen)
-        identities = read_credentials(self.config)
-        self.gateway.assembler.secrets = known_secrets(self.config, token_values(self.config))
-        resumer = self.gateway if self.config.resume_runs and self.config.event_store else None
-        restored = self.manager.open(resumer)
-        await self.manager.settle()
-        self._serving = self.directory.serving()
-        await self._serving.__aenter__()
-        credentials = server_credentials(self.config)
-        listen = self.config.listen
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        config = self.config
+        if self.mcp is not None:
+            await self.mcp.start()
+            stack.push_async_callback(self.mcp.stop)
+        refuse_live_unix_socket(config.listen)
+        identities = read_credentials(config)
+        credentials = server_credentials(config)
         check_listen_policy(
-            listen, authenticated=identities.required, encrypted=credentials is not None
+            config.listen, authenticated=identities.required, encrypted=credentials is not None
         )
+        self.gateway.assembler.secrets = known_secrets(config, token_values(config))
+        resumer = self.gateway if config.resume_runs and config.event_store else None
+        restored = self.manager.open(resumer)
+        stack.push_async_callback(self._close_runs)
+        await self.manager.settle()
+        await stack.enter_async_context(self.directory.serving())
+        self._server = await self._serve(identities, credentials)
+        stack.push_async_callback(self._stop_serving)
+        if self.metrics is not None:
+            from cleveragents.sidecar.observability.metrics import MetricsServer
+
+            guarded = identities.required and config.metrics_require_token
+            metrics_server = MetricsServer(
+                self.metrics.registry,
+                config.metrics_listen,
+                authorized=(lambda h: identities.by_token(h) is not None) if guarded else None,
+            )
+            self.metrics_port = await metrics_server.start()
+            stack.push_async_callback(metrics_server.stop)
+        stack.push_async_callback(self._drain)
+        await self._set_health()
+        for task in (
+            asyncio.create_task(self._follow_store(), name="store-health"),
+            asyncio.create_task(self._drop_stalled(), name="stalled-watchers"),
+        ):
+            stack.push_async_callback(_cancelled, task)
+        log.info(
+            "sidecar listening",
+            address=self.address,
+            tools=self.registry.names(),
+            runs=restored,
+            tracing=self.tracing is not None,
+            metrics_port=self.metrics_port,
+            event_loop=running_loop_name(),
+        )
+
+    async def _serve(
+        self, identities: Credentials, credentials: grpc.ServerCredentials | None
+    ) -> grpc.aio.Server:
+        """The gRPC server, bound to ``listen`` and serving; ``ConfigError`` if it cannot."""
+        size, listen = self.config.max_message_bytes, self.config.listen
         server = grpc.aio.server(
             interceptors=(
                 [AuthInterceptor(identities, self.rejections)] if identities.required else None
@@ -204,7 +240,6 @@ class Sidecar:
         finally:
             if previous_umask is not None:
                 os.umask(previous_umask)
-        self._server = server
         if unix:
             path = listen.removeprefix("unix:").removeprefix("//")
             os.chmod(path, 0o600)
@@ -212,34 +247,7 @@ class Sidecar:
         else:
             host = listen.rsplit(":", 1)[0]
             self.address = f"{host}:{port}"
-        if self.metrics is not None:
-            from cleveragents.sidecar.observability.metrics import MetricsServer
-
-            guarded = identities.required and self.config.metrics_require_token
-            metrics_server = MetricsServer(
-                self.metrics.registry,
-                self.config.metrics_listen,
-                authorized=(lambda h: identities.by_token(h) is not None) if guarded else None,
-            )
-            try:
-                self.metrics_port = await metrics_server.start()
-            except ConfigError:
-                await server.stop(None)
-                raise
-            self._metrics_server = metrics_server
-        await self._set_health()
-        self._health_task = asyncio.create_task(self._follow_store(), name="store-health")
-        self._sweep_task = asyncio.create_task(self._drop_stalled(), name="stalled-watchers")
-        log.info(
-            "sidecar listening",
-            address=self.address,
-            tools=self.registry.names(),
-            runs=restored,
-            tracing=self.tracing is not None,
-            metrics_port=self.metrics_port,
-            event_loop=running_loop_name(),
-        )
-        return self.address
+        return server
 
     def hurry(self) -> None:
         """Cut short the grace period of a :meth:`stop` under way: live runs are cancelled
@@ -249,36 +257,41 @@ class Sidecar:
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop accepting runs, let live ones finish within the grace period, cancel the rest.
 
-        Every run ends with its terminal event; streams get a moment to deliver it.
+        Every run ends with its terminal event; streams get a moment to deliver it. Then
+        what the sidecar holds from its construction goes too (provider clients, the tracer
+        provider it owns).
         """
-        grace = self.config.shutdown_grace_s if grace_s is None else grace_s
-        for task in (self._health_task, self._sweep_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._health_task = self._sweep_task = None
-        await self.health.enter_graceful_shutdown()
-        log.info("sidecar stopping", live_runs=self.manager.live_count, grace_s=grace)
-        await self.manager.drain(grace)
-        if self._server is not None:
-            await self._server.stop(min(grace, 2.0))
-        if self._serving is not None:
-            await self._serving.__aexit__(None, None, None)
-            self._serving = None
-        await self.manager.close()
-        if self.mcp is not None:
-            await self.mcp.stop()
+        self._grace = self.config.shutdown_grace_s if grace_s is None else grace_s
+        running, self._running = self._running, None
+        if running is not None:
+            await running.aclose()
         self.service.close()
         await close_provider_clients()
-        if self._metrics_server is not None:
-            await self._metrics_server.stop()
-            self._metrics_server = None
         if self._owned_tracer_provider is not None:
             # Flushes the spans still batched; blocking (an export), so off the event loop.
             await asyncio.to_thread(self._owned_tracer_provider.shutdown)
             self._owned_tracer_provider = None
         log.info("sidecar stopped")
+
+    async def _drain(self) -> None:
+        """The start of a stop: health says so, runs finish within the grace period (the
+        rest are cancelled), and each ends with its terminal event."""
+        await self.health.enter_graceful_shutdown()
+        log.info("sidecar stopping", live_runs=self.manager.live_count, grace_s=self._grace)
+        await self.manager.drain(self._grace)
+
+    async def _stop_serving(self) -> None:
+        """Stop the gRPC server, giving its streams a moment to deliver their last events."""
+        if self._server is not None:
+            await self._server.stop(min(self._grace, 2.0))
+
+    async def _close_runs(self) -> None:
+        """Close the run store: cleanly once every run ended; after a failed start, the runs
+        it took back are left live, as a crash leaves them."""
+        left = await self.manager.abandon(
+            "the sidecar failed to start; the run waits for a restart"
+        )
+        await self.manager.close(clean=left == 0)
 
     async def _set_health(self) -> None:
         """``SERVING`` while the run store writes, ``NOT_SERVING`` while it fails."""
@@ -322,3 +335,10 @@ class Sidecar:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait for it to end."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
