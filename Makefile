@@ -152,6 +152,7 @@ bench: install redis-server
 	$(BIN)/python bench/deltas_sse.py  # the same through a loopback SSE provider
 	$(BIN)/python bench/deltas_load.py  # many runs through it, split over client processes
 	$(BIN)/python bench/large_outputs.py  # a tool's large output: the run's pause after it
+	$(BIN)/python bench/containment.py  # what three memory attacks cost a sidecar (issue 30)
 
 fuzz: install
 	$(BIN)/pip install --quiet atheris

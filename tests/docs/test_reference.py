@@ -38,6 +38,7 @@ _VALID = {
     "ready_fd": "7",
     "max_client_tool_timeout_s": "7200",
     "watch_window_bytes": "8192",
+    "watch_window_bytes_per_identity": "2097152",
 }
 #: Settings that are only valid together with another one.
 _NEEDS = {

@@ -134,12 +134,12 @@ ANTHROPIC_TOOLS = (
     + _event("message_stop", {"type": "message_stop"})
 )  # fmt: skip
 
+#: The error event the Messages API ends a stream with when it is overloaded.
+OVERLOADED_EVENT = _event(
+    "error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+)
 #: A Messages stream that the API ends with an error event (it was overloaded).
-ANTHROPIC_OVERLOADED = (
-    ANTHROPIC_TOOLS.split(b"event: content_block_stop")[0]
-    + _event("error", {"type": "error",
-                       "error": {"type": "overloaded_error", "message": "Overloaded"}})
-)  # fmt: skip
+ANTHROPIC_OVERLOADED = ANTHROPIC_TOOLS.split(b"event: content_block_stop")[0] + OVERLOADED_EVENT
 
 
 def openai_stream(
@@ -302,3 +302,50 @@ def responses_stream(final: dict[str, Any]) -> bytes:
         "response.completed",
         {"type": "response.completed", "sequence_number": next(seq), "response": final},
     )
+
+
+#: A Messages stream the API ends with an error event after some text and a whole tool call.
+ANTHROPIC_OVERLOADED_AFTER_CALL = (
+    ANTHROPIC_TOOLS.split(b"event: message_delta")[0] + OVERLOADED_EVENT
+)
+
+
+def _router_chunk(
+    delta: dict[str, Any], finish: str | None, native: str | None, **extra: Any
+) -> bytes:
+    body = {
+        "id": "gen-1764590000-Qm3kX2pL9vTz",
+        "provider": "Google",
+        "model": "google/gemini-2.5-flash",
+        "object": "chat.completion.chunk",
+        "created": 1764590000,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+                     "native_finish_reason": native, "logprobs": None}],
+        **extra,
+    }  # fmt: skip
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+#: OpenRouter cut off by the token limit before any text: a ``finish_reason: "length"`` chunk,
+#: then a chunk with its ``error`` beside ``choices``, and ``[DONE]``.
+OPENROUTER_TOKEN_LIMIT = (
+    b": OPENROUTER PROCESSING\n\n"
+    + _router_chunk({"role": "assistant", "content": ""}, None, None)
+    + _router_chunk({"role": "assistant", "content": ""}, "length", "MAX_TOKENS")
+    + _router_chunk(
+        {"role": "assistant", "content": ""}, "error", None,
+        error={"code": 400, "message": "Token limit reached"},
+    )
+    + b"data: [DONE]\n\n"
+)  # fmt: skip
+
+#: OpenRouter's mid-stream failure as its docs show it: text, then an ``error`` beside a choice
+#: whose ``finish_reason`` is ``"error"``, then ``[DONE]``: the text is cut short.
+OPENROUTER_MIDSTREAM_ERROR = (
+    _router_chunk({"role": "assistant", "content": "Half an ans"}, None, None)
+    + _router_chunk(
+        {"role": "assistant", "content": ""}, "error", None,
+        error={"code": "server_error", "message": "Provider disconnected unexpectedly"},
+    )
+    + b"data: [DONE]\n\n"
+)  # fmt: skip

@@ -57,8 +57,9 @@ class RunOptions(TypedDict, total=False):
 
     ``context``: the run's ``ToolActorContext``; ``max_iterations`` (0: the sidecar's
     default); ``profile`` and ``model``: the LLM profile and a model override; ``script``: LLM
-    turns for a scripted dry run; ``tool_names``: a subset of the sidecar's tools; ``run_id``:
-    your own id; ``budget`` and ``max_wall_clock_s``: limits beyond the iteration count.
+    turns for a scripted dry run; ``tool_names``: a subset of the sidecar's tools (empty: all);
+    ``no_server_tools``: none of them (a session's own tools only); ``run_id``: your own id;
+    ``budget`` and ``max_wall_clock_s``: limits beyond the iteration count.
     """
 
     context: ToolActorContext | None
@@ -67,6 +68,7 @@ class RunOptions(TypedDict, total=False):
     model: str
     script: Script | None
     tool_names: Sequence[str]
+    no_server_tools: bool
     run_id: str
     budget: RunBudget | None
     max_wall_clock_s: float | None
@@ -81,6 +83,7 @@ def run_request(
     model: str = "",
     script: Script | None = None,
     tool_names: Sequence[str] = (),
+    no_server_tools: bool = False,
     run_id: str = "",
     detach: bool = False,
     budget: RunBudget | None = None,
@@ -95,6 +98,7 @@ def run_request(
             profile, model, json.dumps([_turn(t) for t in script]) if script is not None else ""
         ),
         tool_names=tuple(tool_names),
+        no_server_tools=no_server_tools,
         run_id=run_id,
         detach=detach,
         budget=budget,

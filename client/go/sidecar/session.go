@@ -43,7 +43,9 @@ type SessionOptions struct {
 	// Spec is what to run: the prompt, the LLM selection (a script for the scripted profile),
 	// limits and context.
 	Spec *pb.RunSpec
-	// Tools are this process's tools; the sidecar's own stay available as Spec.ToolNames says.
+	// Tools are this process's tools; the sidecar's own stay available as Spec.ToolNames says
+	// (empty: all of them), or none with Spec.NoServerTools. A tool named like one of the
+	// sidecar's is refused only when the run offers that one of the sidecar's.
 	Tools []Tool
 	// Approve, when set, decides the run's approval requests (handles_approvals); otherwise
 	// they wait for the DecideApproval RPC or time out.

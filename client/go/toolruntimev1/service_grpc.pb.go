@@ -22,8 +22,8 @@ type ToolRuntimeServiceClient interface {
 	//
 	// Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
 	// field that is not standard JSON, max_iterations over max_iterations_cap,
-	// llm.script on a provider profile, a run_started event larger than
-	// max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+	// no_server_tools with tool_names, llm.script on a provider profile, a
+	// run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
 	// ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
 	// the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
 	// max_concurrent_runs runs are live or a quota is used up;
@@ -42,8 +42,8 @@ type ToolRuntimeServiceClient interface {
 	//
 	// Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
 	// field that is not standard JSON, max_iterations over max_iterations_cap,
-	// llm.script on a provider profile, a run_started event larger than
-	// max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+	// no_server_tools with tool_names, llm.script on a provider profile, a
+	// run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
 	// ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
 	// the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
 	// max_concurrent_runs runs are live or a quota is used up;
@@ -59,8 +59,8 @@ type ToolRuntimeServiceClient interface {
 	//
 	// Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
 	// field that is not standard JSON, max_iterations over max_iterations_cap,
-	// llm.script on a provider profile, a run_started event larger than
-	// max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+	// no_server_tools with tool_names, llm.script on a provider profile, a
+	// run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
 	// ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
 	// the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
 	// max_concurrent_runs runs are live or a quota is used up;
@@ -69,7 +69,8 @@ type ToolRuntimeServiceClient interface {
 	// cannot write or an MCP server whose tools the run names is down. Also INVALID_ARGUMENT for a start whose tools break the
 	// sidecar's bounds (max_session_tools, max_schema_bytes, max_schema_depth,
 	// max_schema_expansion, a remote $ref) or for a message that breaks the
-	// protocol; PERMISSION_DENIED for a tool that would shadow a server tool, or
+	// protocol; PERMISSION_DENIED for a tool named like a server tool the run
+	// offers (allow_tool_shadowing false), or
 	// handles_approvals under self_approval = false; FAILED_PRECONDITION for a
 	// tool_result whose call_id is unknown or already answered, and for a re-
 	// attach to a run another stream holds or that is not a Session run;
@@ -114,8 +115,9 @@ type ToolRuntimeServiceClient interface {
 	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error)
 	// Stops a live run; its event stream ends with run_cancelled.
 	//
-	// Errors: NOT_FOUND for an unknown run, or one the caller may not cancel
-	// (neither its owner nor admin).
+	// Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+	// PERMISSION_DENIED for one it may read but not cancel (neither its owner
+	// nor admin), naming the role it lacks.
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
 	// Lists the tools hosted by the server.
 	//
@@ -125,10 +127,11 @@ type ToolRuntimeServiceClient interface {
 	// owns or may approve (for runs started by a client that does not decide
 	// approvals itself).
 	//
-	// Errors: NOT_FOUND for an unknown run, or one the caller may not approve;
+	// Errors: NOT_FOUND for an unknown run, or one the caller may not read;
 	// FAILED_PRECONDITION when that call is not waiting (decided already, timed
-	// out, or never asked); PERMISSION_DENIED for the run's owner under a policy
-	// with self_approval = false.
+	// out, or never asked); PERMISSION_DENIED for a run the caller may read but
+	// not approve (naming the role it lacks), and for the run's owner under a
+	// policy with self_approval = false.
 	DecideApproval(ctx context.Context, in *DecideApprovalRequest, opts ...grpc.CallOption) (*DecideApprovalResponse, error)
 	// The live runs and the finished runs the sidecar still keeps, newest first:
 	// the caller's own, or every run for an observer, approver or admin.
@@ -352,8 +355,8 @@ type ToolRuntimeServiceServer interface {
 	//
 	// Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
 	// field that is not standard JSON, max_iterations over max_iterations_cap,
-	// llm.script on a provider profile, a run_started event larger than
-	// max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+	// no_server_tools with tool_names, llm.script on a provider profile, a
+	// run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
 	// ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
 	// the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
 	// max_concurrent_runs runs are live or a quota is used up;
@@ -372,8 +375,8 @@ type ToolRuntimeServiceServer interface {
 	//
 	// Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
 	// field that is not standard JSON, max_iterations over max_iterations_cap,
-	// llm.script on a provider profile, a run_started event larger than
-	// max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+	// no_server_tools with tool_names, llm.script on a provider profile, a
+	// run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
 	// ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
 	// the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
 	// max_concurrent_runs runs are live or a quota is used up;
@@ -389,8 +392,8 @@ type ToolRuntimeServiceServer interface {
 	//
 	// Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
 	// field that is not standard JSON, max_iterations over max_iterations_cap,
-	// llm.script on a provider profile, a run_started event larger than
-	// max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+	// no_server_tools with tool_names, llm.script on a provider profile, a
+	// run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
 	// ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
 	// the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
 	// max_concurrent_runs runs are live or a quota is used up;
@@ -399,7 +402,8 @@ type ToolRuntimeServiceServer interface {
 	// cannot write or an MCP server whose tools the run names is down. Also INVALID_ARGUMENT for a start whose tools break the
 	// sidecar's bounds (max_session_tools, max_schema_bytes, max_schema_depth,
 	// max_schema_expansion, a remote $ref) or for a message that breaks the
-	// protocol; PERMISSION_DENIED for a tool that would shadow a server tool, or
+	// protocol; PERMISSION_DENIED for a tool named like a server tool the run
+	// offers (allow_tool_shadowing false), or
 	// handles_approvals under self_approval = false; FAILED_PRECONDITION for a
 	// tool_result whose call_id is unknown or already answered, and for a re-
 	// attach to a run another stream holds or that is not a Session run;
@@ -444,8 +448,9 @@ type ToolRuntimeServiceServer interface {
 	GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error)
 	// Stops a live run; its event stream ends with run_cancelled.
 	//
-	// Errors: NOT_FOUND for an unknown run, or one the caller may not cancel
-	// (neither its owner nor admin).
+	// Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+	// PERMISSION_DENIED for one it may read but not cancel (neither its owner
+	// nor admin), naming the role it lacks.
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
 	// Lists the tools hosted by the server.
 	//
@@ -455,10 +460,11 @@ type ToolRuntimeServiceServer interface {
 	// owns or may approve (for runs started by a client that does not decide
 	// approvals itself).
 	//
-	// Errors: NOT_FOUND for an unknown run, or one the caller may not approve;
+	// Errors: NOT_FOUND for an unknown run, or one the caller may not read;
 	// FAILED_PRECONDITION when that call is not waiting (decided already, timed
-	// out, or never asked); PERMISSION_DENIED for the run's owner under a policy
-	// with self_approval = false.
+	// out, or never asked); PERMISSION_DENIED for a run the caller may read but
+	// not approve (naming the role it lacks), and for the run's owner under a
+	// policy with self_approval = false.
 	DecideApproval(context.Context, *DecideApprovalRequest) (*DecideApprovalResponse, error)
 	// The live runs and the finished runs the sidecar still keeps, newest first:
 	// the caller's own, or every run for an observer, approver or admin.

@@ -177,7 +177,10 @@ type SessionStart struct {
 	// What to run.
 	Spec *RunSpec `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
 	// Tools executed by this client; the server forwards their calls as
-	// ToolInvocation messages.
+	// ToolInvocation messages. One may have the name of a server tool that the
+	// run does not offer (see RunSpec.tool_names and RunSpec.no_server_tools);
+	// one named like a server tool the run offers is PERMISSION_DENIED unless
+	// the policy allows shadowing.
 	Tools []*ToolSpec `protobuf:"bytes,2,rep,name=tools,proto3" json:"tools,omitempty"`
 	// When true, the client acts as the LLM: the server sends LlmInvocation
 	// messages and waits for LlmResult answers.

@@ -13,7 +13,16 @@ import { fromDuration, fromTimestamp, toDuration, toTimestamp } from './time.js'
  */
 
 export const TERMINAL = Object.freeze(['run_completed', 'run_failed', 'run_cancelled']);
-const SPEC_KEYS = new Set(['prompt', 'context', 'max_iterations', 'llm', 'tool_names', 'run_id', 'detach']);
+const SPEC_KEYS = new Set([
+  'prompt',
+  'context',
+  'max_iterations',
+  'llm',
+  'tool_names',
+  'no_server_tools',
+  'run_id',
+  'detach',
+]);
 const CONTEXT_KEYS = new Set([
   'plan_id',
   'phase',
@@ -70,6 +79,7 @@ export class Codec {
       prompt: input.prompt ?? '',
       max_iterations: input.max_iterations ?? 0,
       tool_names: input.tool_names ?? [],
+      no_server_tools: Boolean(input.no_server_tools),
       run_id: input.run_id ?? '',
       detach: Boolean(input.detach),
     };

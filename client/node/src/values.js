@@ -122,7 +122,9 @@
  * @property {number} [max_iterations]  0 = the server's default (25)
  * @property {{profile?: string, model?: string, script?: any[] | string}} [llm]
  *   `script`: the scripted LLM's turns, as an array (or its JSON text)
- * @property {string[]} [tool_names]
+ * @property {string[]} [tool_names]  the server's tools the run may use; empty: all of them
+ * @property {boolean} [no_server_tools]  offer none of the server's tools (only a session's
+ *   own); not together with `tool_names`
  * @property {string} [run_id]
  * @property {boolean} [detach]
  */

@@ -38,6 +38,7 @@ export class Codec {
         prompt: string;
         max_iterations: number;
         tool_names: string[];
+        no_server_tools: boolean;
         run_id: string;
         detach: boolean;
     };

@@ -249,7 +249,15 @@ export type RunSpecInput = {
         model?: string;
         script?: any[] | string;
     } | undefined;
+    /**
+     * the server's tools the run may use; empty: all of them
+     */
     tool_names?: string[] | undefined;
+    /**
+     * offer none of the server's tools (only a session's
+     * own); not together with `tool_names`
+     */
+    no_server_tools?: boolean | undefined;
     run_id?: string | undefined;
     detach?: boolean | undefined;
 };

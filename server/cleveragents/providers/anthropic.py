@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cleveragents.providers._assembly import Assembler, StreamFailure
+from cleveragents.providers._assembly import DEFAULT_MAX_ANSWER_CHARS, Assembler, StreamFailure
 from cleveragents.providers._caller import HTTPCaller
 from cleveragents.tool import DeltaSink, LLMRequest, ToolFormat
 
@@ -87,7 +87,7 @@ class AnthropicMessagesCaller(HTTPCaller):
         return body
 
     def assembler(self, request: LLMRequest) -> Assembler:
-        return MessageStream(request.deltas, request.iteration)
+        return MessageStream(request.deltas, request.iteration, self.max_answer_chars)
 
 
 def _mark_cache_breakpoints(body: dict[str, Any]) -> None:
@@ -107,8 +107,10 @@ def _mark_cache_breakpoints(body: dict[str, Any]) -> None:
 class MessageStream(Assembler):
     """Assembles a streamed message from the Messages API's events."""
 
-    def __init__(self, sink: DeltaSink | None, iteration: int) -> None:
-        super().__init__(sink, iteration)
+    def __init__(
+        self, sink: DeltaSink | None, iteration: int, max_chars: int = DEFAULT_MAX_ANSWER_CHARS
+    ) -> None:
+        super().__init__(sink, iteration, max_chars)
         self._blocks: dict[int, dict[str, Any]] = {}
         #: Each text block's fragments, joined once in ``body`` (not re-copied per delta).
         self._texts: dict[int, list[str]] = {}
@@ -119,6 +121,8 @@ class MessageStream(Assembler):
         kind = str(data.get("type", event))
         if kind == "error":
             raise StreamFailure(data.get("error") or data)
+        if kind in ("message_start", "message_delta"):
+            self.keep_event()  # their fields are kept as they came
         if kind == "message_start":
             self._message = dict(data.get("message") or {})
             self._usage.update(self._message.get("usage") or {})
@@ -133,6 +137,8 @@ class MessageStream(Assembler):
 
     def _start_block(self, index: int, block: dict[str, Any]) -> None:
         block = dict(block)
+        if block.get("type") != "text":  # kept whole (a tool_use block's input, a thinking one)
+            self.keep_event()
         if block.get("type") == "tool_use":
             block["position"] = self.start_call(block.get("id"), block.get("name"))
             block["id"] = self.calls[block["position"]].id

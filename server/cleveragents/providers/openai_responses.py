@@ -101,7 +101,7 @@ class OpenAIResponsesCaller(HTTPCaller):
         return body
 
     def assembler(self, request: LLMRequest) -> Assembler:
-        return ResponsesStream(request.deltas, request.iteration)
+        return ResponsesStream(request.deltas, request.iteration, self.max_answer_chars)
 
     def parse_body(self, data: dict[str, Any]) -> LLMResponse:
         return parse_response(data)

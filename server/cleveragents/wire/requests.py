@@ -48,8 +48,9 @@ class RunRequest:
     """One run as a client asks for it.
 
     ``max_iterations`` 0 means the sidecar's default; ``tool_names`` empty means every
-    server-side tool; ``run_id`` empty lets the sidecar pick one; ``context`` ``None`` means an
-    empty one. The sidecar never changes a request: it copies the context it runs with.
+    server-side tool, unless ``no_server_tools`` asks for none of them; ``run_id`` empty lets
+    the sidecar pick one; ``context`` ``None`` means an empty one. The sidecar never changes a
+    request: it copies the context it runs with.
     """
 
     prompt: str
@@ -59,6 +60,7 @@ class RunRequest:
     tool_names: tuple[str, ...] = ()
     run_id: str = ""
     detach: bool = False
+    no_server_tools: bool = False
     budget: RunBudget | None = None
     max_wall_clock_s: float | None = None
 
@@ -86,6 +88,7 @@ def run_request_from_pb(spec: types_pb2.RunSpec) -> RunRequest:
         tool_names=tuple(spec.tool_names),
         run_id=spec.run_id,
         detach=spec.detach,
+        no_server_tools=spec.no_server_tools,
         budget=budget if spec.HasField("budget") else None,
         max_wall_clock_s=wall_clock_s,
     )
@@ -114,6 +117,7 @@ def _fill_spec(spec: types_pb2.RunSpec, request: RunRequest) -> None:
     spec.tool_names.extend(request.tool_names)
     spec.run_id = request.run_id
     spec.detach = request.detach
+    spec.no_server_tools = request.no_server_tools
     llm = request.llm
     spec.llm.profile, spec.llm.model, spec.llm.script = llm.profile, llm.model, llm.script
     if request.context is not None:

@@ -35,7 +35,9 @@ class ToolRuntimeServiceStub:
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     def __init__(self, channel):
@@ -110,7 +112,9 @@ class ToolRuntimeServiceServicer:
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     def RunToolLoop(self, request, context):
@@ -119,8 +123,8 @@ class ToolRuntimeServiceServicer:
 
         Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
         field that is not standard JSON, max_iterations over max_iterations_cap,
-        llm.script on a provider profile, a run_started event larger than
-        max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+        no_server_tools with tool_names, llm.script on a provider profile, a
+        run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
         ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
         the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
         max_concurrent_runs runs are live or a quota is used up;
@@ -144,8 +148,8 @@ class ToolRuntimeServiceServicer:
 
         Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
         field that is not standard JSON, max_iterations over max_iterations_cap,
-        llm.script on a provider profile, a run_started event larger than
-        max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+        no_server_tools with tool_names, llm.script on a provider profile, a
+        run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
         ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
         the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
         max_concurrent_runs runs are live or a quota is used up;
@@ -166,8 +170,8 @@ class ToolRuntimeServiceServicer:
 
         Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
         field that is not standard JSON, max_iterations over max_iterations_cap,
-        llm.script on a provider profile, a run_started event larger than
-        max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+        no_server_tools with tool_names, llm.script on a provider profile, a
+        run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
         ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
         the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
         max_concurrent_runs runs are live or a quota is used up;
@@ -176,7 +180,8 @@ class ToolRuntimeServiceServicer:
         cannot write or an MCP server whose tools the run names is down. Also INVALID_ARGUMENT for a start whose tools break the
         sidecar's bounds (max_session_tools, max_schema_bytes, max_schema_depth,
         max_schema_expansion, a remote $ref) or for a message that breaks the
-        protocol; PERMISSION_DENIED for a tool that would shadow a server tool, or
+        protocol; PERMISSION_DENIED for a tool named like a server tool the run
+        offers (allow_tool_shadowing false), or
         handles_approvals under self_approval = false; FAILED_PRECONDITION for a
         tool_result whose call_id is unknown or already answered, and for a re-
         attach to a run another stream holds or that is not a Session run;
@@ -241,8 +246,9 @@ class ToolRuntimeServiceServicer:
     def CancelRun(self, request, context):
         """Stops a live run; its event stream ends with run_cancelled.
 
-        Errors: NOT_FOUND for an unknown run, or one the caller may not cancel
-        (neither its owner nor admin).
+        Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+        PERMISSION_DENIED for one it may read but not cancel (neither its owner
+        nor admin), naming the role it lacks.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -262,10 +268,11 @@ class ToolRuntimeServiceServicer:
         owns or may approve (for runs started by a client that does not decide
         approvals itself).
 
-        Errors: NOT_FOUND for an unknown run, or one the caller may not approve;
+        Errors: NOT_FOUND for an unknown run, or one the caller may not read;
         FAILED_PRECONDITION when that call is not waiting (decided already, timed
-        out, or never asked); PERMISSION_DENIED for the run's owner under a policy
-        with self_approval = false.
+        out, or never asked); PERMISSION_DENIED for a run the caller may read but
+        not approve (naming the role it lacks), and for the run's owner under a
+        policy with self_approval = false.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -370,7 +377,9 @@ class ToolRuntimeService:
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     @staticmethod

@@ -36,7 +36,9 @@ class ToolRuntimeServiceStub:
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     @_typing.overload
@@ -49,8 +51,8 @@ class ToolRuntimeServiceStub:
 
     Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
     field that is not standard JSON, max_iterations over max_iterations_cap,
-    llm.script on a provider profile, a run_started event larger than
-    max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+    no_server_tools with tool_names, llm.script on a provider profile, a
+    run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
     ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
     the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
     max_concurrent_runs runs are live or a quota is used up;
@@ -70,8 +72,8 @@ class ToolRuntimeServiceStub:
 
     Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
     field that is not standard JSON, max_iterations over max_iterations_cap,
-    llm.script on a provider profile, a run_started event larger than
-    max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+    no_server_tools with tool_names, llm.script on a provider profile, a
+    run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
     ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
     the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
     max_concurrent_runs runs are live or a quota is used up;
@@ -88,8 +90,8 @@ class ToolRuntimeServiceStub:
 
     Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
     field that is not standard JSON, max_iterations over max_iterations_cap,
-    llm.script on a provider profile, a run_started event larger than
-    max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+    no_server_tools with tool_names, llm.script on a provider profile, a
+    run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
     ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
     the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
     max_concurrent_runs runs are live or a quota is used up;
@@ -98,7 +100,8 @@ class ToolRuntimeServiceStub:
     cannot write or an MCP server whose tools the run names is down. Also INVALID_ARGUMENT for a start whose tools break the
     sidecar's bounds (max_session_tools, max_schema_bytes, max_schema_depth,
     max_schema_expansion, a remote $ref) or for a message that breaks the
-    protocol; PERMISSION_DENIED for a tool that would shadow a server tool, or
+    protocol; PERMISSION_DENIED for a tool named like a server tool the run
+    offers (allow_tool_shadowing false), or
     handles_approvals under self_approval = false; FAILED_PRECONDITION for a
     tool_result whose call_id is unknown or already answered, and for a re-
     attach to a run another stream holds or that is not a Session run;
@@ -147,8 +150,9 @@ class ToolRuntimeServiceStub:
     CancelRun: _grpc.UnaryUnaryMultiCallable[_service_pb2.CancelRunRequest, _service_pb2.CancelRunResponse]
     """Stops a live run; its event stream ends with run_cancelled.
 
-    Errors: NOT_FOUND for an unknown run, or one the caller may not cancel
-    (neither its owner nor admin).
+    Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+    PERMISSION_DENIED for one it may read but not cancel (neither its owner
+    nor admin), naming the role it lacks.
     """
     ListTools: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListToolsRequest, _service_pb2.ListToolsResponse]
     """Lists the tools hosted by the server.
@@ -160,10 +164,11 @@ class ToolRuntimeServiceStub:
     owns or may approve (for runs started by a client that does not decide
     approvals itself).
 
-    Errors: NOT_FOUND for an unknown run, or one the caller may not approve;
+    Errors: NOT_FOUND for an unknown run, or one the caller may not read;
     FAILED_PRECONDITION when that call is not waiting (decided already, timed
-    out, or never asked); PERMISSION_DENIED for the run's owner under a policy
-    with self_approval = false.
+    out, or never asked); PERMISSION_DENIED for a run the caller may read but
+    not approve (naming the role it lacks), and for the run's owner under a
+    policy with self_approval = false.
     """
     ListRuns: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListRunsRequest, _service_pb2.ListRunsResponse]
     """The live runs and the finished runs the sidecar still keeps, newest first:
@@ -192,7 +197,9 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -202,8 +209,8 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
 
     Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
     field that is not standard JSON, max_iterations over max_iterations_cap,
-    llm.script on a provider profile, a run_started event larger than
-    max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+    no_server_tools with tool_names, llm.script on a provider profile, a
+    run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
     ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
     the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
     max_concurrent_runs runs are live or a quota is used up;
@@ -223,8 +230,8 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
 
     Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
     field that is not standard JSON, max_iterations over max_iterations_cap,
-    llm.script on a provider profile, a run_started event larger than
-    max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+    no_server_tools with tool_names, llm.script on a provider profile, a
+    run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
     ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
     the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
     max_concurrent_runs runs are live or a quota is used up;
@@ -241,8 +248,8 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
 
     Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
     field that is not standard JSON, max_iterations over max_iterations_cap,
-    llm.script on a provider profile, a run_started event larger than
-    max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+    no_server_tools with tool_names, llm.script on a provider profile, a
+    run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
     ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
     the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
     max_concurrent_runs runs are live or a quota is used up;
@@ -251,7 +258,8 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     cannot write or an MCP server whose tools the run names is down. Also INVALID_ARGUMENT for a start whose tools break the
     sidecar's bounds (max_session_tools, max_schema_bytes, max_schema_depth,
     max_schema_expansion, a remote $ref) or for a message that breaks the
-    protocol; PERMISSION_DENIED for a tool that would shadow a server tool, or
+    protocol; PERMISSION_DENIED for a tool named like a server tool the run
+    offers (allow_tool_shadowing false), or
     handles_approvals under self_approval = false; FAILED_PRECONDITION for a
     tool_result whose call_id is unknown or already answered, and for a re-
     attach to a run another stream holds or that is not a Session run;
@@ -300,8 +308,9 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     CancelRun: _aio.UnaryUnaryMultiCallable[_service_pb2.CancelRunRequest, _service_pb2.CancelRunResponse]  # type: ignore[assignment]
     """Stops a live run; its event stream ends with run_cancelled.
 
-    Errors: NOT_FOUND for an unknown run, or one the caller may not cancel
-    (neither its owner nor admin).
+    Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+    PERMISSION_DENIED for one it may read but not cancel (neither its owner
+    nor admin), naming the role it lacks.
     """
     ListTools: _aio.UnaryUnaryMultiCallable[_service_pb2.ListToolsRequest, _service_pb2.ListToolsResponse]  # type: ignore[assignment]
     """Lists the tools hosted by the server.
@@ -313,10 +322,11 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     owns or may approve (for runs started by a client that does not decide
     approvals itself).
 
-    Errors: NOT_FOUND for an unknown run, or one the caller may not approve;
+    Errors: NOT_FOUND for an unknown run, or one the caller may not read;
     FAILED_PRECONDITION when that call is not waiting (decided already, timed
-    out, or never asked); PERMISSION_DENIED for the run's owner under a policy
-    with self_approval = false.
+    out, or never asked); PERMISSION_DENIED for a run the caller may read but
+    not approve (naming the role it lacks), and for the run's owner under a
+    policy with self_approval = false.
     """
     ListRuns: _aio.UnaryUnaryMultiCallable[_service_pb2.ListRunsRequest, _service_pb2.ListRunsResponse]  # type: ignore[assignment]
     """The live runs and the finished runs the sidecar still keeps, newest first:
@@ -344,7 +354,9 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     @_abc_1.abstractmethod
@@ -358,8 +370,8 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
         field that is not standard JSON, max_iterations over max_iterations_cap,
-        llm.script on a provider profile, a run_started event larger than
-        max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+        no_server_tools with tool_names, llm.script on a provider profile, a
+        run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
         ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
         the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
         max_concurrent_runs runs are live or a quota is used up;
@@ -385,8 +397,8 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
         field that is not standard JSON, max_iterations over max_iterations_cap,
-        llm.script on a provider profile, a run_started event larger than
-        max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+        no_server_tools with tool_names, llm.script on a provider profile, a
+        run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
         ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
         the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
         max_concurrent_runs runs are live or a quota is used up;
@@ -409,8 +421,8 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
         field that is not standard JSON, max_iterations over max_iterations_cap,
-        llm.script on a provider profile, a run_started event larger than
-        max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+        no_server_tools with tool_names, llm.script on a provider profile, a
+        run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
         ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
         the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
         max_concurrent_runs runs are live or a quota is used up;
@@ -419,7 +431,8 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         cannot write or an MCP server whose tools the run names is down. Also INVALID_ARGUMENT for a start whose tools break the
         sidecar's bounds (max_session_tools, max_schema_bytes, max_schema_depth,
         max_schema_expansion, a remote $ref) or for a message that breaks the
-        protocol; PERMISSION_DENIED for a tool that would shadow a server tool, or
+        protocol; PERMISSION_DENIED for a tool named like a server tool the run
+        offers (allow_tool_shadowing false), or
         handles_approvals under self_approval = false; FAILED_PRECONDITION for a
         tool_result whose call_id is unknown or already answered, and for a re-
         attach to a run another stream holds or that is not a Session run;
@@ -492,8 +505,9 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_service_pb2.CancelRunResponse, _abc.Awaitable[_service_pb2.CancelRunResponse]]:
         """Stops a live run; its event stream ends with run_cancelled.
 
-        Errors: NOT_FOUND for an unknown run, or one the caller may not cancel
-        (neither its owner nor admin).
+        Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+        PERMISSION_DENIED for one it may read but not cancel (neither its owner
+        nor admin), naming the role it lacks.
         """
 
     @_abc_1.abstractmethod
@@ -517,10 +531,11 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         owns or may approve (for runs started by a client that does not decide
         approvals itself).
 
-        Errors: NOT_FOUND for an unknown run, or one the caller may not approve;
+        Errors: NOT_FOUND for an unknown run, or one the caller may not read;
         FAILED_PRECONDITION when that call is not waiting (decided already, timed
-        out, or never asked); PERMISSION_DENIED for the run's owner under a policy
-        with self_approval = false.
+        out, or never asked); PERMISSION_DENIED for a run the caller may read but
+        not approve (naming the role it lacks), and for the run's owner under a
+        policy with self_approval = false.
         """
 
     @_abc_1.abstractmethod

@@ -141,7 +141,10 @@ class SessionStart(_message.Message):
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.ToolSpec]:
         """Tools executed by this client; the server forwards their calls as
-        ToolInvocation messages.
+        ToolInvocation messages. One may have the name of a server tool that the
+        run does not offer (see RunSpec.tool_names and RunSpec.no_server_tools);
+        one named like a server tool the run offers is PERMISSION_DENIED unless
+        the policy allows shadowing.
         """
 
     def __init__(

@@ -679,6 +679,7 @@ class RunSpec(_message.Message):
     RUN_ID_FIELD_NUMBER: _builtins.int
     DETACH_FIELD_NUMBER: _builtins.int
     BUDGET_FIELD_NUMBER: _builtins.int
+    NO_SERVER_TOOLS_FIELD_NUMBER: _builtins.int
     prompt: _builtins.str
     """The user's request; must contain non-whitespace text."""
     max_iterations: _builtins.int
@@ -691,6 +692,12 @@ class RunSpec(_message.Message):
     """
     detach: _builtins.bool
     """When true, the run keeps going if the stream that started it closes."""
+    no_server_tools: _builtins.bool
+    """When true, the run offers none of the server's tools: only a Session's
+    own tools, if it declares any (a run with neither has no tools). Default
+    false: tool_names decides. Setting it together with tool_names is refused
+    with INVALID_ARGUMENT.
+    """
     @_builtins.property
     def context(self) -> Global___ToolActorContext:
         """The environment passed to the tools; unset means an empty context."""
@@ -701,7 +708,14 @@ class RunSpec(_message.Message):
 
     @_builtins.property
     def tool_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Names of server-side tools the run may use; empty means all of them."""
+        """Names of server-side tools the run may use; empty means all of them
+        (unless no_server_tools). A Session's own tool (SessionStart.tools) may
+        share a name with a server tool the run does not offer: a name conflicts
+        only among the tools the run offers. A client tool named like an offered
+        server tool is refused with PERMISSION_DENIED unless the governance
+        policy's allow_tool_shadowing (default false) lets the client's tool take
+        its place; leave that tool out of tool_names, or set no_server_tools.
+        """
 
     @_builtins.property
     def budget(self) -> Global___RunBudget:
@@ -720,10 +734,11 @@ class RunSpec(_message.Message):
         run_id: _builtins.str = ...,
         detach: _builtins.bool = ...,
         budget: Global___RunBudget | None = ...,
+        no_server_tools: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "context", b"context", "llm", b"llm"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "context", b"context", "detach", b"detach", "llm", b"llm", "max_iterations", b"max_iterations", "prompt", b"prompt", "run_id", b"run_id", "tool_names", b"tool_names"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "context", b"context", "detach", b"detach", "llm", b"llm", "max_iterations", b"max_iterations", "no_server_tools", b"no_server_tools", "prompt", b"prompt", "run_id", b"run_id", "tool_names", b"tool_names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -20,7 +20,7 @@ from cleveragents.sidecar.fleet.directory import Decision, RunDirectory, RunHand
 from cleveragents.sidecar.gateway.bounds import check_started_fits
 from cleveragents.sidecar.gateway.sessions import DEADLINE_SLACK_S, Reattach, SessionRuns
 from cleveragents.sidecar.hosted import ClientHost
-from cleveragents.sidecar.identity import Access, Identity
+from cleveragents.sidecar.identity import Access, Identity, roles_granting
 from cleveragents.sidecar.runs import FrameSink, LogCursor, Run, RunManager
 from cleveragents.sidecar.runs.resume import ResumeInfo
 from cleveragents.tool import Resumption, ToolRegistry, ToolSpec
@@ -127,7 +127,8 @@ class Gateway:
         The run belongs to ``caller``, runs under the governance policy named for it (``""``:
         the global ``[policy]``) and counts against its run quotas.
         """
-        await self.want_tools(request.tool_names)
+        if not request.no_server_tools:  # a run that uses none starts no server
+            await self.want_tools(request.tool_names)
         await self.directory.reserve(request.run_id, caller.name)
         governance = self.config.policy_named(caller.policy)  # checked to exist at start
         assembled = self.assembler.assemble(
