@@ -190,11 +190,20 @@ class Gateway:
     ) -> RunHandle:
         """The run ``run_id`` wherever it lives, if ``caller`` may ``access`` it (it owns it,
         or has a role that grants it); else ``NOT_FOUND``, the same as for an unknown id, so
-        that ids do not leak."""
+        that ids do not leak; but ``PERMISSION_DENIED`` for a run the caller may read (it
+        knows the run exists) and not cancel or decide."""
         handle = await self.directory.locate(run_id, lambda owner: caller.may(access, owner))
-        if handle is None:
-            raise SidecarError.not_found(f"no run with id {run_id!r} (unknown, or expired)")
-        return handle
+        if handle is not None:
+            return handle
+        if access is not Access.READ and await self.directory.locate(
+            run_id, lambda owner: caller.may(Access.READ, owner)
+        ):
+            doing = "cancel it" if access is Access.CONTROL else "decide its approvals"
+            raise SidecarError.denied(
+                f"identity {caller.name!r} may read run {run_id!r} but not {doing}: that needs "
+                f"the {' or '.join(roles_granting(access))} role, or owning the run"
+            )
+        raise SidecarError.not_found(f"no run with id {run_id!r} (unknown, or expired)")
 
     async def cancel(self, caller: Identity, run_id: str, reason: str) -> RunState:
         """Cancel the run (waiting a moment for its end); its state then."""
