@@ -26,7 +26,7 @@ import structlog
 
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.fleet.control import CANCEL, DECIDE, TAKEN, Control
-from cleveragents.sidecar.runs import LogCursor, Run, RunManager
+from cleveragents.sidecar.runs import LogCursor, Run, RunManager, RunPhase
 from cleveragents.sidecar.runs.parked import ParkedRun
 from cleveragents.sidecar.runs.resume import ADOPTION_REASON, handover_reason
 from cleveragents.sidecar.runs.store import EventStore, StoredRun
@@ -184,7 +184,7 @@ class Attachment(Generic[T]):
         """The re-attach failed: the run waits for any client again (here, or another
         sidecar's, which may take it)."""
         if self.waiting is not None and self._directory is not None:
-            self.waiting.reserved = False
+            self.run.give_back()
             self._directory.mark(self.run.run_id)
 
 
@@ -260,19 +260,19 @@ class LocalRun:
         if run.ended:
             return Attachment(run, None)
         waiting = directory.manager.parked.get(run.run_id)
-        if waiting is None or waiting.reserved:
+        if waiting is None or run.phase is not RunPhase.PARKED:
             raise SidecarError.out_of_order(
                 f"run {run.run_id!r} is not waiting for a client: a Session run is attached "
                 "to another stream (a run has one client at a time; watch it with FollowRun "
                 "meanwhile)"
             )
-        waiting.reserved = True  # no other client (here, or at another sidecar) takes it now
+        run.reserve()  # no other client (here, or at another sidecar) takes it now
         try:
             prepared = await prepare(waiting)
             await directory.marked(run.run_id)
             lost = await directory.fleet.hold(run.run_id)
         except BaseException:
-            waiting.reserved = False
+            run.give_back()
             raise
         if lost is not None:
             directory.lose(run.run_id, lost)
@@ -344,7 +344,7 @@ class RemoteRun:
         if waiting is None:  # it could not wait here: it ended, saying why
             taken = directory.manager.get(run_id)
             return Attachment(taken if taken is not None else run, None)
-        waiting.reserved = True
+        waiting.run.reserve()
         return Attachment(waiting.run, waiting, prepared, directory)
 
 

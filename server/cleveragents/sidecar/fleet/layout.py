@@ -16,8 +16,8 @@ import redis.asyncio
 
 from cleveragents.sidecar.fleet.mirrors import HeldRun
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY
+from cleveragents.sidecar.runs.run import is_terminal
 from cleveragents.sidecar.runs.store import StoredRun
-from cleveragents.tool import RunCancelled, RunCompleted, RunFailed
 from cleveragents.wire import decode_frame
 
 __all__ = [
@@ -144,7 +144,7 @@ async def read_stored(client: redis.asyncio.Redis, run_ids: list[str]) -> list[H
 
 def ended(frames: list[bytes]) -> bool:
     """Whether a log ends with its terminal event."""
-    return isinstance(decode_frame(frames[-1]).event, RunCancelled | RunCompleted | RunFailed)
+    return is_terminal(decode_frame(frames[-1]).event)
 
 
 def frames_of(entries: _Entries) -> list[bytes]:

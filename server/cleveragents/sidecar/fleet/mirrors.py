@@ -19,12 +19,9 @@ import grpc
 import structlog
 
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.sidecar.runs.log import LogStats, RunLog
-from cleveragents.sidecar.runs.run import Run, Terminal
+from cleveragents.sidecar.runs.log import LogStats
+from cleveragents.sidecar.runs.run import Run
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
-from cleveragents.sidecar.status import status_from_code
-from cleveragents.tool import LLMResponded, RunCancelled, RunCompleted, RunFailed, ToolCallCompleted
-from cleveragents.wire import RunState, check_frame, decode_frame, request_of_started
 
 __all__ = ["FleetLog", "HeldRun", "Mirrors", "RunHead", "mirror"]
 
@@ -79,42 +76,8 @@ class FleetLog(Protocol):
 
 
 def mirror(stored: StoredRun, stats: LogStats, frame_limit: int = 0) -> Run:
-    """The run ``stored`` holds, finished if its log ends, else running (to be fed)."""
-    for sequence, item in enumerate(stored.frames, 1):
-        check_frame(item, stored.run_id, sequence)
-    first = decode_frame(stored.frames[0])
-    run_log = RunLog(stored.run_id, MemoryEventStore(), stats, stored.owner, stored.resume_info)
-    run = Run(
-        request_of_started(stored.frames[0]),
-        run_log,
-        started_at=first.time,
-        frame_limit=frame_limit,
-    )
-    run.begun = True
-    feed(run, stored.frames)
-    return run
-
-
-def feed(run: Run, frames: list[bytes]) -> None:
-    """Append a mirror's newly stored ``frames``; the terminal one finishes it."""
-    for item in frames:
-        if run.ended:
-            return
-        logged = decode_frame(item)
-        event = logged.event
-        if isinstance(event, ToolCallCompleted):
-            run.tool_calls += 1
-        elif isinstance(event, LLMResponded):
-            run.iterations = event.iteration
-        if isinstance(event, RunCompleted):
-            run.end(item, Terminal(RunState.COMPLETED, event.result, None, logged.time))
-        elif isinstance(event, RunFailed):
-            failure = (status_from_code(logged.failure_code), event.message)
-            run.end(item, Terminal(RunState.FAILED, event.result, failure, logged.time))
-        elif isinstance(event, RunCancelled):
-            run.end(item, Terminal(RunState.CANCELLED, event.result, None, logged.time))
-        else:
-            run.log.append(item)
+    """The run ``stored`` holds, finished if its log ends, else live: to be fed (``take``)."""
+    return Run.from_log(stored, MemoryEventStore(), stats, frame_limit)
 
 
 class Mirrors:
@@ -224,7 +187,7 @@ class Mirrors:
                 if not wanted:
                     break
                 frames = await self.store.read_after(run_id, len(run.log.frames), BLOCK_MS)
-                feed(run, frames)
+                run.take(frames)
         except Exception as exc:  # the store went away: the watchers end where they are
             log.warning("another sidecar's run no longer followed", run_id=run_id, error=repr(exc))
             run.log.close()

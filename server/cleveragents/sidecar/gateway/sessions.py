@@ -141,8 +141,9 @@ class SessionRuns:
             if isinstance(waiting.host, ClientHost):  # its stream dropped; the run went on
                 host = waiting.host
                 self.manager.parked.unpark(run.run_id)
+                run.reattached()
                 host.rebind(run.log, run.log.frames[after : run.log.released])
-                run.log.sinks.append(host.outbox)
+                run.log.attach(host.outbox)
                 run.logger.info("session client re-attached", after_sequence=after)
                 return run, host
             assert attachment.prepared is not None

@@ -12,7 +12,7 @@ admits and keeps runs, recovery from a store, and the stores.
 from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.manager import RunManager
 from cleveragents.sidecar.runs.readers import FrameQueue, FrameSink, LogCursor
-from cleveragents.sidecar.runs.run import Run, RunObserver
+from cleveragents.sidecar.runs.run import Run, RunObserver, RunPhase
 from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
 
@@ -27,6 +27,7 @@ __all__ = [
     "RunLog",
     "RunManager",
     "RunObserver",
+    "RunPhase",
     "SqliteEventStore",
     "StoredRun",
 ]

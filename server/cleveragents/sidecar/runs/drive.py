@@ -28,7 +28,7 @@ __all__ = ["drain_live", "drive"]
 async def drive(run: Run, assembled: AssembledRun, resume: Resumption | None = None) -> None:
     """Run ``run``'s loop (from its log, with ``resume``); every way out logs a terminal
     event: the loop's own, or one written here when the loop never got to it."""
-    run.begun = True
+    run.begin()
     runtime = assembled.runtime
     try:
         await runtime.arun_tool_loop(

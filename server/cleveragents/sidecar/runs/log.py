@@ -118,6 +118,10 @@ class RunLog:
         self.released = len(frames)
         self.released_bytes = sum(map(len, frames))
 
+    def attach(self, sink: FrameSink) -> None:
+        """Push ``sink`` every frame released from now on (``close`` once the log ends)."""
+        self.sinks.append(sink)
+
     def follow(self, after_sequence: int, limit: int) -> LogCursor:
         """A watcher's cursor, from the frame after ``after_sequence`` on."""
         cursor = LogCursor(self, after_sequence, limit)

@@ -33,7 +33,7 @@ from cleveragents.sidecar.runs.resume import (
     resumption_of,
 )
 from cleveragents.sidecar.runs.retained import RetainedRuns
-from cleveragents.sidecar.runs.run import Run, RunObserver
+from cleveragents.sidecar.runs.run import Run, RunObserver, RunPhase
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
 from cleveragents.sidecar.runs.watchers import Watchers
 from cleveragents.tool import Resumption, RunFailed
@@ -309,7 +309,6 @@ class RunManager:
         resume: Resumption | None = None,
     ) -> None:
         """Make ``run`` live and start its loop (from its log, with ``resume``)."""
-        run.approvals = assembled.approvals
         run_log, run_id = run.log, run.run_id
 
         def attended() -> bool:
@@ -321,9 +320,10 @@ class RunManager:
         for observer in self.observers:
             observer.run_started(run, metadata)
         if sink is not None:
-            run.log.sinks.append(sink)
+            run.log.attach(sink)
         self._live[run_id] = run
-        run.task = asyncio.create_task(self._drive(run, assembled, resume), name=f"run-{run_id}")
+        task = asyncio.create_task(self._drive(run, assembled, resume), name=f"run-{run_id}")
+        run.started(task, assembled.approvals)
 
     def cancel(self, run: Run, reason: str) -> None:
         """Cancel a live run; it ends with ``run_cancelled`` carrying ``reason``."""
@@ -333,7 +333,7 @@ class RunManager:
             if self.parked.get(run.run_id) is not None:
                 self._give_up(run, f"cancelled while waiting for its client: {reason}")
             return
-        if run.begun:
+        if run.phase is not RunPhase.STARTING:
             run.task.cancel(reason)
         else:
             # Not one step yet: cancelling now would keep its body (and run_started) from
@@ -344,7 +344,7 @@ class RunManager:
         """End a live run now with ``run_failed`` (``UNAVAILABLE``, ``message``) and stop it."""
         if run.ended or run.task is None:
             return
-        if not run.begun:  # its first step logs run_started: fail it right after
+        if run.phase is RunPhase.STARTING:  # its first step logs run_started: fail it after
             asyncio.get_running_loop().call_soon(self.fail, run, message)
             return
         error = SidecarError(grpc.StatusCode.UNAVAILABLE, message)

@@ -32,9 +32,6 @@ class ParkedRun:
     timer: asyncio.TimerHandle
     #: Why it waits here: the ``run_resumed`` reason once its client re-attaches.
     reason: str = ""
-    #: Taken by a re-attach under way here: no other client, here or at another sidecar,
-    #: may take it (that re-attach unparks it next, or gives it back).
-    reserved: bool = False
 
 
 class ParkedRuns:
@@ -63,6 +60,7 @@ class ParkedRuns:
         timer = asyncio.get_running_loop().call_later(self.window_s, expired)
         entry = ParkedRun(run, host, timer, reason)
         self.unpark(run.run_id)
+        run.park()
         self._parked[run.run_id] = entry
         self.parked_one.set()
 

@@ -13,14 +13,11 @@ import grpc
 import structlog
 
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.sidecar.runs.log import LogStats, RunLog
-from cleveragents.sidecar.runs.run import Run, Terminal
+from cleveragents.sidecar.runs.log import LogStats
+from cleveragents.sidecar.runs.run import Run
 from cleveragents.sidecar.runs.store import EventStore, StoredRun
-from cleveragents.sidecar.status import status_from_code
 from cleveragents.tool import (
     LLMResponded,
-    RunCancelled,
-    RunCompleted,
     RunFailed,
     StopReason,
     ToolCallCompleted,
@@ -28,14 +25,7 @@ from cleveragents.tool import (
     ToolCallRunResult,
     Usage,
 )
-from cleveragents.wire import (
-    LoggedEvent,
-    RunState,
-    check_frame,
-    decode_frame,
-    request_of_started,
-    result_message,
-)
+from cleveragents.wire import decode_frame
 
 __all__ = ["CRASHED_MESSAGE", "crashed", "restore", "settle"]
 
@@ -58,35 +48,9 @@ def restore(
     ``frame_limit`` bounds the terminal event logged for a run that never ended (see ``Run``).
     ``ValueError`` (or another exception) when a frame of the log cannot be read back.
     """
-    for sequence, item in enumerate(stored.frames, 1):
-        check_frame(item, stored.run_id, sequence)
-    first = decode_frame(stored.frames[0])
-    run_log = RunLog(stored.run_id, store, stats, stored.owner, stored.resume_info)
-    run_log.restore(list(stored.frames))
-    run = Run(
-        request_of_started(stored.frames[0]),
-        run_log,
-        started_at=first.time,
-        frame_limit=frame_limit,
-    )
-    last = decode_frame(stored.frames[-1])
-    event = last.event
-    if isinstance(event, RunCompleted):
-        run.finish_restored(Terminal(RunState.COMPLETED, event.result, None, last.time))
-    elif isinstance(event, RunFailed):
-        run.finish_restored(Terminal(RunState.FAILED, event.result, _failure(last), last.time))
-    elif isinstance(event, RunCancelled):
-        run.finish_restored(Terminal(RunState.CANCELLED, event.result, None, last.time))
-    elif keep_live:  # what ListRuns shows of it until it goes on
-        so_far = partial_result(run.run_id, stored.frames)
-        run.iterations, run.tool_calls = so_far.iterations, len(so_far.tool_call_history)
-        return run
-    else:
+    run = Run.from_log(stored, store, stats, frame_limit)
+    if not run.finished and not keep_live:
         crashed(run)
-        return run
-    ended = result_message(stored.frames[-1])
-    if ended is not None and ended.history_omitted:  # its records are in its events only
-        run.tool_calls = ended.tool_call_count
     return run
 
 
@@ -117,11 +81,6 @@ def partial_result(run_id: str, frames: list[bytes]) -> ToolCallRunResult:
     return ToolCallRunResult(
         "\n".join(texts), tuple(records), iterations, False, usage, StopReason.ERROR, run_id
     )
-
-
-def _failure(logged: LoggedEvent) -> tuple[grpc.StatusCode, str]:
-    assert isinstance(logged.event, RunFailed)
-    return status_from_code(logged.failure_code), logged.event.message
 
 
 async def settle(restored: list[Run], timeout_s: float) -> None:
