@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from cleveragents.providers._retry import AnswerTooLargeError, ProviderError, RetryPolicy
 
 if TYPE_CHECKING:
+    from cleveragents.providers._caller import HTTPCaller
+    from cleveragents.providers._http import new_client
     from cleveragents.providers.anthropic import AnthropicMessagesCaller
     from cleveragents.providers.openai import OpenAIChatCaller
     from cleveragents.providers.openai_responses import OpenAIResponsesCaller
@@ -24,10 +26,12 @@ __all__ = [
     "RESERVED_PARAMS",
     "AnswerTooLargeError",
     "AnthropicMessagesCaller",
+    "HTTPCaller",
     "OpenAIChatCaller",
     "OpenAIResponsesCaller",
     "ProviderError",
     "RetryPolicy",
+    "new_client",
 ]
 
 #: Request fields the callers write themselves; generation parameters may not set them.
@@ -35,6 +39,8 @@ RESERVED_PARAMS = frozenset({"model", "messages", "tools", "system", "stream", "
 
 _LAZY = {
     "AnthropicMessagesCaller": "cleveragents.providers.anthropic",
+    "HTTPCaller": "cleveragents.providers._caller",
+    "new_client": "cleveragents.providers._http",
     "OpenAIChatCaller": "cleveragents.providers.openai",
     "OpenAIResponsesCaller": "cleveragents.providers.openai_responses",
 }

@@ -25,7 +25,7 @@ from cleveragents.wire import LlmChoice
 if TYPE_CHECKING:
     import httpx2
 
-    from cleveragents.providers._caller import HTTPCaller
+    from cleveragents.providers import HTTPCaller
 
 __all__ = ["DEFAULT_API_KEY_ENV", "close_provider_clients", "profile_name", "resolve_llm"]
 
@@ -176,7 +176,7 @@ class _ClientPool:
         key = (profile.name, profile.base_url)
         client = clients.get(key)
         if client is None or client.is_closed:
-            from cleveragents.providers._http import new_client
+            from cleveragents.providers import new_client
 
             client = clients[key] = new_client()
         return client

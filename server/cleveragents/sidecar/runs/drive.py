@@ -7,6 +7,7 @@ from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from cleveragents.sidecar.runs.resume import Launchable
 from cleveragents.tool import (
     LLMCallError,
     Resumption,
@@ -19,13 +20,12 @@ from cleveragents.tool import (
 )
 
 if TYPE_CHECKING:
-    from cleveragents.sidecar.assembly import AssembledRun
     from cleveragents.sidecar.runs.run import Run
 
 __all__ = ["drain_live", "drive"]
 
 
-async def drive(run: Run, assembled: AssembledRun, resume: Resumption | None = None) -> None:
+async def drive(run: Run, assembled: Launchable, resume: Resumption | None = None) -> None:
     """Run ``run``'s loop (from its log, with ``resume``); every way out logs a terminal
     event: the loop's own, or one written here when the loop never got to it."""
     run.begin()

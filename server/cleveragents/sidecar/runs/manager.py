@@ -28,6 +28,7 @@ from cleveragents.sidecar.runs.recovery import crashed, partial_result, restore,
 from cleveragents.sidecar.runs.resume import (
     ADOPTION_REASON,
     RESTART_REASON,
+    Launchable,
     ResumeInfo,
     Resumer,
     resumption_of,
@@ -39,7 +40,6 @@ from cleveragents.sidecar.runs.watchers import Watchers
 from cleveragents.tool import Resumption, RunFailed
 
 if TYPE_CHECKING:
-    from cleveragents.sidecar.assembly import AssembledRun
     from cleveragents.sidecar.config import Policy
 
 __all__ = ["RunManager"]
@@ -180,7 +180,7 @@ class RunManager:
         return True
 
     def resume_parked(
-        self, run: Run, assembled: AssembledRun, sink: FrameSink, resume: Resumption, answers: bool
+        self, run: Run, assembled: Launchable, sink: FrameSink, resume: Resumption, answers: bool
     ) -> None:
         """Go on with the Session run ``run`` (parked at a restart) now that its client
         re-attached, sending its frames and invocations to ``sink``."""
@@ -245,7 +245,7 @@ class RunManager:
 
     def start(
         self,
-        assembled: AssembledRun,
+        assembled: Launchable,
         *,
         sink: FrameSink | None = None,
         metadata: Mapping[str, str] | None = None,
@@ -302,7 +302,7 @@ class RunManager:
     def _launch(
         self,
         run: Run,
-        assembled: AssembledRun,
+        assembled: Launchable,
         sink: FrameSink | None,
         answering: FrameSink | None,
         metadata: Mapping[str, str],
@@ -377,7 +377,7 @@ class RunManager:
         await asyncio.gather(*self._stopping, return_exceptions=True)
 
     async def _drive(
-        self, run: Run, assembled: AssembledRun, resume: Resumption | None = None
+        self, run: Run, assembled: Launchable, resume: Resumption | None = None
     ) -> None:
         try:
             await drive(run, assembled, resume)

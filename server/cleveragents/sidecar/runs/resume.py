@@ -14,16 +14,23 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from cleveragents.tool import LLMResponded, Resumption, RunEvent
-from cleveragents.wire import decode_frame
+from cleveragents.tool import (
+    LLMResponded,
+    Resumption,
+    RunEvent,
+    ToolActorContext,
+    ToolCallingRuntime,
+)
+from cleveragents.wire import RunRequest, decode_frame
 
 if TYPE_CHECKING:
-    from cleveragents.sidecar.assembly import AssembledRun
+    from cleveragents.sidecar.approvals import ApprovalBroker
     from cleveragents.sidecar.runs.run import Run
 
 __all__ = [
     "ADOPTION_REASON",
     "RESTART_REASON",
+    "Launchable",
     "ResumeInfo",
     "Resumer",
     "handover_reason",
@@ -77,10 +84,31 @@ class ResumeInfo:
             return None
 
 
-class Resumer(Protocol):
-    """Rebuilds a live run found in the store (the service implements it)."""
+class Launchable(Protocol):
+    """A run ready to start, as the manager starts it (``assembly.AssembledRun`` is one): the
+    request as accepted, the runtime and context its loop runs with, the time its starting
+    call left it (``None``: no deadline), and its approvals broker."""
 
-    def reassemble(self, run: Run, info: ResumeInfo, resumption: Resumption) -> AssembledRun:
+    @property
+    def request(self) -> RunRequest: ...
+
+    @property
+    def runtime(self) -> ToolCallingRuntime: ...
+
+    @property
+    def context(self) -> ToolActorContext: ...
+
+    @property
+    def timeout_s(self) -> float | None: ...
+
+    @property
+    def approvals(self) -> ApprovalBroker: ...
+
+
+class Resumer(Protocol):
+    """Rebuilds a live run found in the store (the gateway implements it)."""
+
+    def reassemble(self, run: Run, info: ResumeInfo, resumption: Resumption) -> Launchable:
         """The assembled run that goes on with ``run``; ``SidecarError`` says why it cannot."""
         ...
 
