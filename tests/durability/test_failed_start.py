@@ -18,7 +18,7 @@ from cleveragents.sidecar.runs.resume import RESTART_REASON
 from cleveragents.tool import RunCompleted, RunResumed
 from cleveragents.wire import decode_frame
 from tests.conftest import ServeSidecar
-from tests.durability.test_redis_fleet import TERMINAL, _start_napping
+from tests.durability.test_redis_fleet import TERMINAL, start_napping
 from tests.redis_server import RedisServer
 
 #: Two naps, then an answer: a run taken back in the first nap is still live in the second.
@@ -70,7 +70,7 @@ async def test_the_runs_a_failed_start_took_back_are_left_live_for_the_next_star
     crashed = serve_sidecar(
         event_store=redis_server.url, sidecar_id="again", event_store_lease_s=1.0
     )
-    await _start_napping(crashed.address, "nap", NAPS)
+    await start_napping(crashed.address, "nap", NAPS)
     crashed.process.kill()
     crashed.process.wait(10)
     failed = Sidecar(_config(redis_server.url, "again", f"127.0.0.1:{taken_port}"))

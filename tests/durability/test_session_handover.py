@@ -32,7 +32,14 @@ from cleveragents.tool import (
 )
 from cleveragents.toolruntime.v1 import events_pb2, session_pb2, types_pb2
 from tests.conftest import ServeSidecar
-from tests.durability.test_session_adoption import Call, Stub, _answer, _calling, _read, _start
+from tests.durability.test_session_adoption import (
+    Call,
+    Stub,
+    calling,
+    read_to_invocation,
+    session_start,
+    tool_answer,
+)
 from tests.redis_server import RedisServer
 from tests.sidecar.conftest import LaggingProxy
 
@@ -104,7 +111,7 @@ async def _dropped(
     async with grpc.aio.insecure_channel(address) as channel:
         call: Call = Stub(channel).Session(metadata=_auth())
         await call.write(start)
-        invocation = await _read(call, events)
+        invocation = await read_to_invocation(call, events)
     assert invocation is not None
     return events, invocation
 
@@ -115,7 +122,7 @@ async def _refused(address: str, start: session_pb2.SessionRequest, who: str = "
         call: Call = Stub(channel).Session(metadata=_auth(who))
         await call.write(start)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await _read(call, [])
+            await read_to_invocation(call, [])
     return refused.value
 
 
@@ -138,16 +145,18 @@ async def test_a_run_parked_on_one_sidecar_resumes_on_the_sidecar_its_client_rea
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote", idempotent=idempotent)]
     async with asyncio.timeout(LONG_S):
-        before, invocation = await _dropped(alpha.address, _start(tools, "h", _calling("remote")))
+        before, invocation = await _dropped(
+            alpha.address, session_start(tools, "h", calling("remote"))
+        )
         await _parked(alpha, "h")
         after: list[events_pb2.RunEvent] = []
         async with grpc.aio.insecure_channel(beta.address) as channel:
             call: Call = Stub(channel).Session(metadata=_auth())
-            await call.write(_start(tools, "h", _calling("remote"), before[-1].sequence))
-            asked = await _read(call, after)
+            await call.write(session_start(tools, "h", calling("remote"), before[-1].sequence))
+            asked = await read_to_invocation(call, after)
             if asked is not None:
-                await call.write(_answer(asked.call_id, '{"n": 1}'))
-                assert await _read(call, after) is None
+                await call.write(tool_answer(asked.call_id, '{"n": 1}'))
+                assert await read_to_invocation(call, after) is None
             assert await call.code() is grpc.StatusCode.OK
         await _stopped(alpha, "h")  # told by beta, alpha stops its copy and does not keep it
         log = await _log(alpha.address, "h")  # alpha reads the shared log now
@@ -175,7 +184,7 @@ async def test_a_run_adopted_from_a_killed_sidecar_is_handed_to_the_third_its_cl
     fleet: Start, serve_sidecar: ServeSidecar, redis_server: RedisServer
 ) -> None:
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
-    script = _calling("remote")
+    script = calling("remote")
     dead = serve_sidecar(
         event_store=redis_server.url, sidecar_id="dead", event_store_lease_s=1.0,
         session_reattach_s=30.0,
@@ -185,8 +194,8 @@ async def test_a_run_adopted_from_a_killed_sidecar_is_handed_to_the_third_its_cl
         events: list[events_pb2.RunEvent] = []
         async with grpc.aio.insecure_channel(dead.address) as channel:
             call: Call = Stub(channel).Session()
-            await call.write(_start(tools, "k", script))
-            assert await _read(call, events) is not None
+            await call.write(session_start(tools, "k", script))
+            assert await read_to_invocation(call, events) is not None
             dead.process.kill()  # SIGKILL, the call owed; no client, no lease from now on
             dead.process.wait(10)
         await _parked(beta, "k")  # beta adopted it
@@ -194,12 +203,12 @@ async def test_a_run_adopted_from_a_killed_sidecar_is_handed_to_the_third_its_cl
         after: list[events_pb2.RunEvent] = []
         async with grpc.aio.insecure_channel(gamma.address) as channel:
             call = Stub(channel).Session()
-            await call.write(_start(tools, "k", script, events[-1].sequence))
-            asked = await _read(call, after)
+            await call.write(session_start(tools, "k", script, events[-1].sequence))
+            asked = await read_to_invocation(call, after)
             assert asked is not None
             assert asked.call_id == "r1"
-            await call.write(_answer("r1", "{}"))
-            assert await _read(call, after) is None
+            await call.write(tool_answer("r1", "{}"))
+            assert await read_to_invocation(call, after) is None
             assert await call.code() is grpc.StatusCode.OK
         await _stopped(beta, "k")
         async with AsyncSidecarClient(beta.address) as client:
@@ -221,13 +230,13 @@ async def test_a_run_attached_to_a_live_stream_on_its_sidecar_is_failed_precondi
     tools = [types_pb2.ToolSpec(name="remote")]
     async with asyncio.timeout(LONG_S), grpc.aio.insecure_channel(alpha.address) as channel:
         call: Call = Stub(channel).Session(metadata=_auth())
-        await call.write(_start(tools, "held", _calling("remote")))
+        await call.write(session_start(tools, "held", calling("remote")))
         events: list[events_pb2.RunEvent] = []
-        invocation = await _read(call, events)
+        invocation = await read_to_invocation(call, events)
         assert invocation is not None
-        refused = await _refused(beta.address, _start(tools, "held", _calling("remote"), 1))
-        await call.write(_answer(invocation.call_id, "{}"))  # the holder goes on, undisturbed
-        assert await _read(call, events) is None
+        refused = await _refused(beta.address, session_start(tools, "held", calling("remote"), 1))
+        await call.write(tool_answer(invocation.call_id, "{}"))  # the holder goes on, undisturbed
+        assert await read_to_invocation(call, events) is None
         assert await call.code() is grpc.StatusCode.OK
     assert refused.code() is grpc.StatusCode.FAILED_PRECONDITION
     assert "attached to another stream on sidecar 'alpha'" in (refused.details() or "")
@@ -240,18 +249,18 @@ async def test_a_parked_run_whose_sidecar_stalled_is_taken_without_asking_that_s
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
     async with asyncio.timeout(LONG_S):
-        before, _ = await _dropped(alpha.address, _start(tools, "stuck", _calling("remote")))
+        before, _ = await _dropped(alpha.address, session_start(tools, "stuck", calling("remote")))
         await _parked(alpha, "stuck")
         # Its hash names a sidecar whose lease lives and which never reads anything.
         await direct.set(lease_key("ghost"), "1", px=60_000)
         await direct.hset(meta_key("stuck"), "sidecar", "ghost")
         async with grpc.aio.insecure_channel(beta.address) as channel:
             call: Call = Stub(channel).Session(metadata=_auth())
-            await call.write(_start(tools, "stuck", _calling("remote"), before[-1].sequence))
-            asked = await _read(call, [])
+            await call.write(session_start(tools, "stuck", calling("remote"), before[-1].sequence))
+            asked = await read_to_invocation(call, [])
             assert asked is not None
-            await call.write(_answer(asked.call_id, "{}"))
-            assert await _read(call, []) is None
+            await call.write(tool_answer(asked.call_id, "{}"))
+            assert await read_to_invocation(call, []) is None
             assert await call.code() is grpc.StatusCode.OK
         owner = await direct.hget(meta_key("stuck"), "sidecar")
         log = await _log(beta.address, "stuck")
@@ -265,9 +274,9 @@ async def test_another_identitys_parked_run_is_not_found_and_nothing_is_asked(
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote")]
     async with asyncio.timeout(LONG_S):
-        before, _ = await _dropped(alpha.address, _start(tools, "mine", _calling("remote")))
+        before, _ = await _dropped(alpha.address, session_start(tools, "mine", calling("remote")))
         await _parked(alpha, "mine")
-        start = _start(tools, "mine", _calling("remote"), before[-1].sequence)
+        start = session_start(tools, "mine", calling("remote"), before[-1].sequence)
         refused = await _refused(beta.address, start, who="bob")
         asks = await direct.xlen(control_key("alpha"))
         owner = await direct.hget(meta_key("mine"), "sidecar")
@@ -282,11 +291,11 @@ async def test_of_two_clients_racing_to_reattach_at_two_sidecars_exactly_one_get
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
-    script = _calling("remote")
+    script = calling("remote")
     async with asyncio.timeout(LONG_S):
-        before, _ = await _dropped(alpha.address, _start(tools, "race", script))
+        before, _ = await _dropped(alpha.address, session_start(tools, "race", script))
         await _parked(alpha, "race")
-        start = _start(tools, "race", script, before[-1].sequence)
+        start = session_start(tools, "race", script, before[-1].sequence)
 
         channels = [grpc.aio.insecure_channel(s.address) for s in (alpha, beta)]
         calls: list[Call] = [Stub(channel).Session(metadata=_auth()) for channel in channels]
@@ -294,7 +303,7 @@ async def test_of_two_clients_racing_to_reattach_at_two_sidecars_exactly_one_get
         async def attempt(call: Call) -> session_pb2.ToolInvocation | grpc.StatusCode:
             await call.write(start)
             try:  # the winner is not answered until both attempts are decided
-                asked = await _read(call, [])
+                asked = await read_to_invocation(call, [])
             except grpc.aio.AioRpcError as exc:
                 return exc.code()
             assert asked is not None
@@ -306,8 +315,8 @@ async def test_of_two_clients_racing_to_reattach_at_two_sidecars_exactly_one_get
                 (call, got) for call, got in zip(calls, outcomes, strict=True)
                 if isinstance(got, session_pb2.ToolInvocation)
             ]  # fmt: skip
-            await winner.write(_answer(asked.call_id, "{}"))
-            assert await _read(winner, []) is None
+            await winner.write(tool_answer(asked.call_id, "{}"))
+            assert await read_to_invocation(winner, []) is None
             assert await winner.code() is grpc.StatusCode.OK
         finally:
             for channel in channels:
@@ -324,19 +333,19 @@ async def test_a_client_reattaching_at_the_old_sidecar_after_a_handover_is_faile
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
-    script = _calling("remote")
+    script = calling("remote")
     async with asyncio.timeout(LONG_S):
-        before, _ = await _dropped(alpha.address, _start(tools, "moved", script))
+        before, _ = await _dropped(alpha.address, session_start(tools, "moved", script))
         await _parked(alpha, "moved")
-        start = _start(tools, "moved", script, before[-1].sequence)
+        start = session_start(tools, "moved", script, before[-1].sequence)
         async with grpc.aio.insecure_channel(beta.address) as channel:
             call: Call = Stub(channel).Session(metadata=_auth())
             await call.write(start)
-            asked = await _read(call, [])  # handed over to beta, which holds it now
+            asked = await read_to_invocation(call, [])  # handed over to beta, which holds it now
             assert asked is not None
             refused = await _refused(alpha.address, start)
-            await call.write(_answer(asked.call_id, "{}"))
-            assert await _read(call, []) is None
+            await call.write(tool_answer(asked.call_id, "{}"))
+            assert await read_to_invocation(call, []) is None
         log = await _log(alpha.address, "moved")
     assert refused.code() is grpc.StatusCode.FAILED_PRECONDITION
     details = refused.details() or ""
@@ -352,19 +361,19 @@ async def test_a_run_handed_over_whose_answer_was_lost_is_taken_at_the_next_reat
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
-    script = _calling("remote")
+    script = calling("remote")
     async with asyncio.timeout(LONG_S):
-        before, _ = await _dropped(alpha.address, _start(tools, "lost", script))
+        before, _ = await _dropped(alpha.address, session_start(tools, "lost", script))
         await _parked(alpha, "lost")
         # alpha's claim for beta, and no answer (as if alpha died right after it).
         assert await direct.eval(CLAIM, 1, meta_key("lost"), "beta", "alpha")
         async with grpc.aio.insecure_channel(beta.address) as channel:
             call: Call = Stub(channel).Session(metadata=_auth())
-            await call.write(_start(tools, "lost", script, before[-1].sequence))
-            asked = await _read(call, [])
+            await call.write(session_start(tools, "lost", script, before[-1].sequence))
+            asked = await read_to_invocation(call, [])
             assert asked is not None
-            await call.write(_answer(asked.call_id, "{}"))
-            assert await _read(call, []) is None
+            await call.write(tool_answer(asked.call_id, "{}"))
+            assert await read_to_invocation(call, []) is None
             assert await call.code() is grpc.StatusCode.OK
         asks = await direct.xlen(control_key("alpha"))
         log = await _log(beta.address, "lost")
@@ -396,7 +405,7 @@ async def test_the_python_client_behind_a_balancer_gets_its_run_back_from_anothe
     try:
         async with AsyncSidecarClient(balancer.address) as client:
             session = client.session(
-                "go", tools=[remote], script=_calling("remote"), run_id="lb", reattach=True
+                "go", tools=[remote], script=calling("remote"), run_id="lb", reattach=True
             )
             async with asyncio.timeout(LONG_S):
                 async for streamed in session:
@@ -428,7 +437,7 @@ async def test_the_compare_and_set_takes_only_a_parked_run_and_only_for_its_owne
     alpha, _ = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote")]
     async with asyncio.timeout(LONG_S):
-        await _dropped(alpha.address, _start(tools, "kept", _calling("remote")))
+        await _dropped(alpha.address, session_start(tools, "kept", calling("remote")))
         await _parked(alpha, "kept")
         as_bob = await direct.eval(TAKE, 1, meta_key("kept"), "beta", "bob", "default")
         await direct.hset(meta_key("kept"), "parked", "")  # as if a client re-attached there
@@ -450,7 +459,7 @@ async def test_nothing_on_a_control_stream_moves_a_run_there(
         asyncio.timeout(LONG_S),
         AsyncSidecarClient(alpha.address, token=TOKENS["alice"]) as client,
     ):
-        await _dropped(alpha.address, _start(tools, "theirs", _calling("remote")))
+        await _dropped(alpha.address, session_start(tools, "theirs", calling("remote")))
         await _parked(alpha, "theirs")
         witness = client.stream_tool_loop("nap", script=nap, run_id="witness", detach=True)
         async for streamed in witness:
@@ -473,20 +482,22 @@ async def test_a_reattach_refused_where_the_run_waits_leaves_it_for_another_side
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
-    script = _calling("remote")
+    script = calling("remote")
     async with asyncio.timeout(LONG_S):
-        before, _ = await _dropped(alpha.address, _start(tools, "again", script))
+        before, _ = await _dropped(alpha.address, session_start(tools, "again", script))
         await _parked(alpha, "again")
-        wrong = _start([types_pb2.ToolSpec(name="other")], "again", script, before[-1].sequence)
+        wrong = session_start(
+            [types_pb2.ToolSpec(name="other")], "again", script, before[-1].sequence
+        )
         refused = await _refused(alpha.address, wrong)  # held for it, then given back
         await _parked(alpha, "again")
         async with grpc.aio.insecure_channel(beta.address) as channel:
             call: Call = Stub(channel).Session(metadata=_auth())
-            await call.write(_start(tools, "again", script, before[-1].sequence))
-            asked = await _read(call, [])
+            await call.write(session_start(tools, "again", script, before[-1].sequence))
+            asked = await read_to_invocation(call, [])
             assert asked is not None
-            await call.write(_answer(asked.call_id, "{}"))
-            assert await _read(call, []) is None
+            await call.write(tool_answer(asked.call_id, "{}"))
+            assert await read_to_invocation(call, []) is None
         log = await _log(beta.address, "again")
     assert refused.code() is grpc.StatusCode.INVALID_ARGUMENT
     _whole(log)

@@ -45,7 +45,7 @@ def test_a_bare_port_asks_which_address_was_meant() -> None:
 
 
 def test_every_setting_but_the_tables_has_a_flag() -> None:
-    flags = {a.dest for a in serve_parser()._actions}
+    flags = set(vars(serve_parser().parse_args([])))
     settings = {f.name for f in dataclasses.fields(SidecarConfig)}
 
     assert settings - set(TABLE_SETTINGS) <= flags

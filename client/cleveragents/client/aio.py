@@ -12,7 +12,8 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from cleveragents.client._ready import HEALTH_REQUEST, RECONNECT_OPTIONS, ReadyPoll
-from cleveragents.client._requests import (
+from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
+from cleveragents.client.exchange import (
     EventDecoder,
     RunOptions,
     Tools,
@@ -26,8 +27,7 @@ from cleveragents.client._requests import (
     run_spec,
     with_history,
 )
-from cleveragents.client._session import LEAVING, Job, SessionApprover, SessionLogic
-from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
+from cleveragents.client.session_logic import LEAVING, Job, SessionApprover, SessionLogic
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2

@@ -13,7 +13,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from cleveragents.providers._retry import AnswerTooLargeError, ProviderError, RetryPolicy
+from cleveragents.providers._retry import (
+    AnswerTooLargeError,
+    ProviderError,
+    RetryPolicy,
+    is_retryable_status,
+    retry_after_s,
+)
 
 if TYPE_CHECKING:
     from cleveragents.providers._caller import HTTPCaller
@@ -31,7 +37,9 @@ __all__ = [
     "OpenAIResponsesCaller",
     "ProviderError",
     "RetryPolicy",
+    "is_retryable_status",
     "new_client",
+    "retry_after_s",
 ]
 
 #: Request fields the callers write themselves; generation parameters may not set them.

@@ -155,6 +155,10 @@ class RunLog:
         waiters.append(waiter)
         return waiter
 
+    def sleeping(self) -> list[asyncio.Future[None]]:
+        """The waits of the readers asleep until the next release (or the log's end)."""
+        return [waiter for waiter in self._release_waiters if not waiter.done()]
+
     def push_in_order(self, sink: FrameSink, item: bytes) -> None:
         """Give ``sink`` ``item`` after every frame logged so far, once those are stored.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cleveragents.tool.budget import RunBudget
 from cleveragents.tool.events import (
@@ -25,6 +26,9 @@ from cleveragents.tool.loop.batch import feedback
 from cleveragents.tool.loop.run_state import RunState
 from cleveragents.tool.messages import LLMResponse, ToolCall
 from cleveragents.tool.records import StopReason, ToolCallRecord
+
+if TYPE_CHECKING:
+    from cleveragents.tool.execution.registry import ToolRegistry
 
 __all__ = ["INTERRUPTED", "PendingBatch", "Replayed", "Resumption", "replay"]
 
@@ -74,6 +78,17 @@ class PendingBatch:
             for c in self.calls[: self.allowed]
             if c.id in self.started and c.id not in self.records and c.id not in self.asked
         ]
+
+    def interrupted(self, registry: ToolRegistry) -> list[str]:
+        """The calls in flight at the stop whose tools are not declared idempotent: they do
+        not run again, and end with a failed record (``INTERRUPTED``) the model sees."""
+        names = {call.id: call.name for call in self.calls}
+        out = []
+        for call_id in self.in_flight():
+            entry = registry.get(names[call_id])
+            if entry is None or not entry.spec.idempotent:
+                out.append(call_id)
+        return out
 
 
 @dataclass(slots=True)
