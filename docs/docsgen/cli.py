@@ -68,6 +68,14 @@ def page() -> str:
         "Generated from the parser of `cleveragents-sidecar` when the docs are built.",
         f"`{parser.prog} --version` prints the version. {parser.epilog or ''}",
         "",
+        "Whatever the commands print of a run (its id, the prompt, the model's text, tool names,",
+        "errors, reasons, identities) shows its control characters as escapes (`\\e`, `\\x07`,",
+        "`\\u202e`), so a run cannot move the cursor, retitle the terminal or hide text; the",
+        "model's own text keeps its newlines and tabs. Long texts are cut to a line only on a",
+        "terminal: piped or written to a file, they come out whole (but for the prompt column",
+        "of `runs`). A command refused `UNAUTHENTICATED` says where its token comes from",
+        "(`--token`, else `$CLEVERAGENTS_SIDECAR_TOKEN`).",
+        "",
     ]
     for command in commands():
         out += [f"## `{command.name}`", "", command.description or command.summary, ""]
