@@ -14,7 +14,7 @@ import redis
 from cleveragents.client import AsyncSidecarClient
 from cleveragents.sidecar import ConfigError, Sidecar, SidecarConfig
 from cleveragents.sidecar.fleet.layout import SIDECARS_KEY, lease_key, log_key
-from cleveragents.sidecar.runs.resume import RESTART_REASON
+from cleveragents.sidecar.runs.recovery import RESTART_REASON
 from cleveragents.tool import RunCompleted, RunResumed
 from cleveragents.wire import decode_frame
 from tests.conftest import ServeSidecar

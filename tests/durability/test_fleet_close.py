@@ -131,7 +131,7 @@ async def test_following_another_sidecars_run_stops_though_its_reads_cancel_is_l
     found = await mirrors.get("elsewhere")
     assert found is not None
     assert not found[0].finished
-    found[0].log.follow(len(store.stored.frames), 100)  # someone watches it: it is followed
+    found[0].log.cursor(len(store.stored.frames), 100)  # someone watches it: it is kept up
     await store.reading.wait()
     await asyncio.wait_for(mirrors.close(), 15)
     assert store.cancels_lost == 1

@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 
 from cleveragents.client import AsyncSidecarClient, StreamedEvent
-from cleveragents.sidecar.runs.resume import ADOPTION_REASON
+from cleveragents.sidecar.runs.recovery import ADOPTION_REASON
 from cleveragents.tool import (
     RunCompleted,
     RunFailed,

@@ -22,7 +22,7 @@ from cleveragents.sidecar.config.settings import PROVIDER_KINDS
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost, ClientLLMCaller
 from cleveragents.sidecar.llm_profiles import profile_name, resolve_llm
-from cleveragents.sidecar.runs.resume import ResumeInfo, responses_logged
+from cleveragents.sidecar.runs.recovery import ResumeInfo, responses_logged
 from cleveragents.sidecar.sandbox_roots import SandboxRoots
 from cleveragents.sidecar.secrets import RedactingRunner
 from cleveragents.tool import (

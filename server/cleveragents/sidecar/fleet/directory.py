@@ -26,9 +26,9 @@ import structlog
 
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.fleet.control import CANCEL, DECIDE, TAKEN, Control
-from cleveragents.sidecar.runs import LogCursor, Run, RunManager, RunPhase
+from cleveragents.sidecar.runs import Run, RunManager, RunPhase, WatchCursor
 from cleveragents.sidecar.runs.parked import ParkedRun
-from cleveragents.sidecar.runs.resume import ADOPTION_REASON, handover_reason
+from cleveragents.sidecar.runs.recovery import ADOPTION_REASON, handover_reason
 from cleveragents.sidecar.runs.store import EventStore, StoredRun
 from cleveragents.wire import RunState
 
@@ -204,7 +204,7 @@ class RunHandle(Protocol):
         """Decide one of its calls waiting for approval."""
         ...
 
-    def follow(self, after: int, *, decides: bool) -> LogCursor:
+    def watch(self, after: int, *, decides: bool) -> WatchCursor:
         """A watcher's cursor on its log after sequence ``after`` (``decides``: whether the
         watcher may decide its approvals, and so counts as someone who can answer them)."""
         ...
@@ -250,8 +250,8 @@ class LocalRun:
             decision.call_id, decision.approved, decision.reason, "rpc", decision.identity
         )
 
-    def follow(self, after: int, *, decides: bool) -> LogCursor:
-        return self._directory.manager.watchers.follow(self._run, after, decides=decides)
+    def watch(self, after: int, *, decides: bool) -> WatchCursor:
+        return self._directory.manager.watchers.watch(self._run, after, decides=decides)
 
     async def reattach(self, owner: str, prepare: Prepare[T]) -> Attachment[T]:
         run, directory = self._run, self._directory
@@ -310,8 +310,8 @@ class RemoteRun:
         )  # fmt: skip
         await self._directory.fleet.send(self.sidecar, control)  # its sidecar checks the call
 
-    def follow(self, after: int, *, decides: bool) -> LogCursor:
-        return self._directory.manager.watchers.follow(self._run, after, decides=decides)
+    def watch(self, after: int, *, decides: bool) -> WatchCursor:
+        return self._directory.manager.watchers.watch(self._run, after, decides=decides)
 
     async def reattach(self, owner: str, prepare: Prepare[T]) -> Attachment[T]:
         run, directory, run_id = self._run, self._directory, self._run.run_id

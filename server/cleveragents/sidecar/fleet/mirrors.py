@@ -1,8 +1,8 @@
-"""Mirrors: the runs other sidecars of the fleet run, read back from the store and followed live.
+"""Mirrors: the runs other sidecars of the fleet run, read back from the store and kept up live.
 
 With a fleet, ``GetRun``, ``ListRuns``, ``WatchRun`` and ``FollowRun`` serve a run this sidecar
 does not have. Such a run is a *mirror*: a ``Run`` rebuilt from the stored log (its owner
-identity with it), which a follower task keeps up to date with blocking stream reads while
+identity with it), which a task keeps up to date with blocking stream reads while
 someone watches it, so that its watchers' cursors work as on a local run.
 """
 
@@ -28,10 +28,10 @@ __all__ = ["FleetLog", "HeldRun", "Mirrors", "RunHead", "mirror"]
 log = structlog.get_logger("cleveragents.sidecar.fleet")
 
 T = TypeVar("T")
-#: How long one blocking read of a followed run waits before it looks whether anyone still
+#: How long one blocking read of a mirror's run waits before it looks whether anyone still
 #: watches (milliseconds).
 BLOCK_MS = 1000
-#: A mirror nobody watches is still followed this long after it was asked for (a CancelRun
+#: A mirror nobody watches is still kept up this long after it was asked for (a CancelRun
 #: waits on it).
 KEEP_S = 10.0
 
@@ -81,18 +81,18 @@ def mirror(stored: StoredRun, stats: LogStats, frame_limit: int = 0) -> Run:
 
 
 class Mirrors:
-    """The mirrors of other sidecars' runs, each followed by one task while it is wanted."""
+    """The mirrors of other sidecars' runs, each kept up by one task while it is wanted."""
 
     def __init__(self, store: FleetLog, stats: LogStats, frame_limit: int = 0) -> None:
         self.store = store
         self.stats = stats
         self.frame_limit = frame_limit
-        #: Followed mirrors by run id, with the sidecar running each, and until when to keep
-        #: following one nobody watches.
-        self._followed: dict[str, tuple[Run, str]] = {}
+        #: The mirrors kept up to date, by run id, with the sidecar running each, and until when
+        #: to keep one up that nobody watches.
+        self._kept: dict[str, tuple[Run, str]] = {}
         self._keep_until: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        #: Set by ``close``: a follower ends at its next read even if its cancel is lost.
+        #: Set by ``close``: a mirror's task ends at its next read even if its cancel is lost.
         self._closing = False
 
     async def head(self, run_id: str) -> RunHead | None:
@@ -104,12 +104,12 @@ class Mirrors:
     ) -> tuple[Run, str] | None:
         """The mirror of ``run_id`` and the sidecar running it, or ``None`` if not stored or
         its owner is not one the caller ``may`` see: that is checked on the run's hash first,
-        so a refused caller makes the sidecar read no log and follow nothing."""
-        if (followed := self._followed.get(run_id)) is not None:
-            if not may(followed[0].owner):
+        so a refused caller makes the sidecar read no log and keep up nothing."""
+        if (kept := self._kept.get(run_id)) is not None:
+            if not may(kept[0].owner):
                 return None
             self._keep_until[run_id] = time.monotonic() + KEEP_S
-            return followed
+            return kept
         head = await self.head(run_id)
         if head is None or not may(head.owner):
             return None
@@ -122,10 +122,10 @@ class Mirrors:
         if run.finished:
             self._keep_until.pop(run_id, None)
             return run, found[0].sidecar
-        if (followed := self._followed.get(run_id)) is not None:  # another call got there
-            return followed
-        self._followed[run_id] = (run, found[0].sidecar)
-        task = asyncio.create_task(self._follow(run), name=f"mirror-{run_id}")
+        if (kept := self._kept.get(run_id)) is not None:  # another call got there
+            return kept
+        self._kept[run_id] = (run, found[0].sidecar)
+        task = asyncio.create_task(self._keep_up(run), name=f"mirror-{run_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run, found[0].sidecar
@@ -163,15 +163,15 @@ class Mirrors:
         run_ids = [run_id for run_id in recent if run_id not in skip]
         runs = []
         for found in await _read(self.store.read_runs(run_ids[:limit])):
-            followed = self._followed.get(found.stored.run_id)
+            kept = self._kept.get(found.stored.run_id)
             try:
-                runs.append(followed[0] if followed else mirror(found.stored, self.stats))
+                runs.append(kept[0] if kept else mirror(found.stored, self.stats))
             except Exception:  # an unreadable log is left out of the list, not fatal to it
                 log.warning("another sidecar's run unreadable", run_id=found.stored.run_id)
         return runs
 
     async def close(self) -> None:
-        """Stop following (every follower task is awaited). Each is told as well as
+        """Stop keeping mirrors up (every task is awaited). Each is told as well as
         cancelled: redis-py can lose the cancel of a blocking read (see ``lease``)."""
         self._closing = True
         tasks = list(self._tasks)
@@ -179,7 +179,7 @@ class Mirrors:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _follow(self, run: Run) -> None:
+    async def _keep_up(self, run: Run) -> None:
         run_id = run.run_id
         try:
             while not run.finished and not self._closing:
@@ -189,11 +189,11 @@ class Mirrors:
                 frames = await self.store.read_after(run_id, len(run.log.frames), BLOCK_MS)
                 run.take(frames)
         except Exception as exc:  # the store went away: the watchers end where they are
-            log.warning("another sidecar's run no longer followed", run_id=run_id, error=repr(exc))
+            log.warning("another sidecar's run no longer kept up", run_id=run_id, error=repr(exc))
             run.log.close()
         finally:
             with contextlib.suppress(KeyError):
-                del self._followed[run_id]
+                del self._kept[run_id]
             self._keep_until.pop(run_id, None)
 
 

@@ -21,8 +21,8 @@ from cleveragents.sidecar.gateway.bounds import check_started_fits
 from cleveragents.sidecar.gateway.sessions import DEADLINE_SLACK_S, Reattach, SessionRuns
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.identity import Access, Identity, roles_granting
-from cleveragents.sidecar.runs import FrameSink, LogCursor, Run, RunManager
-from cleveragents.sidecar.runs.resume import ResumeInfo
+from cleveragents.sidecar.runs import FrameSink, Run, RunManager, WatchCursor
+from cleveragents.sidecar.runs.recovery import ResumeInfo
 from cleveragents.tool import Resumption, ToolRegistry, ToolSpec
 from cleveragents.wire import RunRequest, RunState, RunSummary, SessionOpening, event_limit
 
@@ -236,7 +236,7 @@ class Gateway:
         summaries = sorted((_summary(run) for run in runs), key=lambda s: -s.started_at)
         return summaries[:limit]
 
-    async def watch(self, caller: Identity, run_id: str, after: int) -> tuple[Run, LogCursor]:
+    async def watch(self, caller: Identity, run_id: str, after: int) -> tuple[Run, WatchCursor]:
         """A watcher's cursor on run ``run_id`` after sequence ``after`` (past the live end,
         the cursor waits for the run to get there). A watcher who may not decide the run's
         approvals does not make them wait for an answer. ``unwatch`` it when done."""
@@ -249,13 +249,13 @@ class Gateway:
         decides = caller.may(Access.DECIDE, run.owner) and (
             run.approvals is None or run.approvals.refusal(caller.name) is None
         )
-        return run, handle.follow(after, decides=decides)
+        return run, handle.watch(after, decides=decides)
 
-    def unwatch(self, run: Run, cursor: LogCursor) -> None:
+    def unwatch(self, run: Run, cursor: WatchCursor) -> None:
         """The watcher of ``cursor`` is gone."""
-        self.manager.watchers.unfollow(run, cursor)
+        self.manager.watchers.unwatch(run, cursor)
 
-    def drop_watcher(self, run: Run, cursor: LogCursor, reason: str) -> None:
+    def drop_watcher(self, run: Run, cursor: WatchCursor, reason: str) -> None:
         """Drop the watcher of ``cursor`` (its RPC's own rule: ``reason``), counted and logged."""
         self.unwatch(run, cursor)
         self.manager.watchers.count_dropped(run, reason)

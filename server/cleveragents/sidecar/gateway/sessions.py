@@ -33,7 +33,7 @@ from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.identity import Identity
 from cleveragents.sidecar.runs import Run, RunManager
 from cleveragents.sidecar.runs.parked import ParkedRun
-from cleveragents.sidecar.runs.resume import RESTART_REASON, ResumeInfo, resumption_of
+from cleveragents.sidecar.runs.recovery import RESTART_REASON, ResumeInfo, resumption_of
 from cleveragents.tool import (
     IterationStarted,
     LLMResponded,

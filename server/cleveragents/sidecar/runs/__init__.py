@@ -11,16 +11,14 @@ admits and keeps runs, recovery from a store, and the stores.
 
 from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.manager import RunManager
-from cleveragents.sidecar.runs.readers import FrameQueue, FrameSink, LogCursor
+from cleveragents.sidecar.runs.readers import FrameSink, StreamQueue, WatchCursor
 from cleveragents.sidecar.runs.run import Run, RunObserver, RunPhase
 from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
 
 __all__ = [
     "EventStore",
-    "FrameQueue",
     "FrameSink",
-    "LogCursor",
     "LogStats",
     "MemoryEventStore",
     "Run",
@@ -30,4 +28,6 @@ __all__ = [
     "RunPhase",
     "SqliteEventStore",
     "StoredRun",
+    "StreamQueue",
+    "WatchCursor",
 ]

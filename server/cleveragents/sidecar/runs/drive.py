@@ -7,7 +7,7 @@ from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from cleveragents.sidecar.runs.resume import Launchable
+from cleveragents.sidecar.runs.run import Launchable
 from cleveragents.tool import (
     LLMCallError,
     Resumption,

@@ -24,19 +24,21 @@ from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.parked import ParkedRuns
 from cleveragents.sidecar.runs.quotas import RunQuotas
 from cleveragents.sidecar.runs.readers import FrameSink
-from cleveragents.sidecar.runs.recovery import crashed, partial_result, restore, settle
-from cleveragents.sidecar.runs.resume import (
+from cleveragents.sidecar.runs.recovery import (
     ADOPTION_REASON,
     RESTART_REASON,
-    Launchable,
     ResumeInfo,
     Resumer,
+    crashed,
+    partial_result,
+    restore,
     resumption_of,
+    settle,
 )
 from cleveragents.sidecar.runs.retained import RetainedRuns
-from cleveragents.sidecar.runs.run import Run, RunObserver, RunPhase
+from cleveragents.sidecar.runs.run import Launchable, Run, RunObserver, RunPhase
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
-from cleveragents.sidecar.runs.watchers import Watchers
+from cleveragents.sidecar.runs.watchers import WatchCursors
 from cleveragents.tool import Resumption, RunFailed
 
 if TYPE_CHECKING:
@@ -87,7 +89,7 @@ class RunManager:
         #: The loops of runs lost to another sidecar, still ending (awaited at the drain).
         self._stopping: set[asyncio.Task[None]] = set()
         #: The watchers' cursors (``follow``, ``unfollow``, ``drop_stalled``).
-        self.watchers = Watchers(self.stats, watcher_queue_size)
+        self.watchers = WatchCursors(self.stats, watcher_queue_size)
         #: Finished runs kept for GetRun and WatchRun.
         self._finished = RetainedRuns(
             self.store,

@@ -3,9 +3,9 @@
 A Session run parks when its client's stream goes away while the run lives (it keeps
 running; the calls it sent the client stay owed), or when the sidecar restarts on a durable
 store (its loop waits to be rebuilt around the client's re-declared tools). A re-attaching
-``SessionStart`` claims it; if nobody does within the window, the window's timer ends it,
+``SessionStart`` takes it; if nobody does within the window, the window's timer ends it,
 saying why. The timer is a loop callback, not a task: nothing is left running to await, and
-claiming or closing cancels it.
+taking it or closing cancels it.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class ParkedRuns:
     def park(
         self, run: Run, host: object | None, expire: Callable[[], None], reason: str = ""
     ) -> None:
-        """Let ``run`` wait the window; ``expire`` runs if nobody claims it by then. ``reason``
+        """Let ``run`` wait the window; ``expire`` runs if nobody takes it by then. ``reason``
         says why a run rebuilt from its log waits (a restart, an adoption, a
         hand-over)."""
 
@@ -73,7 +73,7 @@ class ParkedRuns:
         return self._parked.get(run_id)
 
     def unpark(self, run_id: str) -> ParkedRun | None:
-        """Claim ``run_id`` (its timer stops); ``None`` if it was not parked."""
+        """Take ``run_id`` out of the wait (its timer stops); ``None`` if it was not parked."""
         entry = self._parked.pop(run_id, None)
         if entry is not None:
             entry.timer.cancel()

@@ -39,7 +39,9 @@ from cleveragents.tool import (
     RunFailed,
     StopReason,
     TerminalEvent,
+    ToolActorContext,
     ToolCallCompleted,
+    ToolCallingRuntime,
     ToolCallRecord,
     ToolCallRunResult,
 )
@@ -57,7 +59,9 @@ from cleveragents.wire import (
 if TYPE_CHECKING:
     from cleveragents.sidecar.approvals import ApprovalBroker
 
-__all__ = ["PROMPT_KEPT", "Run", "RunObserver", "RunPhase", "Terminal", "is_terminal"]
+__all__ = [
+    "PROMPT_KEPT", "Launchable", "Run", "RunObserver", "RunPhase", "Terminal", "is_terminal",
+]  # fmt: skip
 
 log = structlog.get_logger("cleveragents.sidecar.runs")
 #: How much of a finished run's prompt its ``request`` keeps (what ``ListRuns`` shows): the
@@ -113,6 +117,27 @@ _NEXT: dict[RunPhase, frozenset[RunPhase]] = {
 }
 #: The phases in which nothing more is logged.
 _ENDED = frozenset({RunPhase.ENDING, RunPhase.FINISHED, RunPhase.LOST})
+
+
+class Launchable(Protocol):
+    """A run ready to start, as the manager starts it (``assembly.AssembledRun`` is one): the
+    request as accepted, the runtime and context its loop runs with, the time its starting
+    call left it (``None``: no deadline), and its approvals broker."""
+
+    @property
+    def request(self) -> RunRequest: ...
+
+    @property
+    def runtime(self) -> ToolCallingRuntime: ...
+
+    @property
+    def context(self) -> ToolActorContext: ...
+
+    @property
+    def timeout_s(self) -> float | None: ...
+
+    @property
+    def approvals(self) -> ApprovalBroker: ...
 
 
 class RunObserver(Protocol):

@@ -30,14 +30,14 @@ import grpc
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.gateway import Gateway
-from cleveragents.sidecar.runs import LogCursor, Run
+from cleveragents.sidecar.runs import Run, WatchCursor
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import Context, Limits, abort, end_if_lost, read_start
 from cleveragents.sidecar.transport.dropped import dropped_reason
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import follow_message
 
-__all__ = ["AckWindow", "FollowRuns", "IdentityWindows", "SharedWindow"]
+__all__ = ["AckWindow", "FollowRuns", "IdentityWindow", "IdentityWindows"]
 
 #: What a response adds to its frames, at most: a tag byte per frame is counted apart, and
 #: ``ack_requested`` and ``window_bytes`` take up to 12 bytes.
@@ -48,7 +48,7 @@ _ASK_FOR_ACK = b"\x10\x01"
 _FINAL_ACK_STALLS = 10
 
 
-class SharedWindow:
+class IdentityWindow:
     """The unacknowledged bytes of one identity's watchers together, and who waits for room."""
 
     __slots__ = ("_waiting", "identity", "limit", "unacked", "watchers")
@@ -78,21 +78,21 @@ class SharedWindow:
 
 
 class IdentityWindows:
-    """Each identity's :class:`SharedWindow`, while it has watchers."""
+    """Each identity's :class:`IdentityWindow`, while it has watchers."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._windows: dict[str, SharedWindow] = {}
+        self._windows: dict[str, IdentityWindow] = {}
 
-    def join(self, identity: str) -> SharedWindow:
+    def join(self, identity: str) -> IdentityWindow:
         """The window a new watcher of ``identity`` shares (``leave`` it when it ends)."""
         shared = self._windows.get(identity)
         if shared is None:
-            shared = self._windows[identity] = SharedWindow(identity, self.limit)
+            shared = self._windows[identity] = IdentityWindow(identity, self.limit)
         shared.watchers += 1
         return shared
 
-    def leave(self, shared: SharedWindow) -> None:
+    def leave(self, shared: IdentityWindow) -> None:
         """A watcher sharing ``shared`` has ended (its bytes freed first: ``AckWindow.end``)."""
         shared.watchers -= 1
         if shared.watchers <= 0 and self._windows.get(shared.identity) is shared:
@@ -104,7 +104,7 @@ class AckWindow:
     ``shared`` is its identity's window, which it counts its bytes in too."""
 
     def __init__(
-        self, window_bytes: int, after_sequence: int, shared: SharedWindow | None = None
+        self, window_bytes: int, after_sequence: int, shared: IdentityWindow | None = None
     ) -> None:
         self.window_bytes = window_bytes
         self.shared = shared
@@ -259,7 +259,7 @@ class _Follower:
         follows: FollowRuns,
         context: Context,
         run: Run,
-        cursor: LogCursor,
+        cursor: WatchCursor,
         flow: AckWindow,
     ) -> None:
         self.follows = follows

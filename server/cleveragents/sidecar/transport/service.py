@@ -18,7 +18,7 @@ from typing import Any
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.gateway import Gateway
-from cleveragents.sidecar.runs import FrameQueue
+from cleveragents.sidecar.runs import StreamQueue
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import (
     Context,
@@ -181,7 +181,7 @@ class ToolRuntimeService:
     async def StreamToolLoop(
         self, request: service_pb2.StreamToolLoopRequest, context: Context
     ) -> None:
-        stream = FrameQueue()
+        stream = StreamQueue()
         try:
             run = await self.gateway.start(
                 current_caller(),

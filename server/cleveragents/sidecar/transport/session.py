@@ -20,7 +20,7 @@ from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.gateway import Gateway, Reattach
 from cleveragents.sidecar.gateway.sessions import DEADLINE_SLACK_S, Opened
 from cleveragents.sidecar.hosted import ClientHost
-from cleveragents.sidecar.runs import FrameQueue, Run
+from cleveragents.sidecar.runs import Run, StreamQueue
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import (
     Context,
@@ -95,7 +95,7 @@ class Sessions:
             run.log.stream_deltas(host.outbox)
         limit = self.limits.batch if start.batch_events else 0
         if host is None:  # re-attached to a run that has ended: the rest of its log
-            ended = FrameQueue()
+            ended = StreamQueue()
             for item in run.log.frames[start.after_sequence :]:
                 ended.push(item)
             ended.close()

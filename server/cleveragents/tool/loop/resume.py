@@ -2,7 +2,7 @@
 
 A run's log holds what its loop needs to go on after a restart: the prompt, every LLM
 response (with the provider's reasoning items, passed back on the next turn), every tool
-record. ``replay`` folds those events into a fresh ``RunState`` (the
+record. ``replay`` folds those events into a fresh ``LoopState`` (the
 same messages the loop had built) and says where the loop takes over: the batch of calls the
 last response asked for, if some have no record yet, and whether the run had already ended.
 """
@@ -23,7 +23,7 @@ from cleveragents.tool.events import (
     ToolCallStarted,
 )
 from cleveragents.tool.loop.batch import feedback
-from cleveragents.tool.loop.run_state import RunState
+from cleveragents.tool.loop.loop_state import LoopState
 from cleveragents.tool.messages import LLMResponse, ToolCall
 from cleveragents.tool.records import StopReason, ToolCallRecord
 
@@ -104,7 +104,7 @@ class Replayed:
 
 def replay(
     events: Sequence[RunEvent],
-    state: RunState,
+    state: LoopState,
     *,
     route: Callable[[ToolCall], ToolCall],
     budget: RunBudget,
@@ -133,7 +133,7 @@ def replay(
 
 def _responded(
     event: LLMResponded,
-    state: RunState,
+    state: LoopState,
     out: Replayed,
     route: Callable[[ToolCall], ToolCall],
     budget: RunBudget,
@@ -157,7 +157,7 @@ def _responded(
     out.batch = PendingBatch(calls, event.iteration, allowed, refusal, stop)
 
 
-def _finish(state: RunState, out: Replayed) -> None:
+def _finish(state: LoopState, out: Replayed) -> None:
     """Feed a batch whose calls all ended back to the model, as the loop did."""
     batch = out.batch
     if batch is None or any(c.id not in batch.records for c in batch.calls):

@@ -2,7 +2,7 @@
 
 The loop is async at heart (:meth:`arun_tool_loop`); :meth:`run_tool_loop` blocks and
 :meth:`stream_tool_loop` yields events. Tool execution lives in ``execution/runner.py``, one
-response's calls in ``batch.py``, the per-run bookkeeping in ``run_state.py`` and a log's
+response's calls in ``batch.py``, the per-run bookkeeping in ``loop_state.py`` and a log's
 replay in ``resume.py``; a resumed run's loop is this one, entered where its log stops. Each
 iteration costs the same however long the history: nothing here walks the conversation.
 """
@@ -37,8 +37,8 @@ from cleveragents.tool.loop.checks import check_prompt
 from cleveragents.tool.loop.event_channel import EventChannel
 from cleveragents.tool.loop.gate import CallGate
 from cleveragents.tool.loop.llm_call import call_llm, run_limit
+from cleveragents.tool.loop.loop_state import LoopState
 from cleveragents.tool.loop.resume import INTERRUPTED, Resumption, replay
-from cleveragents.tool.loop.run_state import RunState
 from cleveragents.tool.loop.yield_timer import YieldTimer
 from cleveragents.tool.messages import LLMResponse, Message, Role, ToolCall
 from cleveragents.tool.policy import ApprovalRequest, Approver, AutomationProfile, Decision
@@ -223,7 +223,7 @@ class ToolCallingRuntime:
         emit: EventSink,
         resume: Resumption | None = None,
     ) -> ToolCallRunResult:
-        state = RunState(run_id, context if context is not None else ToolActorContext())
+        state = LoopState(run_id, context if context is not None else ToolActorContext())
         if self.profile is not None:
             state.gate = CallGate(
                 self.profile,
@@ -286,7 +286,7 @@ class ToolCallingRuntime:
 
     async def _body(
         self,
-        state: RunState,
+        state: LoopState,
         tools: Sequence[Mapping[str, Any]],
         emit: EventSink,
         resume: Resumption | None,
@@ -299,7 +299,7 @@ class ToolCallingRuntime:
 
     async def _resume(
         self,
-        state: RunState,
+        state: LoopState,
         tools: Sequence[Mapping[str, Any]],
         emit: EventSink,
         resume: Resumption,
@@ -355,7 +355,7 @@ class ToolCallingRuntime:
 
     async def _loop(
         self,
-        state: RunState,
+        state: LoopState,
         tools: Sequence[Mapping[str, Any]],
         emit: EventSink,
         first: int = 1,
@@ -393,7 +393,7 @@ class ToolCallingRuntime:
         return state.result(stop)
 
     async def _summarize(
-        self, state: RunState, stop: StopReason, emit: EventSink
+        self, state: LoopState, stop: StopReason, emit: EventSink
     ) -> ToolCallRunResult:
         """One last LLM call, without tools, so the model can sum up what it has."""
         iteration = state.iterations + 1
@@ -412,7 +412,7 @@ class ToolCallingRuntime:
         return state.result(stop, content=response.content)
 
     async def _call_llm(
-        self, state: RunState, tools: Sequence[Mapping[str, Any]], iteration: int, emit: EventSink
+        self, state: LoopState, tools: Sequence[Mapping[str, Any]], iteration: int, emit: EventSink
     ) -> LLMResponse:
         """One LLM call; its streamed deltas reach ``emit`` as ``LLMDelta`` events."""
         caller, max_calls = self.llm_caller, self.max_calls_per_response
@@ -420,7 +420,7 @@ class ToolCallingRuntime:
 
     async def _run_batch(
         self,
-        state: RunState,
+        state: LoopState,
         calls: Sequence[ToolCall],
         iteration: int,
         emit: EventSink,
@@ -438,7 +438,7 @@ class ToolCallingRuntime:
         )
         self._finish_batch(state, batch)
 
-    def _finish_batch(self, state: RunState, batch: ToolBatch) -> None:
+    def _finish_batch(self, state: LoopState, batch: ToolBatch) -> None:
         """Record the batch in request order and feed every result back to the model."""
         records = batch.in_order()
         state.add_records(records)
@@ -448,7 +448,7 @@ class ToolCallingRuntime:
         state.tool_calls += batch.executed
         state.batch = None
 
-    def _close_batch(self, state: RunState, reason: str) -> None:
+    def _close_batch(self, state: LoopState, reason: str) -> None:
         """Close every call of an interrupted batch with a ``cancelled`` record."""
         batch = state.batch
         if batch is not None:
