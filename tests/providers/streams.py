@@ -349,3 +349,37 @@ OPENROUTER_MIDSTREAM_ERROR = (
     )
     + b"data: [DONE]\n\n"
 )  # fmt: skip
+
+
+def anthropic_tool_stream(
+    name: str, fragments: tuple[str, ...], *, model: str = "claude-3-5-haiku-20241022"
+) -> bytes:
+    """A Messages stream whose only block is a call of tool ``name``, its input arriving in
+    ``fragments`` (a forced tool choice's answer: no text before it)."""
+    out = event("message_start", {"type": "message_start", "message": {
+        "id": "msg_01Aq9w8mT7YXxkzuUo3PeCdB", "type": "message", "role": "assistant",
+        "content": [], "model": model, "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": 389, "output_tokens": 1}}})  # fmt: skip
+    out += event("content_block_start", {"type": "content_block_start", "index": 0,
+                                          "content_block": {"type": "tool_use",
+                                                            "id": "toolu_01Lk8Rh2uYqQ3f",
+                                                            "name": name,
+                                                            "input": {}}})  # fmt: skip
+    for piece in ("", *fragments):
+        out += event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                              "delta": {"type": "input_json_delta",
+                                                        "partial_json": piece}})  # fmt: skip
+    out += event("content_block_stop", {"type": "content_block_stop", "index": 0})
+    out += event("message_delta", {"type": "message_delta",
+                                    "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                                    "usage": {"output_tokens": 41}})  # fmt: skip
+    return out + event("message_stop", {"type": "message_stop"})
+
+
+def openai_refusal_stream(refusal: str) -> bytes:
+    """A chat completion stream in which the model refuses, in two pieces."""
+    half = len(refusal) // 2
+    out = _chunk({"role": "assistant", "content": None, "refusal": ""})
+    out += _chunk({"refusal": refusal[:half]}) + _chunk({"refusal": refusal[half:]})
+    counts = {"prompt_tokens": 30, "completion_tokens": 9, "total_tokens": 39}
+    return out + _chunk({}, "stop") + _chunk(None, usage=counts) + b"data: [DONE]\n\n"

@@ -249,18 +249,15 @@ async def test_an_empty_end_turn_is_an_empty_final_answer(
 # -- answers that cannot be used -----------------------------------------------------------------
 
 
-async def test_a_refusal_stop_reason_is_a_provider_error(
+async def test_a_refusal_stop_reason_is_an_answer_carrying_the_refusal(
     provider: FakeProvider, make_caller: Factory
 ) -> None:
     provider.queue(ok(anthropic_message("", stop_reason="refusal"), request_id="req_refused"))
 
-    with pytest.raises(ProviderError) as caught:
-        await make_caller().call(request())
+    response = await make_caller().call(request())
 
-    assert str(caught.value) == (
-        "anthropic: HTTP 200: unusable response: the model refused (stop_reason 'refusal') "
-        "(request id req_refused)"
-    )
+    assert response.refusal == "the model refused (stop_reason 'refusal')"
+    assert list(response.tool_calls) == []
 
 
 async def test_a_tool_use_cut_off_at_max_tokens_is_a_provider_error(

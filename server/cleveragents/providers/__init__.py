@@ -24,6 +24,7 @@ from cleveragents.providers._retry import (
 if TYPE_CHECKING:
     from cleveragents.providers._caller import HTTPCaller
     from cleveragents.providers._http import new_client
+    from cleveragents.providers._output import anthropic_has_structured_outputs, strict_problem
     from cleveragents.providers.anthropic import AnthropicMessagesCaller
     from cleveragents.providers.openai import OpenAIChatCaller
     from cleveragents.providers.openai_responses import OpenAIResponsesCaller
@@ -37,9 +38,11 @@ __all__ = [
     "OpenAIResponsesCaller",
     "ProviderError",
     "RetryPolicy",
+    "anthropic_has_structured_outputs",
     "is_retryable_status",
     "new_client",
     "retry_after_s",
+    "strict_problem",
 ]
 
 #: Request fields the callers write themselves; generation parameters may not set them.
@@ -49,6 +52,8 @@ _LAZY = {
     "AnthropicMessagesCaller": "cleveragents.providers.anthropic",
     "HTTPCaller": "cleveragents.providers._caller",
     "new_client": "cleveragents.providers._http",
+    "anthropic_has_structured_outputs": "cleveragents.providers._output",
+    "strict_problem": "cleveragents.providers._output",
     "OpenAIChatCaller": "cleveragents.providers.openai",
     "OpenAIResponsesCaller": "cleveragents.providers.openai_responses",
 }

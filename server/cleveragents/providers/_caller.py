@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 import httpx2
+import structlog
 
 from cleveragents.providers import RESERVED_PARAMS
 from cleveragents.providers._assembly import (
@@ -22,11 +23,13 @@ from cleveragents.providers._assembly import (
     StreamFailure,
 )
 from cleveragents.providers._http import Reply, Transport, describe_error
+from cleveragents.providers._output import strict_problem
 from cleveragents.providers._retry import AnswerTooLargeError, ProviderError, RetryPolicy
 from cleveragents.providers._stream import MAX_EVENT_BYTES, post_stream
 from cleveragents.tool import (
     LLMRequest,
     LLMResponse,
+    OutputSchema,
     ResponseDelta,
     ToolCallRouter,
     ToolFormat,
@@ -34,6 +37,8 @@ from cleveragents.tool import (
 )
 
 __all__ = ["HTTPCaller"]
+
+log = structlog.get_logger("cleveragents.providers")
 
 
 class HTTPCaller:
@@ -94,6 +99,11 @@ class HTTPCaller:
         #: The setting the bound comes from, named in the error (the sidecar's own).
         self.max_answer_setting = max_answer_setting
         self.router = ToolCallRouter(self.tool_format)
+        #: The output schemas whose non-strict sending was logged (once per caller).
+        self._told: set[str] = set()
+        #: The last output schema asked for, and whether it meets strict mode's rules: a run
+        #: asks with the same one every iteration, checked once.
+        self._strict: tuple[OutputSchema, bool] | None = None
         self.url = self.endpoint((base_url or self.default_base_url).rstrip("/"))
         self._headers = {
             "content-type": "application/json",
@@ -205,6 +215,27 @@ class HTTPCaller:
         await self.aclose()
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def strict_for(self, output: OutputSchema) -> bool:
+        """Whether ``output`` goes in OpenAI's strict mode (checked once per schema; why not
+        is logged, see :meth:`not_strict`)."""
+        known = self._strict
+        if known is not None and known[0] is output:
+            return known[1]
+        strict = self.not_strict(output, strict_problem(output.schema)) is None
+        self._strict = (output, strict)
+        return strict
+
+    def not_strict(self, output: OutputSchema, problem: str | None) -> str | None:
+        """``problem`` (why ``output`` cannot go in strict mode), logged once per caller and
+        schema so that an operator learns why the model's answers are not constrained."""
+        if problem is not None and output.name not in self._told:
+            self._told.add(output.name)
+            log.warning(
+                "output schema sent without strict mode", output_schema=output.name,
+                provider=self.provider, url=self.url, problem=problem,
+            )  # fmt: skip
+        return problem
 
     def provider_tools(self, tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Tool schemas in this provider's format.

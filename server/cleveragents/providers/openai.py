@@ -14,6 +14,10 @@ with the provider's message, whatever else the chunk holds (OpenRouter sends one
 refuse the ``stream_options`` field (HTTP 400): ``stream_usage=False`` leaves it out (the
 stream then carries no usage unless the server sends it anyway), and a 400 that names the
 field says so.
+
+A run with an output schema sends it as ``response_format`` (``json_schema``, with ``strict``
+when the schema meets strict mode's rules: see ``_output.py``); the answer is the message's
+content, and a ``refusal`` in its place ends the run with the refusal's text.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from cleveragents.providers._assembly import Assembler, StreamFailure
 from cleveragents.providers._caller import HTTPCaller
 from cleveragents.providers._http import describe_error
+from cleveragents.providers._output import chat_response_format
 from cleveragents.providers._retry import ProviderError
 from cleveragents.tool import LLMRequest, LLMResponse, ToolFormat
 
@@ -98,6 +103,9 @@ class OpenAIChatCaller(HTTPCaller):
         else:
             for key in _TOOL_PARAMS:
                 body.pop(key, None)
+        if (output := request.output) is not None:
+            strict = self.strict_for(output)
+            body["response_format"] = chat_response_format(output, strict)
         return body
 
 

@@ -22,11 +22,13 @@ from cleveragents.sidecar.config.settings import PROVIDER_KINDS
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost, ClientLLMCaller
 from cleveragents.sidecar.llm_profiles import profile_name, resolve_llm
+from cleveragents.sidecar.output_schemas import prepare_output
 from cleveragents.sidecar.runs.recovery import ResumeInfo, responses_logged
 from cleveragents.sidecar.sandbox_roots import SandboxRoots
 from cleveragents.sidecar.secrets import RedactingRunner
 from cleveragents.tool import (
     DEFAULT_MAX_ITERATIONS,
+    DEFAULT_MAX_OUTPUT_RETRIES,
     AutomationProfile,
     LLMCaller,
     Resumption,
@@ -106,6 +108,8 @@ class RunAssembler:
                 f"spec.max_iterations {request.max_iterations} exceeds this sidecar's cap of {cap}"
             )
         max_iterations = request.max_iterations or min(DEFAULT_MAX_ITERATIONS, cap)
+        if request.output is not None and not request.output.prepared:
+            prepare_output(request.output, config)  # a run resumed from its log's spec
         registry = self._registry_for(request, client_tools, policy, recorded=recorded)
         _check_llm(request, config, policy, client_llm)
         profile, llm, router = resolve_llm(request.llm, config, client_llm=client_llm)
@@ -155,6 +159,12 @@ class RunAssembler:
             approval_help=approvals.how_to_answer,
             budget=budget,
             max_calls_per_response=config.max_calls_per_response,
+            output=request.output,
+            max_output_retries=(
+                DEFAULT_MAX_OUTPUT_RETRIES
+                if request.max_output_retries is None
+                else request.max_output_retries
+            ),
         )
         # The run appends to its context's history: it gets a copy, the request keeps its own.
         context = dataclasses.replace(

@@ -130,6 +130,7 @@ def _provider_caller(
     if profile.kind == "anthropic":
         cls: type[HTTPCaller] = AnthropicMessagesCaller
         extra["cache_prompt"] = profile.cache_prompt
+        extra["structured_output"] = profile.structured_output
     else:
         cls = OpenAIChatCaller if profile.kind == "openai" else OpenAIResponsesCaller
         if profile.kind == "openai":

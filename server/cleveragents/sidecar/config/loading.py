@@ -34,7 +34,7 @@ _PROFILE_KEYS = {
 }
 _PROFILE_KEYS["openai"] |= {"stream", "strict_tools"}
 _PROFILE_KEYS["openai_responses"] = _PROFILE_KEYS["openai"]
-_PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"] | {"cache_prompt"}
+_PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"] | {"cache_prompt", "structured_output"}
 _PROFILE_KEYS["openai"] = _PROFILE_KEYS["openai"] | {"stream_usage"}  # Chat Completions only
 #: Settings that are tables or lists, each read on its own.
 _TABLES = (
@@ -242,6 +242,7 @@ def _provider_profile(name: str, kind: str, table: dict[str, Any]) -> ProfileCon
         strict_tools=typed("strict_tools", "bool", False),
         cache_prompt=typed("cache_prompt", "bool", False),
         stream_usage=typed("stream_usage", "bool", True),
+        structured_output=typed("structured_output", "str", "auto"),
     )
 
 

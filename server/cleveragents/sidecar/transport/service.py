@@ -27,10 +27,10 @@ from cleveragents.sidecar.transport.calls import (
     bounded,
     end_if_lost,
     metadata_of,
-    request_of,
 )
 from cleveragents.sidecar.transport.dropped import end_if_dropped
 from cleveragents.sidecar.transport.follow import FollowRuns
+from cleveragents.sidecar.transport.run_specs import read_request
 from cleveragents.sidecar.transport.session import Sessions
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import (
@@ -77,7 +77,7 @@ class ToolRuntimeService:
         try:
             run = await self.gateway.start(
                 current_caller(),
-                request_of(request.spec),
+                await read_request(request.spec, self.config, self.openings),
                 deadline_s=context.time_remaining(),
                 metadata=metadata_of(context),
                 spec_bytes=request.spec.ByteSize(),
@@ -185,7 +185,7 @@ class ToolRuntimeService:
         try:
             run = await self.gateway.start(
                 current_caller(),
-                request_of(request.spec),
+                await read_request(request.spec, self.config, self.openings),
                 deadline_s=context.time_remaining(),
                 metadata=metadata_of(context),
                 sink=stream,
