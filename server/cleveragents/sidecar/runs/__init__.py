@@ -4,7 +4,7 @@ admits and keeps runs, recovery from a store, and the stores.
 - ``run``: a run's lifecycle; ``Run.emit`` is where its events become frames.
 - ``log``: the log of one run, handing frames to sinks and cursors once stored.
 - ``readers``: the queue of the stream that started a run, and a watcher's cursor.
-- ``manager``: admission, cancellation, drain at shutdown, retention.
+- ``manager``: admission, a run's loop to its end, cancellation, drain at shutdown, retention.
 - ``recovery``: the runs a store kept, taken back at start-up.
 - ``store`` and ``sqlite_store``: where logs live (the Redis store is the fleet's: ``fleet``).
 """

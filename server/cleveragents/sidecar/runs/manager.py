@@ -1,8 +1,12 @@
-"""``RunManager``: admits runs, finds them by id, cancels them, drains at shutdown and forgets
-finished ones in time (by count, total size and age).
+"""``RunManager``: admits runs, drives each one's loop to its terminal event, finds them by
+id, cancels them, drains at shutdown and forgets finished ones in time (by count, total size
+and age).
 
-When the store fails to write, every live run ends with ``run_failed`` (``UNAVAILABLE``,
-naming the store's error) and new runs are refused, until the store writes again.
+A new run is refused while the sidecar stops or its store cannot write, when the sidecar is
+full, and for a run id too long or taken. When the store fails to write, every live run ends
+with ``run_failed`` (``UNAVAILABLE``, naming the store's error) and new runs are refused,
+until the store writes again. Every way out of a run's loop logs a terminal event: the
+loop's own, or one written here when the loop never got to it.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -18,8 +23,6 @@ import structlog
 
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY
-from cleveragents.sidecar.runs.admission import refuse_unless_open, refuse_when_full
-from cleveragents.sidecar.runs.drive import drain_live, drive
 from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.parked import ParkedRuns
 from cleveragents.sidecar.runs.quotas import RunQuotas
@@ -39,12 +42,21 @@ from cleveragents.sidecar.runs.retained import RetainedRuns
 from cleveragents.sidecar.runs.run import Launchable, Run, RunObserver, RunPhase
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
 from cleveragents.sidecar.runs.watchers import WatchCursors
-from cleveragents.tool import Resumption, RunFailed
+from cleveragents.tool import (
+    LLMCallError,
+    Resumption,
+    RunCancelled,
+    RunFailed,
+    RunStarted,
+    StopReason,
+    ToolCallingRuntime,
+    ToolCallRunResult,
+)
 
 if TYPE_CHECKING:
     from cleveragents.sidecar.config import Policy
 
-__all__ = ["RunManager"]
+__all__ = ["MAX_RUN_ID", "RunManager"]
 
 log = structlog.get_logger("cleveragents.sidecar.runs")
 
@@ -409,3 +421,105 @@ class RunManager:
         if self.max_finished_runs > 0 and run.lost is None:  # a lost run is another's now
             self._finished.keep(run)
         self._finished.expire()
+
+
+# -- admission and a run's loop -------------------------------------------------------------
+
+#: The longest run id a client may choose.
+MAX_RUN_ID = 128
+
+
+def refuse_unless_open(accepting: bool, store_failure: str | None, run_id: str) -> None:
+    """``UNAVAILABLE`` while the sidecar stops or its store cannot write; ``INVALID_ARGUMENT``
+    for a run id longer than ``MAX_RUN_ID``."""
+    if not accepting:
+        raise SidecarError(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
+    if store_failure is not None:
+        raise SidecarError(
+            grpc.StatusCode.UNAVAILABLE,
+            f"the run store cannot write ({store_failure}); new runs are refused "
+            "until it works again: retry later",
+        )
+    if len(run_id) > MAX_RUN_ID:
+        raise SidecarError.invalid(f"run_id is longer than {MAX_RUN_ID} characters")
+
+
+def refuse_when_full(live: int, limit: int, stats: LogStats) -> None:
+    """``RESOURCE_EXHAUSTED`` (counted and logged) when ``live`` runs fill ``limit``."""
+    if live < limit:
+        return
+    # A burst over the limit must be visible on the server too: a line and a count.
+    stats.refused_runs += 1
+    log.warning(
+        "run refused", reason="max_concurrent_runs", live_runs=live,
+        refused_total=stats.refused_runs,
+    )  # fmt: skip
+    raise SidecarError(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"the sidecar already runs {live} runs, its max_concurrent_runs; retry later",
+    )
+
+
+async def drive(run: Run, assembled: Launchable, resume: Resumption | None = None) -> None:
+    """Run ``run``'s loop (from its log, with ``resume``); every way out logs a terminal
+    event: the loop's own, or one written here when the loop never got to it."""
+    run.begin()
+    runtime = assembled.runtime
+    try:
+        await runtime.arun_tool_loop(
+            run.request.prompt,
+            assembled.context,
+            run_id=run.run_id,
+            timeout_s=assembled.timeout_s,
+            on_event=run.emit,
+            resume=resume,
+        )
+    except asyncio.CancelledError as exc:
+        if not run.ended:  # cancelled before the loop began
+            _ensure_started(run, runtime)
+            reason = str(exc.args[0]) if exc.args and exc.args[0] else "cancelled"
+            run.emit(RunCancelled(reason, _empty_result(run.run_id, StopReason.CANCELLED)))
+    except LLMCallError:
+        pass  # the loop has logged run_failed
+    except Exception as exc:
+        run.logger.exception("run crashed")
+        if not run.ended:
+            _ensure_started(run, runtime)
+            result = _empty_result(run.run_id, StopReason.ERROR)
+            run.emit(RunFailed(f"internal error: {exc}", result, None))
+
+
+def _ensure_started(run: Run, runtime: ToolCallingRuntime) -> None:
+    """Log ``run_started`` for a run whose loop never got to: every log begins with it."""
+    if run.log.frames:
+        return
+    names = tuple(spec.name for spec in runtime.offered_specs())
+    run.emit(RunStarted(run.run_id, run.request.prompt, names, runtime.max_iterations))
+
+
+def _empty_result(run_id: str, stop_reason: StopReason) -> ToolCallRunResult:
+    return ToolCallRunResult("", (), 0, False, stop_reason=stop_reason, run_id=run_id)
+
+
+async def drain_live(
+    live: Mapping[str, Run],
+    hurry: asyncio.Event,
+    grace_s: float,
+    cancel: Callable[[Run, str], None],
+) -> None:
+    """Let the ``live`` runs finish within ``grace_s`` (or until ``hurry`` is set), then
+    ``cancel`` the rest and wait for them to end."""
+    tasks = [run.task for run in live.values() if run.task is not None]
+    if not tasks:
+        return
+    ended = asyncio.ensure_future(asyncio.wait(tasks))
+    hurried = asyncio.ensure_future(hurry.wait())
+    await asyncio.wait((ended, hurried), timeout=grace_s, return_when=FIRST_COMPLETED)
+    for waiter in (ended, hurried):
+        waiter.cancel()
+    await asyncio.gather(ended, hurried, return_exceptions=True)
+    pending = [task for task in tasks if not task.done()]
+    for run in list(live.values()):
+        cancel(run, "the sidecar is shutting down")
+    if pending:
+        await asyncio.wait(pending)
