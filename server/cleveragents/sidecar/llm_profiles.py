@@ -69,12 +69,12 @@ def resolve_llm(
             raise SidecarError.invalid(
                 f"llm.script is honoured only by scripted profiles; {name!r} is {profile.kind!r}"
             )
-        caller = _provider_caller(profile, selection.model, config.max_message_bytes)
+        caller = _provider_caller(profile, selection.model, config.limits.max_message_bytes)
         return profile, caller, caller.router
     if selection.script:
         try:
             turns = parse_script(
-                selection.script, "llm.script", max_calls=config.max_calls_per_response
+                selection.script, "llm.script", max_calls=config.limits.max_calls_per_response
             )
         except ValueError as exc:
             raise SidecarError.invalid(str(exc)) from None

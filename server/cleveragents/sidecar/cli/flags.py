@@ -8,9 +8,9 @@ default and its environment variable. Table settings (``profiles``, ``clients``,
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Any
 
+from cleveragents.sidecar.config.groups import setting_fields
 from cleveragents.sidecar.config.settings import ENV_PREFIX, SidecarConfig
 from cleveragents.sidecar.eventloop import EVENT_LOOPS
 
@@ -97,8 +97,7 @@ _HELP = {
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per non-table setting; a flag left out leaves the setting to the file/env."""
-    for spec in dataclasses.fields(SidecarConfig):
-        name = spec.name
+    for name, _, spec in setting_fields(SidecarConfig):
         if name in TABLE_SETTINGS:
             continue
         env = ENV_PREFIX + name.upper()
@@ -127,9 +126,9 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the flags set (``None``: not given)."""
     return {
-        spec.name: getattr(args, spec.name, None)
-        for spec in dataclasses.fields(SidecarConfig)
-        if spec.name not in TABLE_SETTINGS
+        name: getattr(args, name, None)
+        for name, _, _ in setting_fields(SidecarConfig)
+        if name not in TABLE_SETTINGS
     }
 
 

@@ -28,10 +28,10 @@ def is_redis_url(event_store: str) -> bool:
 
 def store_for(config: SidecarConfig, env: Mapping[str, str] | None = None) -> EventStore | None:
     """The store ``config`` asks for (``None``: memory); redis-py is imported only for Redis."""
-    if not config.event_store:
+    if not config.store.url:
         return None
-    if not is_redis_url(config.event_store):
-        return SqliteEventStore(config.event_store)
+    if not is_redis_url(config.store.url):
+        return SqliteEventStore(config.store.url)
     import redis.asyncio
 
     from cleveragents.sidecar.fleet.fencing import Claims
@@ -39,30 +39,30 @@ def store_for(config: SidecarConfig, env: Mapping[str, str] | None = None) -> Ev
     from cleveragents.sidecar.fleet.redis_store import RedisEventStore, redis_options
 
     password = ""
-    if name := config.event_store_password_env:
+    if name := config.store.password_env:
         password = (os.environ if env is None else env).get(name, "")
         if not password:
             raise ConfigError(f"event_store_password_env names {name!r}, which is unset or empty")
     for name in ("event_store_ca_file", "event_store_cert_file", "event_store_key_file"):
-        if (path := getattr(config, name)) and not os.access(path, os.R_OK):
+        if (path := config.setting(name)) and not os.access(path, os.R_OK):
             raise ConfigError(f"{name} {path!r} cannot be read (missing, or no access)")
-    url = config.event_store
+    url = config.store.url
     options = redis_options(
         url,
         password=password,
-        ca_file=config.event_store_ca_file,
-        cert_file=config.event_store_cert_file,
-        key_file=config.event_store_key_file,
+        ca_file=config.store.ca_file,
+        cert_file=config.store.cert_file,
+        key_file=config.store.key_file,
     )
     client = redis.asyncio.Redis.from_url(url, **options)
-    claims = Claims(config.sidecar_id or uuid.uuid4().hex[:16])
-    lease = Lease(client, claims, config.event_store_lease_s)
+    claims = Claims(config.store.sidecar_id or uuid.uuid4().hex[:16])
+    lease = Lease(client, claims, config.store.lease_s)
     return RedisEventStore(url, options, client, claims, lease)
 
 
 def directory_for(config: SidecarConfig, manager: RunManager) -> RunDirectory:
     """The run directory of ``manager``'s runs: with a Redis store, of the fleet's too."""
-    takes_over = config.resume_runs and config.session_reattach_s > 0
+    takes_over = config.store.resume_runs and config.session_reattach_s > 0
     store = manager.store
     if type(store).__name__ != "RedisEventStore":  # redis-py is imported only for Redis
         return RunDirectory(manager, takes_over=takes_over)

@@ -81,7 +81,7 @@ class Gateway:
         self.tools = tools
         self.assembler = RunAssembler(config, registry)
         #: The largest event one message may carry.
-        self.frame_limit = event_limit(config.max_message_bytes)
+        self.frame_limit = event_limit(config.limits.max_message_bytes)
         self.sessions = SessionRuns(config, manager, directory, self.assembler, self.abandoned)
 
     # -- tools ---------------------------------------------------------------------------------
@@ -141,7 +141,7 @@ class Gateway:
             principal=caller.name,
         )
         if spec_bytes + _SPEC_SLACK > self.frame_limit:
-            check_started_fits(assembled, self.frame_limit, self.config.max_message_bytes)
+            check_started_fits(assembled, self.frame_limit, self.config.limits.max_message_bytes)
         hosted = "session" if host is not None else "server"
         resume = ResumeInfo(hosted, caller.policy, assembled.timeout_s, request.detach)
         return self.manager.start(

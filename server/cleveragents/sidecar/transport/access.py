@@ -22,7 +22,7 @@ __all__ = [
 def read_token(config: SidecarConfig, env: Mapping[str, str] | None = None) -> str | None:
     """The shared auth token from its env var or file, or ``None`` when auth is off."""
     env = os.environ if env is None else env
-    return read_secret(config.auth_token_env, config.auth_token_file, env, "auth_token")
+    return read_secret(config.auth.token_env, config.auth.token_file, env, "auth_token")
 
 
 def read_secret(
@@ -49,13 +49,13 @@ def read_secret(
 
 def server_credentials(config: SidecarConfig) -> grpc.ServerCredentials | None:
     """TLS (or, with a client CA, mutual TLS) credentials, or ``None`` for plaintext."""
-    if not config.tls_cert_file:
+    if not config.tls.cert_file:
         return None
-    cert = _read(config.tls_cert_file, "tls_cert_file")
-    key = _read(config.tls_key_file, "tls_key_file")
+    cert = _read(config.tls.cert_file, "tls_cert_file")
+    key = _read(config.tls.key_file, "tls_key_file")
     client_ca = (
-        _read(config.tls_client_ca_file, "tls_client_ca_file")
-        if (config.tls_client_ca_file)
+        _read(config.tls.client_ca_file, "tls_client_ca_file")
+        if (config.tls.client_ca_file)
         else None
     )
     return grpc.ssl_server_credentials(

@@ -45,8 +45,10 @@ class Limits:
     @classmethod
     def of(cls, config: SidecarConfig) -> Limits:
         """The limits ``max_message_bytes`` sets."""
-        batch = batch_limit(config.max_message_bytes)
-        return cls(batch, event_limit(config.max_message_bytes), min(batch, WATCH_BATCH_BYTES))
+        batch = batch_limit(config.limits.max_message_bytes)
+        return cls(
+            batch, event_limit(config.limits.max_message_bytes), min(batch, WATCH_BATCH_BYTES)
+        )
 
 
 def metadata_of(context: Context) -> dict[str, str]:

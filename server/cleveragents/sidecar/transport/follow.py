@@ -205,7 +205,7 @@ class FollowRuns:
         self.config = config
         self.limits = limits
         #: What each identity's watchers have in flight together, bounded.
-        self.windows = IdentityWindows(config.watch_window_bytes_per_identity)
+        self.windows = IdentityWindows(config.watching.window_bytes_per_identity)
 
     async def serve(self, context: Context) -> None:
         """Serve one ``FollowRun`` stream."""
@@ -219,7 +219,9 @@ class FollowRuns:
             await abort(context, exc)
         if start.stream_deltas:
             run.log.stream_deltas(cursor)
-        window = min(start.window_bytes or config.watch_window_bytes, config.watch_window_bytes)
+        window = min(
+            start.window_bytes or config.watching.window_bytes, config.watching.window_bytes
+        )
         shared = self.windows.join(caller.name)
         flow = AckWindow(window, start.after_sequence, shared)
         follower = _Follower(self, context, run, cursor, flow)
@@ -267,7 +269,7 @@ class _Follower:
         self.run = run
         self.cursor = cursor
         self.flow = flow
-        self.stall_s = follows.config.watcher_stall_s
+        self.stall_s = follows.config.watching.stall_s
 
     async def send(self) -> str | None:
         """Send the run's frames to its end; or why the watcher was dropped."""
@@ -312,7 +314,7 @@ class _Follower:
             flow.wrote(cursor.cursor, len(message), asked=ask)
             await self.context.write(message)
         config = self.follows.config
-        return dropped_reason(cursor, config.watcher_queue_size, config.watcher_stall_s)
+        return dropped_reason(cursor, config.watching.queue_size, config.watching.stall_s)
 
     async def take_owed_ack(self) -> None:
         """Before the call ends: the ack asked for, if it comes in time."""

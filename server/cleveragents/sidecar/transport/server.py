@@ -63,7 +63,7 @@ class Sidecar:
     With ``config.tracing``, runs are traced (``observability.tracing``) into
     ``tracer_provider``, else the global provider if the application set one, else an SDK
     provider configured by the standard ``OTEL_*`` variables, which the sidecar then owns and
-    shuts down (flushing its spans) in :meth:`stop`. With ``config.metrics_listen``, Prometheus
+    shuts down (flushing its spans) in :meth:`stop`. With ``config.metrics.listen``, Prometheus
     metrics (``observability.metrics``) are served there (behind the auth token, when there is
     one and ``metrics_require_token``); ``metrics_port`` is the port bound.
     Neither OpenTelemetry nor prometheus_client is imported when they are off.
@@ -90,28 +90,28 @@ class Sidecar:
                 tracer_provider = self._owned_tracer_provider = telemetry.sdk_tracer_provider()
             self.tracing = telemetry.TracingObserver(tracer_provider, config.all_profiles())
             observers.append(self.tracing)
-        if config.metrics_listen:
+        if config.metrics.listen:
             from cleveragents.sidecar.observability import metrics
 
-            metrics.parse_listen(config.metrics_listen)  # a bad address fails here, not later
+            metrics.parse_listen(config.metrics.listen)  # a bad address fails here, not later
             self.metrics = metrics.MetricsObserver()
             observers.append(self.metrics)
         self.manager = RunManager(
-            max_concurrent_runs=config.max_concurrent_runs,
-            max_finished_runs=config.max_finished_runs,
-            finished_run_ttl_s=config.finished_run_ttl_s,
-            max_finished_run_bytes=config.max_finished_run_bytes,
-            watcher_queue_size=config.watcher_queue_size,
+            max_concurrent_runs=config.limits.max_concurrent_runs,
+            max_finished_runs=config.retention.max_runs,
+            finished_run_ttl_s=config.retention.ttl_s,
+            max_finished_run_bytes=config.retention.max_bytes,
+            watcher_queue_size=config.watching.queue_size,
             store=store_for(config),
             observers=observers,
-            frame_limit=event_limit(config.max_message_bytes),
+            frame_limit=event_limit(config.limits.max_message_bytes),
             session_reattach_s=config.session_reattach_s,
             policy_of=lambda name: config.policies.get(name) if name else config.policy,
         )
         #: Where each run lives: here, or (a fleet) on another sidecar sharing the store.
         self.directory = directory_for(config, self.manager)
         #: Calls refused for their credentials (counted, and logged at most once an interval).
-        self.rejections = Rejections(config.auth_reject_log_interval_s)
+        self.rejections = Rejections(config.auth.reject_log_interval_s)
         if self.metrics is not None:
             self.metrics.track(self.manager, self.rejections)
             if (lease := getattr(self.manager.store, "lease", None)) is not None:  # a fleet
@@ -129,13 +129,13 @@ class Sidecar:
             config, self.registry, self.manager, self.directory, self.mcp or NO_LAZY_TOOLS
         )
         self.service = ToolRuntimeService(config, self.gateway)
-        self.health = BoundedHealthServicer(config.max_health_watchers)
+        self.health = BoundedHealthServicer(config.limits.max_health_watchers)
         self.address = ""
         self._server: grpc.aio.Server | None = None
         #: What the start began, undone in reverse by ``stop`` (``None``: not serving).
         self._running: contextlib.AsyncExitStack | None = None
         #: The grace period of the stop under way.
-        self._grace = config.shutdown_grace_s
+        self._grace = config.process.shutdown_grace_s
 
     async def start(self) -> str:
         """Bind the configured address and start serving; returns the address bound.
@@ -163,7 +163,7 @@ class Sidecar:
             config.listen, authenticated=identities.required, encrypted=credentials is not None
         )
         self.gateway.assembler.secrets = known_secrets(config, token_values(config))
-        resumer = self.gateway if config.resume_runs and config.event_store else None
+        resumer = self.gateway if config.store.resume_runs and config.store.url else None
         restored = self.manager.open(resumer)
         stack.push_async_callback(self._close_runs)
         await self.manager.settle()
@@ -173,10 +173,10 @@ class Sidecar:
         if self.metrics is not None:
             from cleveragents.sidecar.observability.metrics import MetricsServer
 
-            guarded = identities.required and config.metrics_require_token
+            guarded = identities.required and config.metrics.require_token
             metrics_server = MetricsServer(
                 self.metrics.registry,
-                config.metrics_listen,
+                config.metrics.listen,
                 authorized=(lambda h: identities.by_token(h) is not None) if guarded else None,
             )
             self.metrics_port = await metrics_server.start()
@@ -203,7 +203,7 @@ class Sidecar:
         self, identities: Credentials, credentials: grpc.ServerCredentials | None
     ) -> grpc.aio.Server:
         """The gRPC server, bound to ``listen`` and serving; ``ConfigError`` if it cannot."""
-        size, listen = self.config.max_message_bytes, self.config.listen
+        size, listen = self.config.limits.max_message_bytes, self.config.listen
         server = grpc.aio.server(
             interceptors=(
                 [AuthInterceptor(identities, self.rejections)] if identities.required else None
@@ -262,7 +262,7 @@ class Sidecar:
         what the sidecar holds from its construction goes too (provider clients, the tracer
         provider it owns).
         """
-        self._grace = self.config.shutdown_grace_s if grace_s is None else grace_s
+        self._grace = self.config.process.shutdown_grace_s if grace_s is None else grace_s
         running, self._running = self._running, None
         if running is not None:
             await running.aclose()
@@ -317,7 +317,7 @@ class Sidecar:
 
     async def _drop_stalled(self) -> None:
         """Drop, every so often, the watchers stuck in a write for ``watcher_stall_s``."""
-        stall_s = self.config.watcher_stall_s
+        stall_s = self.config.watching.stall_s
         while True:
             await asyncio.sleep(min(1.0, stall_s / 4))
             try:
@@ -349,7 +349,7 @@ def _access_summary(config: SidecarConfig, identities: Credentials, *, tls: bool
     return {
         "auth": " and ".join(ways) if ways else "off (every caller is 'default', with every role)",
         "identities": identities.identities(),
-        "tls": ("mutual" if config.tls_client_ca_file else "on") if tls else "off",
+        "tls": ("mutual" if config.tls.client_ca_file else "on") if tls else "off",
         "sandbox_roots": list(config.sandbox_roots) or "none (no run may name a sandbox_root)",
     }
 

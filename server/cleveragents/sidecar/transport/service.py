@@ -209,7 +209,7 @@ class ToolRuntimeService:
         await end_if_lost(run, context)
 
     async def WatchRun(self, request: service_pb2.WatchRunRequest, context: Context) -> None:
-        if not self.config.allow_unacknowledged_watch:
+        if not self.config.watching.allow_unacknowledged:
             await abort(
                 context,
                 SidecarError.out_of_order(
@@ -232,7 +232,7 @@ class ToolRuntimeService:
         finally:
             self.gateway.unwatch(run, cursor)
         await end_if_dropped(
-            run, cursor, context, self.config.watcher_queue_size, self.config.watcher_stall_s
+            run, cursor, context, self.config.watching.queue_size, self.config.watching.stall_s
         )
 
     async def FollowRun(self, request_iterator: Any, context: Context) -> None:

@@ -208,7 +208,7 @@ class _Reader:
 
     def _llm_answer(self, result: session_pb2.LlmResult) -> LlmAnswer:
         """The client LLM's answer; one asking for too many calls is not even converted."""
-        cap = self.config.max_calls_per_response
+        cap = self.config.limits.max_calls_per_response
         if len(result.tool_calls) > cap:
             return LlmAnswer(
                 result.request_id,
