@@ -101,13 +101,13 @@ class IdentityWindows:
 
 class AckWindow:
     """The messages written to one watcher and not yet acknowledged, and waits on its acks;
-    ``shared`` is its identity's window, which it counts its bytes in too."""
+    ``together`` is its identity's window, which it counts its bytes in too."""
 
     def __init__(
-        self, window_bytes: int, after_sequence: int, shared: IdentityWindow | None = None
+        self, window_bytes: int, after_sequence: int, together: IdentityWindow | None = None
     ) -> None:
         self.window_bytes = window_bytes
-        self.shared = shared
+        self.together = together
         #: Bytes of the messages written but not wholly acknowledged.
         self.unacked = 0
         #: The newest sequence acknowledged, and the newest written (or skipped by the start).
@@ -128,7 +128,7 @@ class AckWindow:
     def fits(self, size: int) -> bool:
         """Whether a message of ``size`` bytes may go now: it fits this watcher's window and
         its identity's."""
-        return self.fits_own(size) and (self.shared is None or self.shared.fits(size))
+        return self.fits_own(size) and (self.together is None or self.together.fits(size))
 
     def wake(self) -> None:
         """Something this watcher waits for has changed."""
@@ -138,8 +138,8 @@ class AckWindow:
         """A message ending at ``last_sequence`` went out (``asked``: asking for an ack)."""
         self._messages.append((last_sequence, size))
         self.unacked += size
-        if self.shared is not None:
-            self.shared.unacked += size
+        if self.together is not None:
+            self.together.unacked += size
         # Deltas go after their sequence, already sent: only an ack asked anew covers them.
         self.unasked_deltas = (self.unasked_deltas or last_sequence == self.sent) and not asked
         self.sent = last_sequence
@@ -161,15 +161,15 @@ class AckWindow:
         while messages and messages[0][0] <= sequence:
             freed += messages.popleft()[1]
         self.unacked -= freed
-        if self.shared is not None and freed:
-            self.shared.free(freed)
+        if self.together is not None and freed:
+            self.together.free(freed)
         self._changed.set()
 
     def end(self) -> None:
         """The watcher has gone: what it had in flight no longer counts for its identity."""
         self._messages.clear()
-        if self.shared is not None and self.unacked:
-            self.shared.free(self.unacked)
+        if self.together is not None and self.unacked:
+            self.together.free(self.unacked)
         self.unacked = 0
 
     def close(self) -> None:
@@ -181,8 +181,8 @@ class AckWindow:
         """Until a message of ``size`` bytes fits."""
         while not self.fits(size):
             self._changed.clear()
-            if self.shared is not None and not self.shared.fits(size):
-                self.shared.wait_for(self)
+            if self.together is not None and not self.together.fits(size):
+                self.together.wait_for(self)
             await self._changed.wait()
 
     @property
@@ -288,7 +288,7 @@ class _Follower:
                 except TimeoutError:
                     # Gone from the run at once (it no longer counts as following it), though
                     # its call waits a while for the last ack.
-                    gateway, shared = self.follows.gateway, flow.shared
+                    gateway, shared = self.follows.gateway, flow.together
                     if flow.fits_own(size) and shared is not None:
                         why = f"identity {shared.identity!r} left its window unacknowledged"
                         gateway.drop_watcher(self.run, cursor, why)
