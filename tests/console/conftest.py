@@ -80,7 +80,10 @@ def console_sidecar(tmp_path: Path) -> Iterator[StartConsole]:
     started: list[subprocess.Popen[str]] = []
 
     def start(
-        extra_toml: str = "", *, env: dict[str, str] | None = None, tokens: dict[str, str] | None = None
+        extra_toml: str = "",
+        *,
+        env: dict[str, str] | None = None,
+        tokens: dict[str, str] | None = None,
     ) -> ConsoleSidecar:
         config = tmp_path / f"sidecar-{len(started)}.toml"
         config.write_text(BASE_CONFIG + extra_toml + PROFILES, encoding="utf-8")
@@ -215,7 +218,9 @@ def browser(_driver: WebDriver) -> Iterator[Browser]:
     _driver.get("about:blank")
 
 
-def start_detached(client: SidecarClient, prompt: str, script: Sequence[dict[str, Any]], **options: Any) -> str:
+def start_detached(
+    client: SidecarClient, prompt: str, script: Sequence[dict[str, Any]], **options: Any
+) -> str:
     """Start a detached run and return its id once it started (its stream is let go)."""
     for streamed in client.stream_tool_loop(prompt, script=list(script), detach=True, **options):
         return streamed.run_id

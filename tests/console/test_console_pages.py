@@ -86,8 +86,8 @@ def test_a_run_approved_from_its_page_goes_on_and_the_record_says_who(
     assert (record.tool_name, record.success, dict(record.output)) == (
         "deploy", True, {"deployed": "prod"},
     )  # fmt: skip
-    browser.text_of('#timeline .approval_decided', "approved by default (rpc)")
-    browser.text_of('#timeline .approval_decided', "looks right")
+    browser.text_of("#timeline .approval_decided", "approved by default (rpc)")
+    browser.text_of("#timeline .approval_decided", "looks right")
     browser.text_of('.tool-call[data-call-id="d1"] .call-status', "ok")
     assert not browser.elements("#approvals .approval")
 
@@ -113,9 +113,7 @@ def test_a_denial_from_the_page_is_in_the_runs_record(
     browser.text_of('.tool-call[data-call-id="d1"] pre.error', "not on a Friday")
 
 
-def test_cancel_from_the_page_ends_the_run(
-    console_sidecar: StartConsole, browser: Browser
-) -> None:
+def test_cancel_from_the_page_ends_the_run(console_sidecar: StartConsole, browser: Browser) -> None:
     sidecar = console_sidecar()
     with sidecar.client() as client:
         run_id = start_detached(client, "nap", NAP, run_id="cancel-me")
@@ -190,7 +188,7 @@ def test_tool_output_with_markup_shows_as_text_and_runs_nothing(
     console_sidecar: StartConsole, browser: Browser
 ) -> None:
     sidecar = console_sidecar()
-    script = [
+    script: list[dict[str, Any]] = [
         {"content": HOSTILE, "tool_calls": [
             {"id": "w", "name": "read_web", "arguments": {"url": HOSTILE}}]},
         {"content": "The page said: " + HOSTILE},
@@ -216,7 +214,10 @@ def test_a_secret_a_tool_returns_reaches_the_page_redacted(
 ) -> None:
     token = "shared-token-the-page-must-never-show"
     sidecar = console_sidecar('auth_token_env = "TOKEN_DEFAULT"\n', tokens={"default": token})
-    script = [{"tool_calls": [{"id": "l", "name": "leak", "arguments": {}}]}, {"content": "ok"}]
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "l", "name": "leak", "arguments": {}}]},
+        {"content": "ok"},
+    ]
     with sidecar.client("default") as client:
         client.run_tool_loop("leak it", script=script, run_id="leaky")
     browser.open(sidecar.run_page("leaky"))
@@ -229,7 +230,7 @@ def test_calls_that_ran_together_are_drawn_side_by_side_on_the_time_axis(
     console_sidecar: StartConsole, browser: Browser
 ) -> None:
     sidecar = console_sidecar()
-    script = [
+    script: list[dict[str, Any]] = [
         {"tool_calls": [
             {"id": "a", "name": "pause", "arguments": {"seconds": 0.3}},
             {"id": "b", "name": "pause", "arguments": {"seconds": 0.3}}]},
@@ -250,7 +251,8 @@ def test_calls_that_ran_together_are_drawn_side_by_side_on_the_time_axis(
              for call, left, width in bars}  # fmt: skip
     assert where["a"][0] != where["b"][0]  # one lane each: they overlapped
     a, b = where["a"], where["b"]
-    assert a[1] < b[1] + b[2] and b[1] < a[1] + a[2]
+    assert a[1] < b[1] + b[2]
+    assert b[1] < a[1] + a[2]
     assert where["c"][1] >= max(a[1] + a[2], b[1] + b[2]) - 0.5  # after both
     browser.text_of('.tool-call[data-call-id="a"] .duration', "ms")
 
@@ -277,14 +279,15 @@ def test_the_docs_screenshots_of_the_list_and_a_run_page(
     console_sidecar: StartConsole, browser: Browser, tmp_path: Path
 ) -> None:
     sidecar = console_sidecar()
-    inspect = [
+    inspect: list[dict[str, Any]] = [
         {"content": "I will read the status page and the deploy log side by side.",
          "usage": {"input_tokens": 412, "output_tokens": 38},
          "tool_calls": [
              {"id": "status", "name": "read_web", "arguments": {"url": "https://status.example"}},
              {"id": "log", "name": "pause", "arguments": {"seconds": 0.35}},
              {"id": "grep", "name": "pause", "arguments": {"seconds": 0.2}}]},
-        {"content": "Both are fine; one more check.", "usage": {"input_tokens": 640, "output_tokens": 21},
+        {"content": "Both are fine; one more check.",
+         "usage": {"input_tokens": 640, "output_tokens": 21},
          "tool_calls": [{"id": "echo", "name": "echo", "arguments": {"text": "healthy"}}]},
         {"content": "The service is healthy and the last deploy went through.",
          "usage": {"input_tokens": 702, "output_tokens": 17}},
@@ -294,8 +297,10 @@ def test_the_docs_screenshots_of_the_list_and_a_run_page(
                              profile="typing")  # fmt: skip
         start_detached(client, "Deploy the release to prod", DEPLOY, run_id="deploy-prod")
         start_detached(client, "Re-index the archive overnight", NAP, run_id="reindex")
-        failing = [{"tool_calls": [{"id": "x", "name": "nope", "arguments": {}}]},
-                   {"content": "The tool was missing."}]  # fmt: skip
+        failing: list[dict[str, Any]] = [
+            {"tool_calls": [{"id": "x", "name": "nope", "arguments": {}}]},
+            {"content": "The tool was missing."},
+        ]
         client.run_tool_loop("Call a tool that is gone", script=failing, run_id="missing-tool")
         into = screenshots_dir(tmp_path)
         browser.open(sidecar.url)
@@ -312,4 +317,5 @@ def test_the_docs_screenshots_of_the_list_and_a_run_page(
             browser.driver.set_window_size(1280, 900)
     for name in ("console-runs.png", "console-run.png"):
         data = (into / name).read_bytes()
-        assert data.startswith(b"\x89PNG") and len(data) > 10_000
+        assert data.startswith(b"\x89PNG")
+        assert len(data) > 10_000
