@@ -12,10 +12,34 @@ only when the console is on.
 - ``access``: who asks (a token, or the client certificate), and what a request must carry;
 - ``streams``: the live feeds (server-sent events): a run's timeline, the runs list;
 - ``views`` and ``rows``: what a page is sent, as JSON values;
+- ``address``: the page's URL (what ``cleveragents-sidecar console`` prints);
 - ``static/``: the page itself (plain HTML, CSS and JavaScript; nothing to build).
+
+``Console`` is imported on first use, so that ``address`` loads no HTTP library.
 """
 
-from cleveragents.sidecar.console.access import Callers, Rejecter
-from cleveragents.sidecar.console.server import Console
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cleveragents.sidecar.console.access import Callers, Rejecter
+    from cleveragents.sidecar.console.server import Console
 
 __all__ = ["Callers", "Console", "Rejecter"]
+
+_HOMES = {
+    "Callers": "cleveragents.sidecar.console.access",
+    "Rejecter": "cleveragents.sidecar.console.access",
+    "Console": "cleveragents.sidecar.console.server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -37,6 +36,7 @@ from cleveragents.sidecar.console.access import (
     Rejecter,
     RequestHead,
 )
+from cleveragents.sidecar.console.address import page_url
 from cleveragents.sidecar.console.streams import RunsFeed, StreamSlots, dumps, follow_run
 from cleveragents.sidecar.console.views import status_view
 from cleveragents.sidecar.errors import ConfigError, SidecarError
@@ -130,10 +130,7 @@ class Console:
         self._runner = runner
         bound = int(runner.addresses[0][1])
         self._guard = Guard.for_address(self.callers, self.rejections, bind, bound)
-        shown = host
-        if bind in ("0.0.0.0", "::", ""):  # every interface: the machine's name reaches it
-            shown = socket.gethostname()
-        self.url = f"{'https' if self.tls else 'http'}://{shown}:{bound}/"
+        self.url = page_url(host, bound, tls=self.tls is not None)
         return self.url
 
     async def stop(self) -> None:
