@@ -48,3 +48,11 @@ def test_the_redis_tests_without_redis_server_name_what_is_missing() -> None:
     assert result.returncode != 0
     assert "need redis-server 7+" in result.stderr
     assert "apt-get install redis-server" in result.stderr
+
+
+def test_the_browser_tests_without_chromium_name_what_is_missing() -> None:
+    result = make("browser", "CHROMIUM=chromium-not-here", "BROWSER_INSTALL=false")
+
+    assert result.returncode != 0
+    assert "needs Debian's chromium and chromium-driver" in result.stderr
+    assert "apt-get install chromium chromium-driver" in result.stderr

@@ -238,6 +238,24 @@ async def test_a_runs_feed_is_its_header_its_events_then_its_end(start: Start) -
                    "lost": None, "last_sequence": 10}  # fmt: skip
 
 
+async def test_a_run_nobody_follows_has_no_reader_from_the_console(start: Start) -> None:
+    sidecar = await start()
+    async with AsyncSidecarClient(sidecar.address) as client:
+        async for _ in client.stream_tool_loop("x", script=DEPLOY, run_id="alone", detach=True):
+            break
+    run = sidecar.manager.get("alone")
+    assert run is not None
+    url = sidecar.console_url
+    async with aiohttp.ClientSession() as http, http.get(url + "api/runs") as listing:
+        await listing.content.readuntil(b"\n\n")  # a runs list is open, and lists it
+        listed = (list(run.log.cursors), list(run.log.sinks))
+        async with http.get(url + "api/runs/alone/events") as page:
+            await page.content.readuntil(b"\n\n")
+            followed = len(run.log.cursors)
+    assert listed == ([], [])
+    assert followed == 1
+
+
 async def test_bad_actions_get_a_message_that_says_what_is_wrong(start: Start) -> None:
     sidecar = await start()
     base = sidecar.console_url + "api/runs/"

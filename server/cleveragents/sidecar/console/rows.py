@@ -103,6 +103,6 @@ class RunDigests:
             digest = self._digests[run.run_id] = _Digest(run.started_at)
         frames, released = run.log.frames, run.log.released
         for item in frames[digest.decoded : released]:
-            digest.read(decode_frame(item).event)
+            digest.read(decode_frame(item, history=False).event)
         digest.decoded = max(digest.decoded, released)
         return digest
