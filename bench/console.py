@@ -17,6 +17,12 @@ is sampled through the phase (the peak, less the RSS before it). Medians over th
 the median of each round's ratio to *off* (paired: the same round, side by side).
 
 Prints a table and writes JSON to bench/results/. ``BENCH_CONSOLE_ROUNDS`` sets the rounds (5).
+
+With ``BENCH_CONSOLE_CALLGRIND=1`` (and Debian's ``valgrind``), it also counts the instructions
+a sidecar spends per iteration with the console off and on (nobody looking): a sidecar under
+callgrind serves ``K`` runs of ``N1`` iterations, another ``K`` runs of ``N2``; the difference
+over ``K * (N2 - N1)`` iterations leaves start-up and per-run costs out. Wall-clock figures
+swing on these loaded 2-core machines; instruction counts do not.
 """
 
 from __future__ import annotations
@@ -189,6 +195,56 @@ async def scenario(name: str) -> Sample:
         serve.stop()
 
 
+def instructions(console: bool, iterations: int, runs: int) -> int:
+    """The instructions a sidecar under callgrind spends serving ``runs`` runs of
+    ``iterations`` iterations (start-up and shutdown included)."""
+    out = HERE / "results" / f"console.callgrind.{int(console)}.{iterations}.out"
+    out.parent.mkdir(exist_ok=True)
+    env = dict(os.environ, PYTHONHASHSEED="0", CLEVERAGENTS_SIDECAR_FILE_TOOLS="false")
+    if console:
+        env["CLEVERAGENTS_SIDECAR_CONSOLE_LISTEN"] = "127.0.0.1:0"
+    command = [
+        "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m",
+        "cleveragents.sidecar.cli", "serve", "--listen", "127.0.0.1:0", "--log-level", "error",
+        "--event-loop", "asyncio",
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    )
+    assert process.stdout is not None
+    address = process.stdout.readline().strip().rsplit(" ", 1)[1]
+    turns = [
+        {"tool_calls": [{"id": f"e{n}", "name": "echo", "arguments": {"text": f"p {n}"}}]}
+        for n in range(iterations)
+    ] + [{"content": "done"}]
+
+    async def drive() -> None:
+        async with AsyncSidecarClient(address) as client:
+            for _ in range(runs):
+                await client.run_tool_loop(
+                    "bench", script=turns, max_iterations=iterations + 1, timeout=600
+                )
+
+    asyncio.run(drive())
+    process.terminate()
+    process.wait(600)
+    for line in out.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {out}")
+
+
+def callgrind(n1: int = 40, n2: int = 240, runs: int = 3) -> dict[str, float]:
+    """Instructions per iteration, the console off and on (nobody looking)."""
+    counts = {}
+    for name, console in (("off", False), ("idle", True)):
+        low, high = instructions(console, n1, runs), instructions(console, n2, runs)
+        counts[name] = (high - low) / (runs * (n2 - n1))
+        print(f"callgrind {name:5} {counts[name]:12.0f} instructions/iteration", flush=True)
+    print(f"callgrind idle/off {counts['idle'] / counts['off']:.4f}")
+    return counts
+
+
 def main() -> None:
     figures = Figures()
     for round_ in range(ROUNDS):
@@ -227,7 +283,12 @@ def main() -> None:
         )
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    (results / "console.json").write_text(json.dumps({"rounds": ROUNDS, "rows": rows}, indent=2))
+    counted = {}
+    if os.environ.get("BENCH_CONSOLE_CALLGRIND") == "1":
+        counted = callgrind()
+    (results / "console.json").write_text(
+        json.dumps({"rounds": ROUNDS, "rows": rows, "instructions": counted}, indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ what, what a forged request gets, the feeds' format and bounds, and the console 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
@@ -29,8 +30,16 @@ DEPLOY: list[dict[str, Any]] = [
 JSON_ACTION = {"Content-Type": "application/json", "X-Console-Request": "1"}
 
 
-def _tools() -> ToolRegistry:
+def _tools(release: asyncio.Event | None = None) -> ToolRegistry:
+    """``deploy`` (which asks approval) and ``hold``, which returns once ``release`` is set."""
     tools = ToolRegistry()
+
+    @tools.tool
+    async def hold() -> str:
+        """Wait until the test lets go."""
+        assert release is not None
+        await release.wait()
+        return "released"
 
     @tools.tool(side_effects=True)
     async def deploy(target: str) -> str:
@@ -49,7 +58,8 @@ async def start(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Start]:
     async def run(**settings: Any) -> Sidecar:
         settings.setdefault("console_listen", "127.0.0.1:0")
         settings.setdefault("approval_timeout_unattended_s", 60.0)
-        sidecar = Sidecar(SidecarConfig(listen="127.0.0.1:0", **settings), _tools())
+        tools = _tools(settings.pop("release", None))
+        sidecar = Sidecar(SidecarConfig(listen="127.0.0.1:0", **settings), tools)
         await sidecar.start()
         running.append(sidecar)
         return sidecar
@@ -254,6 +264,29 @@ async def test_a_run_nobody_follows_has_no_reader_from_the_console(start: Start)
             followed = len(run.log.cursors)
     assert listed == ([], [])
     assert followed == 1
+
+
+async def test_a_page_that_may_decide_makes_an_approval_wait_for_it(start: Start) -> None:
+    release = asyncio.Event()
+    # Nobody following: an approval would be denied at once.
+    sidecar = await start(approval_timeout_unattended_s=0.0, release=release)
+    script = [{"tool_calls": [{"id": "h", "name": "hold", "arguments": {}}]}, *DEPLOY]
+    async with AsyncSidecarClient(sidecar.address) as client:
+        async for _ in client.stream_tool_loop("x", script=script, run_id="held", detach=True):
+            break
+    url = sidecar.console_url + "api/runs/held/"
+    decision = json.dumps({"call_id": "d1", "approved": True, "reason": "from the page"})
+    async with aiohttp.ClientSession() as http, http.get(url + "events") as page:
+        await page.content.readuntil(b"\n\n")  # the page follows the run
+        release.set()
+        while b'"approval_requested"' not in await page.content.readuntil(b"\n\n"):
+            pass
+        async with http.post(url + "decisions", headers=JSON_ACTION, data=decision) as answer:
+            decided = answer.status
+        rest = (await page.read()).decode()
+    assert decided == 200
+    assert '"by":"rpc","identity":"default"' in rest
+    assert '"stop_reason":"final_answer"' in rest
 
 
 async def test_bad_actions_get_a_message_that_says_what_is_wrong(start: Start) -> None:
