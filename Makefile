@@ -150,10 +150,12 @@ go-tools:
 	@mkdir -p $(dir $(GO_LINK)) && ln -sfn $(abspath client/go) $(GO_LINK)
 
 # gofmt, go vet, then the Go client's tests, which start a real sidecar from .venv (-count=1:
-# run them every time, never a cached pass).
+# run them every time, never a cached pass; -timeout: a hung test fails the package in minutes
+# with every goroutine's stack, the test's among them, where the tests take seconds).
+GO_TEST_TIMEOUT ?= 5m
 go-test: install go-tools
 	@test -z "$$(gofmt -l client/go)" || { echo "gofmt would change: $$(gofmt -l client/go)" >&2; exit 1; }
-	cd $(GO_LINK) && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) SIDECAR_BIN=$(abspath $(BIN))/cleveragents-sidecar $(GO) test -count=1 ./...
+	cd $(GO_LINK) && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) SIDECAR_BIN=$(abspath $(BIN))/cleveragents-sidecar $(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
 # The MCP reference servers from npm that tests/mcp_tools starts (server-everything), pinned by
 # their own package-lock.json in a test-only folder: nothing the sidecar ships or loads.
 MCP_NPM_DIR := tests/mcp_tools/everything

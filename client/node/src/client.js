@@ -2,6 +2,7 @@
 import grpc from '@grpc/grpc-js';
 
 import { onAbort } from './abort.js';
+import { OpenCalls } from './calls.js';
 import { Codec } from './codec.js';
 import { RunFailedError, toSidecarError } from './errors.js';
 import { eventStream } from './events.js';
@@ -68,10 +69,16 @@ export class SidecarClient {
   }
 
   #resultOf;
+  #open = new OpenCalls();
 
-  /** Close the channel. */
+  /**
+   * Close the channel, and cancel the calls still under way (they end with CANCELLED, and a
+   * session with `reattach` finds nothing to re-attach with): nothing of this client is left
+   * to keep the process running.
+   */
   close() {
     this.stub.close();
+    this.#open.cancelAll();
   }
 
   /**
@@ -124,7 +131,7 @@ export class SidecarClient {
     };
     let call;
     const open = () => {
-      call = this.stub.StreamToolLoop(request, this.#metadata(options), this.#options(options));
+      call = this.#open.track(this.stub.StreamToolLoop(request, this.#metadata(options), this.#options(options)));
       return call;
     };
     return this.#eventStream(open, () => call, options, null);
@@ -149,7 +156,7 @@ export class SidecarClient {
     const state = { last: options.afterSequence ?? 0 };
     let call;
     const open = () => {
-      call = this.stub.FollowRun(this.#metadata(options), {});
+      call = this.#open.track(this.stub.FollowRun(this.#metadata(options), {}));
       call.write({
         start: { run_id: runId, after_sequence: state.last, stream_deltas: Boolean(options.streamDeltas) },
       });
@@ -282,7 +289,7 @@ export class SidecarClient {
       stream_deltas: Boolean(options.streamDeltas),
     };
     const run = new SessionRun({
-      openCall: () => this.stub.Session(this.#metadata(options), this.#options(options)),
+      openCall: () => this.#open.track(this.stub.Session(this.#metadata(options), this.#options(options))),
       codec: this.codec,
       tools: definitions,
       llm: clientLlm ? llm : null,
@@ -328,15 +335,12 @@ export class SidecarClient {
 
   #unary(method, request, options) {
     return new Promise((resolve, reject) => {
-      const call = this.stub[method](
-        request,
-        this.#metadata(options),
-        this.#options(options),
-        (err, response) => {
+      const call = this.#open.track(
+        this.stub[method](request, this.#metadata(options), this.#options(options), (err, response) => {
           detach();
           if (err) reject(err);
           else resolve(response);
-        },
+        }),
       );
       const detach = onAbort(options.signal, () => call.cancel());
     });

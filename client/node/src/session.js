@@ -102,7 +102,17 @@ export class SessionRun {
     }
     this.#attempt += 1;
     const start = { ...this.#start, reattach_run_id: this.runId, after_sequence: this.#lastSequence };
-    setTimeout(() => this.#attach(start), backoff); // a backoff between attempts
+    setTimeout(() => this.#reattach(start), backoff); // a backoff between attempts
+  }
+
+  /** Attach again, unless the client has been closed meanwhile: then the session ends. */
+  #reattach(start) {
+    try {
+      this.#attach(start);
+    } catch (err) {
+      // grpc-js opens no call on a closed channel ("Channel has been shut down").
+      this.#finish({ code: Status.CANCELLED, details: `the session could not re-attach: ${err.message}` });
+    }
   }
 
   /**

@@ -369,7 +369,7 @@ describe('watchRun (FollowRun, batched and acknowledged)', () => {
           const batch = calls.at(-1).responses.find(holds);
           if (batch && Number(batch.events.at(-1).sequence) !== event.sequence) {
             stalled = event.sequence;
-            await waitForEnd(smallClient, id, 10_000);
+            await waitForEnd(smallClient, id);
           }
         }
       }

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
 import { SidecarClient } from '../src/index.js';
-import { callTurn, collect, runId, script, useSidecar } from './sidecar.js';
+import { WAIT_MS, callTurn, collect, runId, script, useSidecar } from './sidecar.js';
 
 let sidecar;
 let client;
@@ -101,7 +101,7 @@ test('a client-hosted LLM that is an async generator streams its answer to a wat
       watching = watch();
       yield 'Let me ';
       // The rest only once the watcher has the first piece: it sees the answer as it streams.
-      await Promise.race([firstSeen, new Promise((_, no) => setTimeout(no, 10_000, new Error('unseen')).unref())]);
+      await Promise.race([firstSeen, new Promise((_, no) => setTimeout(no, WAIT_MS, new Error('unseen')).unref())]);
       yield { text: 'shout.' };
       yield { tool_call_index: 0, tool_call_id: 's1', tool_name: 'shout', arguments: '{"text":' };
       yield { tool_call_index: 0, arguments: ' "hi"}' };

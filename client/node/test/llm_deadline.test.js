@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
 import { SidecarClient, Status } from '../src/index.js';
-import { collect, signalled, startSidecar, within } from './sidecar.js';
+import { WAIT_MS, collect, signalled, startSidecar, within } from './sidecar.js';
 
 let sidecar;
 let client;
@@ -49,7 +49,7 @@ test('a streaming LLM still streaming at its deadline has its signal aborted and
   }
   await assertTimedOut(client.session({ prompt: 'go', llm }, { streamDeltas: true }));
 
-  await within(closed.promise, 5000, "the generator's finally");
+  await within(closed.promise, WAIT_MS, "the generator's finally");
   assert.ok(request.deadline instanceof Date, 'the request carries its deadline');
   assert.equal(request.signal.aborted, true);
   assert.match(request.signal.reason.message, STOPPED);
@@ -70,6 +70,6 @@ test('an LLM whose promise is pending at its deadline has its signal aborted, an
   };
   await assertTimedOut(client.session({ prompt: 'go', llm }));
 
-  await within(answered.promise, 5000, 'the abort');
+  await within(answered.promise, WAIT_MS, 'the abort');
   assert.match(request.signal.reason.message, STOPPED);
 });

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
 import { SidecarClient } from '../src/index.js';
-import { collect, signalled, useSidecar, within } from './sidecar.js';
+import { WAIT_MS, collect, signalled, useSidecar, within } from './sidecar.js';
 
 let sidecar;
 let client;
@@ -68,7 +68,7 @@ test('a streaming LLM stalled mid-answer is closed when its run is cancelled', a
     seen.filter((e) => e.payload === 'llm_delta').map((e) => e.llm_delta.text),
     ['thinking'],
   );
-  await within(closed.promise, 5000, "the stalled generator's finally");
+  await within(closed.promise, WAIT_MS, "the stalled generator's finally");
   assert.equal(request.signal.aborted, true);
   assert.match(request.signal.reason.message, /the session has ended/);
 });

@@ -10,7 +10,11 @@ export class SidecarClient {
     metadata: Record<string, string>;
     /** @type {any} The underlying grpc-js client, for anything this wrapper does not cover. */
     stub: any;
-    /** Close the channel. */
+    /**
+     * Close the channel, and cancel the calls still under way (they end with CANCELLED, and a
+     * session with `reattach` finds nothing to re-attach with): nothing of this client is left
+     * to keep the process running.
+     */
     close(): void;
     /**
      * Resolve once the channel is connected (rejects after `timeoutMs`).
