@@ -53,6 +53,14 @@ def test_the_redis_tests_without_redis_server_name_what_is_missing() -> None:
     assert "apt-get install redis-server" in result.stderr
 
 
+def test_the_browser_tests_without_chromium_name_what_is_missing() -> None:
+    result = make("browser", "CHROMIUM=chromium-not-here", "BROWSER_INSTALL=false")
+
+    assert result.returncode != 0
+    assert "needs Debian's chromium and chromium-driver" in result.stderr
+    assert "apt-get install chromium chromium-driver" in result.stderr
+
+
 def test_every_test_runner_in_make_test_bounds_each_test() -> None:
     """A hung test fails its runner in minutes, naming it, instead of hanging make test."""
     recipe = make("-n", "test").stdout.splitlines()

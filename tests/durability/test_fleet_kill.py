@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, StreamedEvent
-from cleveragents.sidecar.runs.resume import ADOPTION_REASON
+from cleveragents.sidecar.runs.recovery import ADOPTION_REASON
 from cleveragents.tool import (
     RunCancelled,
     RunCompleted,

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, SidecarClient
-from cleveragents.client._session import MAX_DELTAS_A_MESSAGE, SessionLogic
+from cleveragents.client.session_logic import MAX_DELTAS_A_MESSAGE, SessionLogic
 from cleveragents.tool import LLMRequest, LLMResponse, ResponseDelta, RunCompleted
 from cleveragents.toolruntime.v1 import events_pb2, session_pb2, types_pb2
 from cleveragents.wire import llm_delta_request, llm_result_request

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from cleveragents.client import AsyncSidecarClient, SidecarClient, StreamedEvent
-from cleveragents.client._session import SessionLogic
+from cleveragents.client.session_logic import SessionLogic
 from cleveragents.sidecar import ClientConfig, ConfigError, Sidecar, SidecarConfig
 from cleveragents.tool import RunCancelled, RunCompleted, ToolCallCompleted, ToolCallStarted
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2_grpc, session_pb2, types_pb2

@@ -12,7 +12,8 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from cleveragents.client._ready import HEALTH_REQUEST, RECONNECT_OPTIONS, ReadyPoll
-from cleveragents.client._requests import (
+from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
+from cleveragents.client.exchange import (
     EventDecoder,
     RunOptions,
     Tools,
@@ -26,9 +27,8 @@ from cleveragents.client._requests import (
     run_spec,
     with_history,
 )
-from cleveragents.client._session import LEAVING, Job, SessionApprover, SessionLogic
-from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
 from cleveragents.client.output import OutputSpec, OutputType, output_type_of
+from cleveragents.client.session_logic import LEAVING, Job, SessionApprover, SessionLogic
 from cleveragents.client.typed_runs import AsyncTypedRuns
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec

@@ -69,7 +69,12 @@ class _Broken(Exception):
 
 
 async def post_stream(
-    transport: Transport, url: str, headers: Mapping[str, str], body: Any, sink: EventSink
+    transport: Transport,
+    url: str,
+    headers: Mapping[str, str],
+    body: Any,
+    sink: EventSink,
+    max_event_bytes: int = MAX_EVENT_BYTES,
 ) -> Reply:
     """POST ``body`` and hand each server-sent event of the answer to ``sink``, in order.
 
@@ -85,7 +90,7 @@ async def post_stream(
     while True:
         attempt += 1
         try:
-            return await _attempt(transport, url, headers, content, sink)
+            return await _attempt(transport, url, headers, content, sink, max_event_bytes)
         except _Broken as broken:
             broken.error.attempts = attempt
             raise broken.error from None
@@ -102,7 +107,12 @@ class _Retry(Exception):
 
 
 async def _attempt(
-    transport: Transport, url: str, headers: Mapping[str, str], content: bytes, sink: EventSink
+    transport: Transport,
+    url: str,
+    headers: Mapping[str, str],
+    content: bytes,
+    sink: EventSink,
+    max_event_bytes: int,
 ) -> Reply:
     events = 0
     status: int | None = None
@@ -142,7 +152,7 @@ async def _attempt(
         # later than the timeout: never sooner than the timeout after the last event, and
         # not one timer re-armed per read (a fast stream has hundreds a second).
         slack = timeout_s * _IDLE_SLACK
-        decoder = SSEDecoder(MAX_EVENT_BYTES)
+        decoder = SSEDecoder(max_event_bytes)
         try:
             async with asyncio.timeout(timeout_s + slack) as idle:
                 rearm_at = loop.time() + slack

@@ -27,6 +27,7 @@ from cleveragents.wire.deltas import (
     response_delta_from_pb,
 )
 from cleveragents.wire.events import (
+    SKIPPED_RECORD,
     EventEncoder,
     LoggedEvent,
     check_frame,
@@ -121,6 +122,7 @@ __all__ = [
     "MAX_TRAILER_BYTES",
     "MESSAGE_HEADROOM",
     "RESULT_TRAILER",
+    "SKIPPED_RECORD",
     "Conversation",
     "EventEncoder",
     "LlmAnswer",

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
@@ -36,33 +36,27 @@ import structlog
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from cleveragents.sidecar.errors import ConfigError
-from cleveragents.sidecar.identity import DEFAULT_IDENTITY
-from cleveragents.sidecar.runs.redis_fence import APPEND, APPEND_SHA, WRITTEN, fenced_by
-from cleveragents.sidecar.runs.redis_fleet import RedisFleet, ended, frames_of
-from cleveragents.sidecar.runs.redis_keys import (
+from cleveragents.sidecar.fleet.fencing import APPEND, APPEND_SHA, WRITTEN, Claims, fenced_by
+from cleveragents.sidecar.fleet.layout import (
     INDEX_KEY,
     QUARANTINE_KEY,
-    SIDECARS_KEY,
-    adopter_key,
-    control_key,
     log_key,
     meta_key,
     quarantine_key,
     redacted,
     runs_of_key,
 )
+from cleveragents.sidecar.fleet.lease import Lease
 from cleveragents.sidecar.runs.store import LogOwner, StoredRun, StoreListener
 
-__all__ = ["RedisEventStore"]
+__all__ = ["RedisEventStore", "redis_options"]
 
 log = structlog.get_logger("cleveragents.sidecar.store")
 
 #: How often a failing store sends its unwritten frames again.
 RETRY_INTERVAL_S = 1.0
-#: A sidecar's lease lasts this long unrenewed (see redis_fleet.py).
+#: A sidecar's lease lasts this long unrenewed (see ``lease``).
 LEASE_S = 10.0
-#: How many runs start-up reads back in one round trip.
-_LOAD_CHUNK = 200
 #: Redis's answer to an XADD whose id is not above the stream's last: that frame is there.
 _ALREADY_STORED = "equal or smaller than the target stream top item"
 #: Seconds to connect, and to wait for one answer (a pipeline of frames is one answer).
@@ -73,57 +67,66 @@ _SOCKET_TIMEOUT_S = 10.0
 _Item = tuple[LogOwner, int, bytes] | tuple[str, str]
 
 
+def redis_options(
+    url: str, *, password: str = "", ca_file: str = "", cert_file: str = "", key_file: str = ""
+) -> dict[str, Any]:
+    """redis-py's connection options for the store at ``url``: ``password`` (from the
+    environment variable ``event_store_password_env`` names) when the URL carries none;
+    with ``rediss://``, ``ca_file`` (``event_store_ca_file``), the CA the server's certificate
+    must chain to, and ``cert_file`` and ``key_file``, the client certificate a server with
+    ``tls-auth-clients`` asks for."""
+    options: dict[str, Any] = {
+        "socket_connect_timeout": _CONNECT_TIMEOUT_S,
+        "socket_timeout": _SOCKET_TIMEOUT_S,
+    }
+    if password and urlsplit(url).password is None:
+        options["password"] = password
+    if ca_file:
+        options["ssl_ca_certs"] = ca_file
+    if cert_file:
+        options["ssl_certfile"], options["ssl_keyfile"] = cert_file, key_file
+    return options
+
+
 class RedisEventStore:
     """Run logs on Redis (``redis://HOST:PORT/DB``, ``rediss://…``, ``unix:///path?db=N``).
 
-    ``password`` (from the environment variable ``event_store_password_env`` names) is used
-    when the URL carries none; neither is ever logged. ``ca_file``: with ``rediss://``, the CA
-    the server's certificate must chain to (``event_store_ca_file``); ``cert_file`` and
-    ``key_file``: the client certificate a server with ``tls-auth-clients`` asks for.
+    ``options`` are redis-py's (``redis_options``; no password is ever logged), ``client``
+    the connection every part of the fleet shares, ``claims`` the fencing tokens frames are
+    written with, ``lease`` the sidecar's membership, which its open takes first and a clean
+    close leaves.
     """
 
     def __init__(
         self,
         url: str,
+        options: dict[str, Any],
+        client: redis.asyncio.Redis,
+        claims: Claims,
+        lease: Lease,
         *,
-        password: str = "",
         retry_interval_s: float = RETRY_INTERVAL_S,
-        lease_s: float = LEASE_S,
-        sidecar_id: str = "",
-        ca_file: str = "",
-        cert_file: str = "",
-        key_file: str = "",
     ) -> None:
         self.url = url
         self.shown = redacted(url)
         self.retry_interval_s = retry_interval_s
         #: The error of the pipeline that failed, while the store cannot write.
         self.failure: str | None = None
-        options: dict[str, Any] = {
-            "socket_connect_timeout": _CONNECT_TIMEOUT_S,
-            "socket_timeout": _SOCKET_TIMEOUT_S,
-        }
-        if password and urlsplit(url).password is None:
-            options["password"] = password
-        if ca_file:
-            options["ssl_ca_certs"] = ca_file
-        if cert_file:
-            options["ssl_certfile"], options["ssl_keyfile"] = cert_file, key_file
         self._options = options
         self._listeners: list[StoreListener] = []
         self._pending: list[_Item] = []
         self._wake = asyncio.Event()
         self._stopping = False
         self._writer: asyncio.Task[None] | None = None
-        self._client = redis.asyncio.Redis.from_url(url, **options)
-        #: This sidecar's lease, the fleet's control streams and shared reads.
-        self.fleet = RedisFleet(self._client, lease_s, sidecar_id)
+        self.client = client
+        self.claims = claims
+        self.lease = lease
 
     def open(self) -> list[StoredRun]:
         """The stored runs; ``ConfigError`` (one line) when Redis cannot be reached."""
         try:
             with redis.Redis.from_url(self.url, **self._options) as client:
-                runs = self._take_back(client)
+                runs = self.lease.join(client)
         except RedisError as exc:
             raise ConfigError(
                 f"event_store {self.shown} cannot be used as a run store "
@@ -131,9 +134,8 @@ class RedisEventStore:
                 + self._tls_hint()
             ) from None
         self._writer = asyncio.create_task(self._write_loop(), name="event-store")
-        self.fleet.start()
         log.info(
-            "event store opened", url=self.shown, runs=len(runs), sidecar=self.fleet.sidecar_id
+            "event store opened", url=self.shown, runs=len(runs), sidecar=self.claims.sidecar_id
         )
         return runs
 
@@ -153,42 +155,13 @@ class RedisEventStore:
             "event_store_key_file"
         )
 
-    def _take_back(self, client: redis.Redis) -> list[StoredRun]:
-        """The runs this sidecar keeps: every finished one, and the live ones that are its
-        own (same ``sidecar_id``) or whose sidecar's lease expired (adopted: the manager ends
-        them as a restart does); another live sidecar's runs stay its own. Each live one is
-        claimed (a new fencing token) and then read again: its log as the claim found it."""
-        me = self.fleet.sidecar_id
-        alive = self.fleet.register(client)
-        adopted: dict[str, bool] = {}  # a dead sidecar's id: whether this one adopts its runs
-        runs, claims = [], []
-        for stored, sidecar in _load(client):
-            if ended(stored.frames):
-                runs.append(stored)
-                continue
-            if sidecar != me and sidecar:
-                if sidecar in alive:
-                    continue  # another sidecar runs it now
-                if sidecar not in adopted:
-                    key, px = adopter_key(sidecar), 3 * self.fleet.lease_ms
-                    adopted[sidecar] = bool(client.set(key, me, px=px, nx=True))
-                if not adopted[sidecar]:
-                    continue
-            claims.append((stored.run_id, sidecar))
-        claimed = set(self.fleet.claim_sync(client, claims))
-        runs += [stored for stored, _ in _load(client, [r for r, _ in claims if r in claimed])]
-        for sidecar in (sidecar for sidecar, won in adopted.items() if won):
-            client.srem(SIDECARS_KEY, sidecar)
-            client.delete(runs_of_key(sidecar), control_key(sidecar))
-        return runs
-
     def append(self, owner: LogOwner, sequence: int, frame: bytes) -> None:
         self._pending.append((owner, sequence, frame))
         self._wake.set()
         if self.failure is not None:  # kept to write once the store works; released now
             owner.release(sequence)
 
-    def watch(self, listener: StoreListener) -> None:
+    def listen(self, listener: StoreListener) -> None:
         self._listeners.append(listener)
 
     def forget(self, run_id: str) -> None:
@@ -199,14 +172,17 @@ class RedisEventStore:
         self._pending.append((run_id, "quarantine"))
         self._wake.set()
 
-    async def close(self) -> None:
+    async def close(self, *, clean: bool = True) -> None:
+        """Write what is pending; then, ``clean`` (every run ended and is stored), leave the
+        fleet; else drop the lease only, so that the fleet adopts the runs left live now."""
         self._stopping = True
         self._wake.set()
         if self._writer is not None:
             await self._writer
-            await self.fleet.close(clean=self.failure is None)
+            if self.failure is None:
+                await (self.lease.leave() if clean else self.lease.release())
         try:  # each connection's close is bounded by redis-py (socket_connect_timeout)
-            await self._client.aclose()
+            await self.client.aclose()
         except RedisError as exc:  # a peer that does not close in time: we leave anyway
             log.warning("event store connections closed uncleanly", url=self.shown, error=str(exc))
 
@@ -254,29 +230,30 @@ class RedisEventStore:
         )
         _release_all(_marks(self._pending))
         for listener in self._listeners:
-            listener(error)
+            listener.health_changed(error)
 
     def _recovered(self) -> None:
         self.failure = None
         log.warning("event store writes again: runs are accepted", url=self.shown)
         for listener in self._listeners:
-            listener(None)
+            listener.health_changed(None)
 
     async def _commit(self, batch: list[_Item], again: bool = True) -> list[tuple[LogOwner, int]]:
         """Send ``batch`` in one pipeline (in order, not atomic: each frame is its own
-        fenced append, ``redis_fence.APPEND``); returns each owner with the last sequence
+        fenced append, ``fencing.APPEND``); returns each owner with the last sequence
         written. A run whose frame the fence refused is another sidecar's now: its frames
-        are not released, and the fleet is told (the manager stops the run here).
+        are not released, and the listeners are told (the manager stops the run here).
 
         The script goes by its digest; a Redis without it (restarted, flushed) is sent it,
         and the batch again (what the first try wrote is refused as already stored)."""
-        now, me, tokens = time.time(), self.fleet.sidecar_id, self.fleet.tokens
+        now, me, claims = time.time(), self.claims.sidecar_id, self.claims
+        tokens = claims.tokens
         appends: list[tuple[int, LogOwner, int]] = []  # (answer index, owner, sequence)
-        async with self._client.pipeline(transaction=False) as pipe:
+        async with self.client.pipeline(transaction=False) as pipe:
             for item in batch:
                 if len(item) == 2:
                     run_id, action = item
-                    tokens.pop(run_id, None)
+                    claims.drop(run_id)
                     if action == "forget":
                         pipe.delete(log_key(run_id), meta_key(run_id))
                         pipe.srem(runs_of_key(me), run_id)
@@ -300,7 +277,7 @@ class RedisEventStore:
                     pipe.evalsha(APPEND_SHA, 2, *keys, sequence, frame, me, token)
             answers = await pipe.execute(raise_on_error=False)
         if again and any(isinstance(answer, NoScriptError) for answer in answers):
-            await self._client.script_load(APPEND)
+            await self.client.script_load(APPEND)
             return await self._commit(batch, again=False)
         for answer in answers:
             if isinstance(answer, ResponseError) and _ALREADY_STORED not in str(answer):
@@ -319,7 +296,9 @@ class RedisEventStore:
             else:
                 written[id(owner)] = (owner, sequence)
         for run_id, by in lost.items():
-            self.fleet.lose(run_id, by)
+            if (message := claims.lost(run_id, by)) is not None:
+                for listener in self._listeners:
+                    listener.run_taken(run_id, message)
         return list(written.values())
 
 
@@ -336,26 +315,3 @@ def _marks(batch: Iterable[_Item]) -> list[tuple[LogOwner, int]]:
 def _release_all(marks: Iterable[tuple[LogOwner, int]]) -> None:
     for owner, sequence in marks:
         owner.release(sequence)
-
-
-def _load(client: redis.Redis, only: list[str] | None = None) -> list[tuple[StoredRun, str]]:
-    """Every indexed run (or those of ``only``), oldest first, with its gap-free frames and
-    the sidecar running it."""
-    if only is None:
-        only = [item.decode() for item in cast("list[bytes]", client.zrange(INDEX_KEY, 0, -1))]
-    runs: list[tuple[StoredRun, str]] = []
-    for start in range(0, len(only), _LOAD_CHUNK):
-        chunk = only[start : start + _LOAD_CHUNK]
-        with client.pipeline(transaction=False) as pipe:
-            for run_id in chunk:
-                pipe.xrange(log_key(run_id))
-                pipe.hmget(meta_key(run_id), ["owner", "sidecar", "resume"])
-            answers = pipe.execute()
-        for index, run_id in enumerate(chunk):
-            frames = frames_of(answers[2 * index])
-            owner, sidecar, resume = answers[2 * index + 1]
-            if frames:
-                name = owner.decode() if owner else DEFAULT_IDENTITY.name
-                stored = StoredRun(run_id, frames, name, resume.decode() if resume else "")
-                runs.append((stored, sidecar.decode() if sidecar else ""))
-    return runs

@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from cleveragents.client._requests import EventDecoder, Tools, as_registry, describe, run_request
+from cleveragents.client.exchange import EventDecoder, Tools, as_registry, describe, run_request
 from cleveragents.client.output import OutputType
 from cleveragents.client.types import StreamedEvent
 from cleveragents.tool import (

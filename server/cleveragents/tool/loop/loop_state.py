@@ -1,4 +1,5 @@
-"""The mutable bookkeeping of one run, kept apart from the loop's logic in ``runtime.py``."""
+"""``LoopState``: the loop's bookkeeping of one run, kept apart from its logic in ``runtime.py``
+(not the run's state as its clients see it: running, completed, failed or cancelled)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from cleveragents.tool.loop.gate import CallGate
 from cleveragents.tool.messages import LLMResponse, Message, Usage
 from cleveragents.tool.records import StopReason, ToolCallRecord, ToolCallRunResult
 
-__all__ = ["RunState"]
+__all__ = ["LoopState"]
 
 #: Stop reasons that mean a limit ended the run (``terminated_by_limit``).
 _LIMITS = frozenset(
@@ -24,7 +25,7 @@ _LIMITS = frozenset(
 )
 
 
-class RunState:
+class LoopState:
     """Conversation, history, usage and the batch of tool calls currently in flight."""
 
     __slots__ = (
