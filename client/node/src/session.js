@@ -28,8 +28,10 @@ export class SessionRun {
   #call;
   #openCall;
   #start;
-  /** with `reattach`: when to stop trying to re-attach (ms since the epoch), else null */
-  #reattachUntil = null;
+  /** with `reattach`: how long after a break to go on trying to re-attach (ms), else null */
+  #reattachTimeoutMs = null;
+  /** when the current break began (`performance.now()`): its first failure since a message */
+  #brokenAt = null;
   #attempt = 0;
   #lastSequence = 0;
   /** what was answered: a re-attached stream may ask again */
@@ -61,7 +63,7 @@ export class SessionRun {
   constructor({ openCall, codec, tools, llm, approver = null, start, reattach = false, reattachTimeoutMs = 60_000 }) {
     this.#openCall = openCall;
     this.#start = start;
-    if (reattach) this.#reattachUntil = Date.now() + reattachTimeoutMs;
+    if (reattach) this.#reattachTimeoutMs = reattachTimeoutMs;
     this.#approver = approver;
     this.#codec = codec;
     this.#tools = tools;
@@ -93,9 +95,10 @@ export class SessionRun {
     const lost = status.code === Status.UNAVAILABLE || status.code === Status.CANCELLED;
     const held = status.code === Status.FAILED_PRECONDITION && /not waiting/.test(status.details ?? '');
     const backoff = [50, 100, 200, 500, 1000][Math.min(this.#attempt, 4)];
+    this.#brokenAt ??= performance.now(); // the window counts from the break, not the start
     const retry =
-      this.#reattachUntil !== null && !this.#terminal && !this.#leaving && this.runId && (lost || held) &&
-      Date.now() + backoff <= this.#reattachUntil;
+      this.#reattachTimeoutMs !== null && !this.#terminal && !this.#leaving && this.runId && (lost || held) &&
+      performance.now() - this.#brokenAt + backoff <= this.#reattachTimeoutMs;
     if (!retry) {
       this.#finish(status);
       return;
@@ -179,6 +182,7 @@ export class SessionRun {
   }
 
   #onMessage(message) {
+    this.#brokenAt = null; // a stream delivers: a later break has a window of its own
     let queued = false;
     try {
       // The events first (a batch, or the one event), then the invocation they precede.

@@ -55,6 +55,53 @@ test('a session re-attaches after its connection drops mid-call, the call answer
   }
 });
 
+/** A client's re-attach window (ms), shorter than the session below lasts. */
+const REATTACH_MS = 2000;
+
+/**
+ * Resolve once `ms` have passed on the monotonic clock: a tool's long work (polled inside the
+ * tool, never to synchronise the test).
+ */
+async function outlive(ms) {
+  const began = performance.now();
+  while (performance.now() - began <= ms) await new Promise((resolve) => setTimeout(resolve, 50));
+}
+
+test('a session older than its re-attach timeout re-attaches, the window counting from the break', async () => {
+  const own = await tcpProxy(sidecar.address);
+  const client = new SidecarClient(own.address);
+  let calls = 0;
+  try {
+    const run = client.session(
+      {
+        prompt: 'p',
+        runId: runId('reattach-old'),
+        llm: script(callTurn('', ['r1', 'remote', {}]), { content: 'done' }),
+        tools: {
+          remote: async () => {
+            calls += 1;
+            await outlive(REATTACH_MS); // the session is older than its timeout now
+            own.cut(); // the answer goes out on a dead stream: it is sent again on the next
+            return { answer: 'after the drop' };
+          },
+        },
+      },
+      { reattach: true, reattachTimeoutMs: REATTACH_MS },
+    );
+    const events = await collect(run);
+    const result = await run.result;
+
+    assert.equal(calls, 1, 'the tool ran once');
+    assertEventLog(assert, events);
+    assert.equal(events.at(-1).payload, 'runCompleted');
+    const [record] = result.toolCallHistory;
+    assert.deepEqual(record.output, { answer: 'after the drop' });
+  } finally {
+    client.close();
+    await own.close();
+  }
+});
+
 test('a session re-attaching when its client is closed ends CANCELLED, and nothing runs on', async () => {
   const own = await tcpProxy(sidecar.address);
   const client = new SidecarClient(own.address);

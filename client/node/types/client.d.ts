@@ -147,9 +147,9 @@ export class SidecarClient {
      *   approver?: import('./approvals.js').Approver}} spec
      * @param {CallOptions & {reattach?: boolean, reattachTimeoutMs?: number}} [options]
      *   with `reattach: true`, a stream that breaks (the connection dropped, the sidecar
-     *   restarted) is opened again for up to `reattachTimeoutMs` (default 60 000) and
-     *   re-attaches to the run after the last event seen: the same tools serve it, a call still
-     *   running goes on, and one answered already is answered again, not run twice.
+     *   restarted) is opened again for up to `reattachTimeoutMs` (default 60 000) from the
+     *   break and re-attaches to the run after the last event seen: the same tools serve it, a
+     *   call still running goes on, and one answered already is answered again, not run twice.
      * @returns {SessionRun}
      */
     session(spec: import("./values.js").RunSpecInput & {
