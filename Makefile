@@ -18,7 +18,7 @@ $(info $(VENV) was made by a Python older than 3.11, or its Python is gone: rebu
 $(shell rm -rf $(VENV))
 endif
 
-.PHONY: install test lint generate demo bench fuzz node-test go-tools go-test mcp-test-servers redis-server clean image image-rootfs
+.PHONY: install test lint generate demo bench bench-check valgrind fuzz node-test go-tools go-test mcp-test-servers redis-server clean image image-rootfs
 
 install: $(STAMP)
 
@@ -55,7 +55,7 @@ lint: install $(LINT_STAMP)
 # The suite runs on PYTEST_WORKERS processes (pytest-xdist; tests stolen from a busy worker by
 # an idle one, as their lengths vary from milliseconds to seconds); PYTEST_WORKERS=0: in one.
 PYTEST_WORKERS ?= 2
-test: lint node-test go-test mcp-test-servers redis-server
+test: lint bench-check node-test go-test mcp-test-servers redis-server
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal
 
 # The Redis run store's tests (and make bench) start Debian's redis-server (7.0+): installed
@@ -118,6 +118,17 @@ bench: install redis-server
 	$(BIN)/python bench/deltas_sse.py  # the same through a loopback SSE provider
 	$(BIN)/python bench/deltas_load.py  # many runs through it, split over client processes
 	$(BIN)/python bench/large_outputs.py  # a tool's large output: the run's pause after it
+
+# The regression gate (part of make test): the hot paths' instructions counted under callgrind
+# (bench/check.py), each against its baseline and tolerance in bench/baselines.json; fails when
+# one costs more. `$(BIN)/python bench/check.py --write` takes new baselines after a change
+# that is meant to cost more (or came out cheaper). About a minute on 2 cores.
+VALGRIND_INSTALL ?= apt-get install -y --no-install-recommends valgrind
+valgrind:
+	@command -v valgrind >/dev/null || { command -v apt-get >/dev/null && { if [ "$$(id -u)" = 0 ]; then $(VALGRIND_INSTALL); elif sudo -n true 2>/dev/null; then sudo -n $(VALGRIND_INSTALL); else false; fi; } >/dev/null; } || { echo "make bench-check (part of make test) needs valgrind for its instruction counts: install it (Debian: apt-get install valgrind)" >&2; exit 1; }
+
+bench-check: install valgrind
+	$(BIN)/python bench/check.py
 
 fuzz: install
 	$(BIN)/pip install --quiet atheris

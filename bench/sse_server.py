@@ -7,7 +7,9 @@ the last message of the request: ``"count=N interval=S"`` (N chunks, S seconds a
 first at once, or after ``first=F`` seconds, a model's time to its first token). Each chunk's
 text is the ``time.perf_counter()`` at which it is written, then a space, so whoever receives
 it can tell how long it took (the clock is the machine's monotonic one, shared by every
-process). Prints its port, then serves until killed (``--uvloop``: on uvloop).
+process). Prints its port, then serves until killed (``--uvloop``: on uvloop). ``serve`` with
+``burst``: the whole answer in one write, each chunk's text ``tok``, so that a reader's reads are
+the same every time (`make bench-check` counts them).
 """
 
 from __future__ import annotations
@@ -44,12 +46,27 @@ def _piece(text: str | None, finish: str | None = None) -> dict[str, object]:
     }
 
 
-async def answer(body: bytes, writer: asyncio.StreamWriter) -> None:
-    """Stream what the request's last message asks for."""
+def _tail(count: int) -> bytes:
+    """The finish, usage and [DONE] chunks after ``count`` text chunks, and the last chunk."""
+    usage = {"prompt_tokens": 10, "completion_tokens": count, "total_tokens": 10 + count}
+    return (
+        _event(_piece(None, "stop"))
+        + _event({**_piece(None), "choices": [], "usage": usage})
+        + _chunk(b"data: [DONE]\n\n")
+        + b"0\r\n\r\n"
+    )
+
+
+async def answer(body: bytes, writer: asyncio.StreamWriter, burst: bool = False) -> None:
+    """Stream what the request's last message asks for (``burst``: in one write)."""
     messages = json.loads(body).get("messages", [])
     content = messages[-1].get("content", "") if messages else ""
     ask = _ASK.search(content if isinstance(content, str) else json.dumps(content))
     count, interval = (int(ask[1]), float(ask[2])) if ask else (10, 0.0)
+    if burst:
+        writer.write(HEAD + _event(_piece("tok ")) * count + _tail(count))
+        await writer.drain()
+        return
     writer.write(HEAD)
     await writer.drain()
     if ask and ask[3]:
@@ -59,14 +76,13 @@ async def answer(body: bytes, writer: asyncio.StreamWriter) -> None:
             await asyncio.sleep(interval)
         writer.write(_event(_piece(f"{time.perf_counter():.9f} ")))
         await writer.drain()
-    writer.write(_event(_piece(None, "stop")))
-    usage = {"prompt_tokens": 10, "completion_tokens": count, "total_tokens": 10 + count}
-    writer.write(_event({**_piece(None), "choices": [], "usage": usage}))
-    writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    writer.write(_tail(count))
     await writer.drain()
 
 
-async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def serve(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, burst: bool = False
+) -> None:
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -75,7 +91,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 name, _, value = line.partition(b":")
                 if name.strip().lower() == b"content-length":
                     length = int(value)
-            await answer(await reader.readexactly(length), writer)
+            await answer(await reader.readexactly(length), writer, burst)
     except (asyncio.IncompleteReadError, ConnectionError):
         pass
     finally:
