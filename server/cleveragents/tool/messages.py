@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cleveragents.tool.frozen import quick_init
+
 __all__ = [
     "MAX_TOKEN_COUNT",
     "DeltaSink",
@@ -33,6 +35,7 @@ class Role(enum.StrEnum):
     TOOL = "tool"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One tool call requested by the model.
@@ -47,6 +50,7 @@ class ToolCall:
     arguments_error: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts reported by an LLM provider; sums stop at ``MAX_TOKEN_COUNT``.
@@ -79,6 +83,7 @@ class Usage:
         return max(self.input_tokens + self.output_tokens, self.reported_total_tokens)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Reasoning:
     """What a reasoning model returned besides its answer, kept to be passed back.
@@ -95,6 +100,7 @@ class Reasoning:
     items: str = ""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Message:
     """One turn of the conversation sent to the LLM.
@@ -112,6 +118,7 @@ class Message:
     reasoning: Reasoning | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LLMRequest:
     """What one LLM invocation receives.
@@ -131,6 +138,7 @@ class LLMRequest:
     deltas: DeltaSink | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ResponseDelta:
     """One piece of an LLM answer while it streams, before the whole ``LLMResponse``.
@@ -155,6 +163,7 @@ class ResponseDelta:
 DeltaSink = Callable[[ResponseDelta], None]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LLMResponse:
     """What one LLM invocation returns: text, tool calls (none means a final answer), usage,

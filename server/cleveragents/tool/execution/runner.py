@@ -20,6 +20,7 @@ from cleveragents.tool.context import ToolActorContext
 from cleveragents.tool.errors import ToolDeniedError, ToolError
 from cleveragents.tool.execution.limits import ToolLimits
 from cleveragents.tool.execution.registry import RegisteredTool, ToolRegistry, UnknownToolError
+from cleveragents.tool.frozen import quick_init
 from cleveragents.tool.jsontext import find_surrogate
 from cleveragents.tool.messages import ToolCall
 from cleveragents.tool.outputjson import OutputText, plain_output
@@ -51,6 +52,7 @@ def _no_report(progress: float, total: float | None, message: str) -> None:
     """What ``CallScope.progress`` is when nobody follows the call's progress."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CallScope:
     """The call a handler is executing, for handlers that need more than their inputs.
