@@ -313,11 +313,14 @@ class ToolCallingRuntime:
             response = await self._call_llm(state, tools, iteration, emit)
             state.iterations = iteration
             state.add_response(response)
-            emit(LLMResponded.of(iteration, response))
+            emit(LLMResponded(iteration, response.content, response.tool_calls, response.usage,
+                              response.reasoning))  # fmt: skip
             if not response.tool_calls:
                 return state.result(StopReason.FINAL_ANSWER, content=response.content)
             calls = [route(call) for call in response.tool_calls]
-            state.messages.append(response.turn(calls))
+            state.messages.append(
+                Message(Role.ASSISTANT, response.content, calls, "", False, response.reasoning)
+            )
             over = budget.check(state.usage.total_tokens, state.tool_calls, len(calls))
             allowed = len(calls) if over is None else over.allowed
             refusal = "" if over is None else over.refusal
