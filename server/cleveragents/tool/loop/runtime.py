@@ -313,14 +313,12 @@ class ToolCallingRuntime:
             response = await self._call_llm(state, tools, iteration, emit)
             state.iterations = iteration
             state.add_response(response)
-            emit(LLMResponded(iteration, response.content, response.tool_calls, response.usage,
-                              response.reasoning))  # fmt: skip
+            content, reasoning = response.content, response.reasoning
+            emit(LLMResponded(iteration, content, response.tool_calls, response.usage, reasoning))
             if not response.tool_calls:
-                return state.result(StopReason.FINAL_ANSWER, content=response.content)
+                return state.result(StopReason.FINAL_ANSWER, content=content)
             calls = [route(call) for call in response.tool_calls]
-            state.messages.append(
-                Message(Role.ASSISTANT, response.content, calls, "", False, response.reasoning)
-            )
+            state.messages.append(Message(Role.ASSISTANT, content, calls, "", False, reasoning))
             over = budget.check(state.usage.total_tokens, state.tool_calls, len(calls))
             allowed = len(calls) if over is None else over.allowed
             refusal = "" if over is None else over.refusal
