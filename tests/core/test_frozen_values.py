@@ -38,6 +38,10 @@ def _kinds_of_fields(decorate: bool) -> type:
 QUICK, PLAIN = _kinds_of_fields(True), _kinds_of_fields(False)
 
 
+def _init_of(cls: type) -> Any:
+    return cls.__dict__["__init__"]
+
+
 def _values(value: Any) -> dict[str, Any]:
     return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
 
@@ -57,8 +61,9 @@ def test_quick_init_sets_what_the_dataclass_init_sets(
 
 
 def test_quick_init_takes_the_dataclass_init_parameters() -> None:
-    quick = inspect.signature(QUICK.__init__).parameters
-    plain = inspect.signature(PLAIN.__init__).parameters
+    QUICK(1, required=True)  # the quick __init__ is made with the first value
+    quick = inspect.signature(_init_of(QUICK)).parameters
+    plain = inspect.signature(_init_of(PLAIN)).parameters
     assert [(p.name, p.kind) for p in quick.values()] == [(p.name, p.kind) for p in plain.values()]
 
 
@@ -76,7 +81,7 @@ def test_quick_init_refuses_what_the_dataclass_refuses() -> None:
 def test_a_quick_value_stays_frozen() -> None:
     value = QUICK(1, required=True)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        value.first = 2  # type: ignore[misc]
+        value.first = 2
 
 
 def test_a_quick_value_is_replaced_and_compared_as_a_dataclass() -> None:
@@ -106,13 +111,28 @@ def test_quick_init_refuses_a_class_that_is_not_a_frozen_slotted_dataclass() -> 
 
 
 def test_quick_init_refuses_an_init_only_variable() -> None:
+    @quick_init
     @dataclasses.dataclass(frozen=True, slots=True)
     class WithInitVar:
         a: int
         scale: dataclasses.InitVar[int] = 1
 
     with pytest.raises(TypeError):
-        quick_init(WithInitVar)
+        WithInitVar(1)
+
+
+def test_the_quick_init_is_made_once_with_the_first_value() -> None:
+    @quick_init
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Once:
+        a: int
+
+    stand_in = _init_of(Once)
+    assert Once(1).a == 1
+    made = _init_of(Once)
+    assert made is not stand_in
+    assert Once(2).a == 2
+    assert _init_of(Once) is made
 
 
 QUICK_CORE_VALUES = [
@@ -125,4 +145,5 @@ QUICK_CORE_VALUES = [
 
 @pytest.mark.parametrize("cls", QUICK_CORE_VALUES, ids=lambda cls: cls.__name__)
 def test_the_core_values_are_quick(cls: type) -> None:
-    assert cls.__init__.__code__.co_filename == f"<quick_init of {cls.__qualname__}>"
+    made_by = _init_of(cls).__code__.co_filename
+    assert made_by in (inspect.getfile(quick_init), f"<quick_init of {cls.__qualname__}>")

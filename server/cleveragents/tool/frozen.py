@@ -27,14 +27,34 @@ _HELPERS = ("_MISSING", "_set_", "_default_", "_factory_")
 def quick_init(cls: type[_T]) -> type[_T]:
     """Give ``cls``, a ``@dataclass(frozen=True, slots=True)`` class, the quicker
     ``__init__`` (which calls its ``__post_init__``, if any, as the dataclass's does);
-    ``TypeError`` for any other class."""
+    ``TypeError`` for any other class.
+
+    The ``__init__`` is made when the first instance is (a class never used costs its
+    module's import nothing more); until then a stand-in makes it, then calls it.
+    """
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen or "__slots__" not in cls.__dict__:
         raise TypeError(f"{cls.__name__} is not a frozen dataclass with slots")
+    dataclass_init = cls.__dict__["__init__"]
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        made = cls.__dict__["__init__"]
+        if made is __init__:
+            made = _made_init(cls, dataclass_init)
+            type.__setattr__(cls, "__init__", made)
+        made(self, *args, **kwargs)
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    type.__setattr__(cls, "__init__", __init__)
+    return cls
+
+
+def _made_init(cls: type, dataclass_init: Any) -> Any:
+    """``cls``'s quicker ``__init__``, taking the parameters ``dataclass_init`` takes."""
     fields = dataclasses.fields(cls)
     wanted = [f.name for f in fields if f.init]
     # An InitVar is a parameter but not a field: the signatures would differ.
-    if list(inspect.signature(cls.__init__).parameters)[1:] != wanted:
+    if list(inspect.signature(dataclass_init).parameters)[1:] != wanted:
         raise TypeError(f"{cls.__name__}'s __init__ takes more than its fields")
     if any(name.startswith(_HELPERS) for name in wanted):
         raise TypeError(f"{cls.__name__} has a field named like quick_init's own names")
@@ -73,10 +93,9 @@ def quick_init(cls: type[_T]) -> type[_T]:
     exec(compile(source, f"<quick_init of {cls.__qualname__}>", "exec"), namespace)
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__annotations__ = dict(cls.__init__.__annotations__)
-    init.__doc__ = cls.__init__.__doc__
-    cls.__init__ = init  # type: ignore[misc]
-    return cls
+    init.__annotations__ = dict(dataclass_init.__annotations__)
+    init.__doc__ = dataclass_init.__doc__
+    return init
 
 
 def _slot(cls: type, name: str) -> Any:
