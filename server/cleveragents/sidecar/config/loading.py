@@ -5,14 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from cleveragents.sidecar.config.clients import parse_clients
 from cleveragents.sidecar.config.governance import parse_automation_profiles, parse_tool_limits
-from cleveragents.sidecar.config.mcp import parse_mcp_servers
 from cleveragents.sidecar.config.policies import parse_policies
 from cleveragents.sidecar.config.scripts import parse_script
 from cleveragents.sidecar.config.settings import (
@@ -56,6 +54,8 @@ def load_config(
     if path is None and env.get(ENV_PREFIX + "CONFIG"):
         path = env[ENV_PREFIX + "CONFIG"]
     if path is not None:
+        import tomllib  # only for a file: a sidecar set up from the environment never loads it
+
         try:
             with open(path, "rb") as fh:
                 raw = tomllib.load(fh)
@@ -114,6 +114,8 @@ def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
         elif key == "clients":
             kwargs[key] = parse_clients(value, base)
         elif key == "mcp_servers":
+            from cleveragents.sidecar.config.mcp import parse_mcp_servers
+
             kwargs[key] = parse_mcp_servers(value)
         elif key == "tool_limits":
             kwargs[key] = parse_tool_limits(value)

@@ -6,14 +6,17 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from cleveragents.sidecar.config.mcp import McpServerConfig
 from cleveragents.sidecar.config.policies import Policy, check_deciders
 from cleveragents.sidecar.config.profiles import PROFILE_KINDS, PROVIDER_KINDS, ProfileConfig
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import check_event_loop
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY, ROLES, normal_subject
 from cleveragents.tool import BUILTIN_PROFILES, AutomationProfile, ToolLimit
+
+if TYPE_CHECKING:  # the MCP settings are parsed (config/mcp.py loaded) only when there are some
+    from cleveragents.sidecar.config.mcp import McpServerConfig
 
 __all__ = [
     "ENV_PREFIX",

@@ -7,15 +7,20 @@ admits and keeps runs, recovery from a store, and the stores.
 - ``manager``: admission, cancellation, drain at shutdown, retention.
 - ``recovery``: the runs a store kept, taken back at start-up.
 - ``store``, ``sqlite_store`` and ``redis_store``: where logs live; ``stores`` picks one from
-  ``event_store`` (``redis_store`` is imported only then, with redis-py).
+  ``event_store`` (``sqlite_store`` and ``redis_store`` are imported only then, with sqlite3
+  or redis-py).
 """
+
+from typing import TYPE_CHECKING, Any
 
 from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.manager import RunManager
 from cleveragents.sidecar.runs.readers import FrameQueue, FrameSink, LogCursor
 from cleveragents.sidecar.runs.run import Run, RunObserver
-from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
+
+if TYPE_CHECKING:
+    from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
 
 __all__ = [
     "EventStore",
@@ -31,3 +36,12 @@ __all__ = [
     "SqliteEventStore",
     "StoredRun",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``SqliteEventStore``, imported (with sqlite3) when first asked for."""
+    if name == "SqliteEventStore":
+        from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
+
+        return SqliteEventStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -34,7 +34,6 @@ from cleveragents.sidecar.runs.resume import (
 )
 from cleveragents.sidecar.runs.retained import RetainedRuns
 from cleveragents.sidecar.runs.run import Run, RunObserver
-from cleveragents.sidecar.runs.shared import SharedRuns
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
 from cleveragents.sidecar.runs.watchers import Watchers
 from cleveragents.tool import Resumption, RunFailed
@@ -42,6 +41,7 @@ from cleveragents.tool import Resumption, RunFailed
 if TYPE_CHECKING:
     from cleveragents.sidecar.assembly import AssembledRun
     from cleveragents.sidecar.config import Policy
+    from cleveragents.sidecar.runs.shared import SharedRuns  # a fleet's only (runs/stores.py)
 
 __all__ = ["RunManager"]
 

@@ -13,12 +13,11 @@ from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError, SidecarError
 from cleveragents.sidecar.runs.manager import RunManager
 from cleveragents.sidecar.runs.resume import ADOPTION_REASON, handover_reason
-from cleveragents.sidecar.runs.shared import ATTACHED, GONE, Control, SharedRuns
-from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
 from cleveragents.sidecar.runs.store import EventStore, StoredRun
 
 if TYPE_CHECKING:
     from cleveragents.sidecar.runs.redis_handover import RedisHandovers
+    from cleveragents.sidecar.runs.shared import Control
 
 __all__ = ["is_redis_url", "share", "store_for"]
 
@@ -34,10 +33,13 @@ def is_redis_url(event_store: str) -> bool:
 
 
 def store_for(config: SidecarConfig, env: Mapping[str, str] | None = None) -> EventStore | None:
-    """The store ``config`` asks for (``None``: memory); redis-py is imported only for Redis."""
+    """The store ``config`` asks for (``None``: memory); sqlite3 is imported only for SQLite,
+    redis-py only for Redis."""
     if not config.event_store:
         return None
     if not is_redis_url(config.event_store):
+        from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
+
         return SqliteEventStore(config.event_store)
     from cleveragents.sidecar.runs.redis_store import RedisEventStore
 
@@ -66,6 +68,7 @@ def share(store: EventStore | None, manager: RunManager) -> None:
     if type(store).__name__ != "RedisEventStore":  # redis-py is imported only for Redis
         return
     from cleveragents.sidecar.runs.redis_store import RedisEventStore
+    from cleveragents.sidecar.runs.shared import SharedRuns
 
     assert isinstance(store, RedisEventStore)
     fleet = store.fleet
@@ -95,6 +98,7 @@ def _hand_over(handovers: RedisHandovers, manager: RunManager) -> None:
     """Let ``manager`` hand its parked Session runs to the sidecars their clients reach, and
     take those handed to it (``redis_handover``)."""
     from cleveragents.sidecar.runs.redis_handover import handed_over_message
+    from cleveragents.sidecar.runs.shared import ATTACHED, GONE
 
     def release(run_id: str, identity: str) -> str:
         run = manager.get(run_id)

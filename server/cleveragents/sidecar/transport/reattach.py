@@ -30,7 +30,6 @@ from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.runs import Run
 from cleveragents.sidecar.runs.resume import RESTART_REASON, ResumeInfo, resumption_of
-from cleveragents.sidecar.runs.shared import ATTACHED
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import DEADLINE_SLACK_S, Context
 from cleveragents.sidecar.transport.opening import read_opening
@@ -163,6 +162,8 @@ async def _elsewhere(
         entry = service.manager.parked.get(run_id)
         if handed is not None and entry is not None and entry.reserved:
             return handed, opened  # kept for this re-attach (its answer may have come late)
+        from cleveragents.sidecar.runs.shared import ATTACHED  # a fleet's only
+
         if answer is not None and answer.reason == ATTACHED:
             raise SidecarError.out_of_order(
                 f"run {run_id!r} is attached to another stream on sidecar {sidecar!r} (a run "

@@ -23,7 +23,6 @@ from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.identity import Access
 from cleveragents.sidecar.runs import FrameQueue, FrameSink, LogCursor, Run, RunManager
 from cleveragents.sidecar.runs.resume import ResumeInfo
-from cleveragents.sidecar.runs.shared import Control
 from cleveragents.sidecar.transport import follow, session, shared_calls
 from cleveragents.sidecar.transport.bounds import check_started_fits
 from cleveragents.sidecar.transport.caller import current_caller
@@ -158,6 +157,8 @@ class ToolRuntimeService:
             await abort(context, exc)
         reason = request.reason or "cancelled by CancelRun"
         if not run.finished and self.manager.shared is not None and sidecar:
+            from cleveragents.sidecar.runs.shared import Control  # a fleet's only
+
             await self.manager.shared.control(sidecar, Control("cancel", run.run_id, reason))
         if not run.finished:
             self.manager.cancel(run, reason)

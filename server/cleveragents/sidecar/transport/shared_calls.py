@@ -10,7 +10,6 @@ from cleveragents.sidecar.approvals import own_run_refusal
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.identity import Access
 from cleveragents.sidecar.runs import Run
-from cleveragents.sidecar.runs.shared import Control
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import RunSummary, summary_to_pb
@@ -48,6 +47,8 @@ async def decide(
         refused = own_run_refusal(policy.self_approval, policy.where, caller.name, run.run_id)
         if caller.name == run.owner and refused:
             raise SidecarError.denied(refused)
+        from cleveragents.sidecar.runs.shared import Control  # a fleet's only
+
         decision = Control(
             "decide", run.run_id, request.reason, request.call_id, request.approved, caller.name
         )
