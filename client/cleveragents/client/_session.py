@@ -31,6 +31,7 @@ from cleveragents.tool import (
     ResponseDelta,
     ToolRunner,
 )
+from cleveragents.tool.frozen import quick_init
 from cleveragents.toolruntime.v1 import session_pb2
 from cleveragents.wire import (
     Conversation,
@@ -73,25 +74,31 @@ SessionApprover = Callable[[ApprovalRequest], Any]
 Sender = Callable[[session_pb2.SessionRequest], "Awaitable[None] | None"]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolJob:
-    """Run one of the client's tools for the sidecar."""
+    """Run one of the client's tools for the sidecar; ``key`` is the id its answer answers."""
 
     invocation: session_pb2.ToolInvocation
+    key: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LlmJob:
-    """Ask the client's LLM for the sidecar."""
+    """Ask the client's LLM for the sidecar; ``key`` is the id its answer answers."""
 
     invocation: session_pb2.LlmInvocation
+    key: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ApprovalJob:
-    """Decide a tool call that waits for approval."""
+    """Decide a tool call that waits for approval; ``key`` is the id its answer answers."""
 
     event: ApprovalRequested
+    key: str
 
 
 Job = ToolJob | LlmJob | ApprovalJob
@@ -145,31 +152,24 @@ class SessionLogic:
         kind = response.WhichOneof("kind")
         job: Job
         if kind == "tool_invocation":
-            job = ToolJob(response.tool_invocation)
+            tool = response.tool_invocation
+            job = ToolJob(tool, "tool:" + tool.call_id)
         elif kind == "llm_invocation" and self.llm is not None:
-            job = LlmJob(response.llm_invocation)
+            llm = response.llm_invocation
+            job = LlmJob(llm, "llm:" + llm.request_id)
         else:
             return None
-        if self.key(job) in self.working:
+        if job.key in self.working:
             return None
         return job
 
     def answered(self, job: Job) -> session_pb2.SessionRequest | None:
         """The answer already given to ``job``'s id, if any (sent again, not redone)."""
-        return self.answers.get(self.key(job))
-
-    @staticmethod
-    def key(job: Job) -> str:
-        """The id a job answers."""
-        if isinstance(job, ToolJob):
-            return "tool:" + job.invocation.call_id
-        if isinstance(job, LlmJob):
-            return "llm:" + job.invocation.request_id
-        return "approval:" + job.event.call_id
+        return self.answers.get(job.key)
 
     def remember(self, job: Job, answer: session_pb2.SessionRequest) -> None:
         """Keep ``answer`` to ``job`` for a re-attached stream that asks again."""
-        self.answers[self.key(job)] = answer
+        self.answers[job.key] = answer
         while len(self.answers) > _ANSWERS_KEPT:
             self.answers.popitem(last=False)
 
@@ -206,7 +206,7 @@ class SessionLogic:
             self.run_id, self.last_sequence = streamed.run_id, streamed.sequence
             job = None
             if self.approver is not None and isinstance(streamed.event, ApprovalRequested):
-                job = ApprovalJob(streamed.event)
+                job = ApprovalJob(streamed.event, "approval:" + streamed.event.call_id)
             yield streamed, job
 
     async def answer(

@@ -291,7 +291,7 @@ class AsyncSidecarClient:
                 await call.write(message)  # the current stream, a re-attached one included
 
         async def work(job: Job) -> None:
-            key = logic.key(job)
+            key = job.key
             answer = logic.answered(job)
             if answer is None:
                 logic.working.add(key)

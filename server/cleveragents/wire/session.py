@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cleveragents.tool import LLMRequest, LLMResponse, Message
+from cleveragents.tool.frozen import quick_init
 from cleveragents.toolruntime.v1 import session_pb2, types_pb2
 from cleveragents.wire.jsonfields import dumps
 from cleveragents.wire.timestamps import set_time
@@ -114,6 +115,7 @@ class LlmInvocationEncoder:
         return response.SerializeToString()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolAnswer:
     """A client's answer to a tool invocation: the output as JSON text, or an error."""
@@ -123,6 +125,7 @@ class ToolAnswer:
     error: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LlmAnswer:
     """A client's answer to an LLM invocation: a response, or an error."""
