@@ -14,7 +14,7 @@ from cleveragents.tool.frozen import quick_init
 
 
 def _kinds_of_fields(decorate: bool) -> type:
-    """A class with every kind of field the decorator handles, quick or as the dataclass makes it."""
+    """A class with every kind of field quick_init handles, quick or as the dataclass makes it."""
 
     @dataclasses.dataclass(frozen=True, slots=True)
     class Base:
