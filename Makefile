@@ -18,9 +18,13 @@ $(info $(VENV) was made by a Python older than 3.11, or its Python is gone: rebu
 $(shell rm -rf $(VENV))
 endif
 
-.PHONY: install test lint generate demo bench bench-check valgrind fuzz node-test go-tools go-test mcp-test-servers redis-server clean image image-rootfs
+.PHONY: install test lint generate demo bench bench-check valgrind fuzz node-test go-tools go-test mcp-test-servers redis-server clean image image-rootfs docs dist
 
 install: $(STAMP)
+
+# The one version: pyproject.toml's, which --version, the wheels, the Node.js package, the Go
+# module's tag and the image's label repeat (tests/docs/test_versions.py pins them together).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -46,17 +50,47 @@ generate: install
 	else echo "protoc-gen-go or protoc-gen-go-grpc missing: client/go/toolruntimev1 not regenerated (make go-tools installs them)"; fi
 
 lint: install $(LINT_STAMP)
-	$(BIN)/ruff check server client tests bench examples fuzz
-	$(BIN)/ruff format --check server client tests bench examples fuzz
+	$(BIN)/ruff check server client tests bench examples fuzz docs deploy
+	$(BIN)/ruff format --check server client tests bench examples fuzz docs deploy
 	$(BIN)/mypy
 	PYTHONPATH=server:client:generated $(LINT_VENV)/bin/lint-imports --no-cache
 	cd protos && ../$(BIN)/buf lint
+	@# The compatibility promise: nothing a released client relies on changes (CHANGELOG.md).
+	cd protos && ../$(BIN)/buf breaking --against ../$(RELEASED_PROTOS)
 
 # The suite runs on PYTEST_WORKERS processes (pytest-xdist; tests stolen from a busy worker by
 # an idle one, as their lengths vary from milliseconds to seconds); PYTEST_WORKERS=0: in one.
 PYTEST_WORKERS ?= 2
-test: lint bench-check node-test go-test mcp-test-servers redis-server
+# The protos as last released, which buf breaking compares protos/ with.
+RELEASED_PROTOS := tests/compat/protos-v0.1.0
+test: lint bench-check docs dist node-test go-test mcp-test-servers redis-server
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal
+
+# The docs site (docs/mkdocs.yml), built strictly: a broken link or anchor, a page missing from
+# the nav or a nav entry without its page fails. The reference pages are generated from the
+# code as it builds (docs/docsgen). Open build/site/index.html.
+docs: install
+	@# Not --quiet: it hides the warnings that --strict turns into failures.
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -f docs/mkdocs.yml
+
+# Everything a user installs, into dist/: the sidecar's wheel and sdist (every module, the
+# client's included), the Python client alone (its wheel and sdist, built from a copy of its
+# packages in build/dist/client), the Node.js package's tarball, and the Go module as a module
+# proxy serves it (dist/go, a GOPROXY=file:// directory). tests/docs/test_artifacts.py installs
+# each in a clean environment and runs its quick start against the installed wheel's sidecar.
+DIST_CLIENT := build/dist/client
+dist: install
+	rm -rf dist $(DIST_CLIENT) && mkdir -p dist $(DIST_CLIENT)/cleveragents
+	$(BIN)/python -m build --no-isolation --outdir dist . >/dev/null
+	cp client/python/pyproject.toml client/python/README.md LICENSE $(DIST_CLIENT)/
+	cp -r client/cleveragents/client server/cleveragents/tool server/cleveragents/wire \
+		generated/cleveragents/toolruntime $(DIST_CLIENT)/cleveragents/
+	find $(DIST_CLIENT) -name __pycache__ -prune -exec rm -rf {} +
+	$(BIN)/python -m build --no-isolation --outdir dist $(DIST_CLIENT) >/dev/null
+	@command -v $(NPM) >/dev/null || { echo "make dist needs npm for the Node.js package (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+	cd client/node && npm_config_ignore_scripts=false $(NPM) pack --silent --pack-destination ../../dist >/dev/null
+	$(BIN)/python deploy/gomodule.py client/go v$(VERSION) dist/go >/dev/null
+	@ls dist
 
 # The Redis run store's tests (and make bench) start Debian's redis-server (7.0+): installed
 # here when missing and apt-get can (as root), else named.
@@ -118,6 +152,7 @@ bench: install redis-server
 	$(BIN)/python bench/deltas_sse.py  # the same through a loopback SSE provider
 	$(BIN)/python bench/deltas_load.py  # many runs through it, split over client processes
 	$(BIN)/python bench/large_outputs.py  # a tool's large output: the run's pause after it
+	$(BIN)/python bench/containment.py  # what three memory attacks cost a sidecar (issue 30)
 
 # The regression gate (part of make test): the hot paths' instructions counted under callgrind
 # (bench/check.py), each against its baseline and tolerance in bench/baselines.json; fails when
@@ -138,7 +173,11 @@ fuzz: install
 # repository builds and its dependencies' wheels, downloaded here first: the build itself runs
 # without network. IMAGE_BASE: any Debian-like image with Python 3.11 and venv; where none can
 # be pulled, `make image-rootfs` first makes one from Debian packages (debootstrap, as root).
-IMAGE ?= cleveragents-sidecar:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+# The wheels are resolved for the base's own Python (IMAGE_PYTHON, read from the base image's
+# PYTHON_VERSION variable, which both the official python images and image-rootfs set):
+# deploy/wheelhouse.py adds what its markers ask for and pip's did not (async-timeout for
+# Python < 3.11.3, from redis).
+IMAGE ?= cleveragents-sidecar:$(VERSION)
 IMAGE_BASE ?= docker.io/library/python:3.11-slim-bookworm
 ROOTFS_IMAGE ?= localhost/cleveragents-rootfs:bookworm
 DEBIAN_MIRROR ?= http://deb.debian.org/debian
@@ -151,16 +190,21 @@ IMAGE_ARCH := $(shell uname -m)
 IMAGE_PLATFORMS := $(foreach v,$(shell seq 17 36),--platform manylinux_2_$(v)_$(IMAGE_ARCH)) \
 	--platform manylinux2014_$(IMAGE_ARCH) --platform manylinux2010_$(IMAGE_ARCH) \
 	--platform manylinux1_$(IMAGE_ARCH)
-CONTAINER_BUILD = $(shell command -v podman >/dev/null && echo podman build || { command -v buildah >/dev/null && echo buildah build; })
+CONTAINER := $(shell command -v podman >/dev/null && echo podman || { command -v buildah >/dev/null && echo buildah; })
+CONTAINER_BUILD = $(if $(CONTAINER),$(CONTAINER) build)
+IMAGE_INSPECT = $(if $(filter podman,$(CONTAINER)),podman image inspect --format '{{range .Config.Env}}{{println .}}{{end}}',buildah inspect --type image --format '{{range .Docker.Config.Env}}{{println .}}{{end}}')
+IMAGE_PYTHON ?= $(shell $(IMAGE_INSPECT) $(IMAGE_BASE) 2>/dev/null | sed -n 's/^PYTHON_VERSION=//p')
+IMAGE_PIP_FLAGS = --only-binary=:all: --python-version $(IMAGE_PYTHON) --implementation cp $(IMAGE_PLATFORMS)
 
 image: install
-	@test -n "$(CONTAINER_BUILD)" || { echo "make image needs podman or buildah (Debian: apt-get install podman, or buildah)" >&2; exit 1; }
+	@test -n "$(CONTAINER)" || { echo "make image needs podman or buildah, and none is installed (Debian: apt-get install podman, or buildah)" >&2; exit 1; }
+	@test -n "$(IMAGE_PYTHON)" || { echo "make image cannot tell the Python version of $(IMAGE_BASE): it is not in local storage (pull it, or make image-rootfs and pass IMAGE_BASE=$(ROOTFS_IMAGE)), or set IMAGE_PYTHON=3.11.x" >&2; exit 1; }
 	rm -rf $(IMAGE_WHEELS) && mkdir -p $(IMAGE_WHEELS)
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir $(IMAGE_WHEELS) .
-	$(BIN)/pip download --quiet --only-binary=:all: --python-version 3.11 --implementation cp \
-		$(IMAGE_PLATFORMS) --dest $(IMAGE_WHEELS) $(IMAGE_WHEELS)/cleveragents_sidecar-*.whl
+	$(BIN)/pip download --quiet $(IMAGE_PIP_FLAGS) --dest $(IMAGE_WHEELS) $(IMAGE_WHEELS)/cleveragents_sidecar-*.whl
+	$(BIN)/python deploy/wheelhouse.py $(IMAGE_WHEELS) $(IMAGE_PYTHON) cleveragents-sidecar -- $(IMAGE_PIP_FLAGS)
 	$(CONTAINER_BUILD) --format docker $(IMAGE_BUILD_FLAGS) --build-arg BASE=$(IMAGE_BASE) \
-		-f Containerfile -t $(IMAGE) .
+		--build-arg VERSION=$(VERSION) -f Containerfile -t $(IMAGE) .
 
 # A base image made offline: Debian bookworm's python3 and python3-venv from DEBIAN_MIRROR.
 image-rootfs:
@@ -170,9 +214,11 @@ image-rootfs:
 	debootstrap --variant=minbase --include=python3,python3-venv bookworm build/rootfs/tree $(DEBIAN_MIRROR)
 	rm -rf build/rootfs/tree/var/cache/apt/archives/*.deb build/rootfs/tree/var/lib/apt/lists/*
 	tar -C build/rootfs/tree --numeric-owner -cf build/rootfs/rootfs.tar .
-	printf 'FROM scratch\nADD rootfs.tar /\nCMD ["/bin/bash"]\n' > build/rootfs/Containerfile
+	printf 'FROM scratch\nADD rootfs.tar /\nENV PYTHON_VERSION=%s\nCMD ["/bin/bash"]\n' \
+		"$$(chroot build/rootfs/tree python3 -c 'import platform; print(platform.python_version())')" \
+		> build/rootfs/Containerfile
 	$(CONTAINER_BUILD) --format docker --network none -t $(ROOTFS_IMAGE) build/rootfs
 
 clean:
-	rm -rf $(VENV) .venv-lint .mypy_cache .pytest_cache .ruff_cache client/node/node_modules $(GO_BUILD) \
+	rm -rf dist $(VENV) .venv-lint .mypy_cache .pytest_cache .ruff_cache client/node/node_modules $(GO_BUILD) \
 		$(MCP_NPM_DIR)/node_modules

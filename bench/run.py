@@ -30,7 +30,7 @@ from cleveragents.client import AsyncSidecarClient
 from cleveragents.tool import ToolRegistry
 
 if TYPE_CHECKING:  # mypy runs from the repository root; `python bench/run.py` from bench/
-    from bench import failover, mcp_calls, scenarios_load, stores
+    from bench import failover, mcp_calls, scenarios_load, stores, structured_output
     from bench.in_process import in_process
     from bench.scenarios_load import Figure
 else:
@@ -38,6 +38,7 @@ else:
     import mcp_calls
     import scenarios_load
     import stores
+    import structured_output
     from in_process import in_process
     from scenarios_load import Figure
 
@@ -257,6 +258,7 @@ async def main() -> None:
                 lambda: session_rpc(client, 20, client_llm=True),
                 lambda: session_rpc(client, 200, client_llm=True),
             )
+            structured = await structured_output.measure(interleaved, client)
         rows.append(Row("floor: bidi ping-pong", "round trip", median_of(ping), ping))
         rows.append(Row("floor: server stream", "message", median_of(streamed), streamed))
         # In turns too: measured one after the other, a change of the VM's speed between the
@@ -286,6 +288,7 @@ async def main() -> None:
             Row("session, client LLM N=200", "iteration", median_of(llm200), llm200,
                 "session, client LLM N=20", pair_ratio(llm200, llm20), "<= 1.2x")
         )  # fmt: skip
+        rows += structured_rows(structured)
         mcp_floor, mcp = await mcp_calls.measure(interleaved)  # its own sidecar and MCP servers
         rows.append(Row("floor: MCP call via the SDK", "call", median_of(mcp_floor), mcp_floor))
         rows.append(
@@ -308,6 +311,25 @@ async def main() -> None:
         if row.target:
             row.met = row.ratio is not None and row.ratio <= float(row.target.strip("<= x"))
     report(rows, figures, time.perf_counter() - began)
+
+
+def structured_rows(samples: dict[str, tuple[list[float], list[float]]]) -> list[Row]:
+    """A final answer with an output schema beside the same answer without one (a one-
+    iteration run each: the difference is the parse and validation), and a retried one."""
+    plain, structured = samples["in process"]
+    again, retried = samples["retried"]
+    grpc_plain, grpc_structured = samples["grpc"]
+    return [
+        Row("final answer, plain (in-process)", "run", median_of(plain), plain),
+        Row("final answer, structured", "run", median_of(structured), structured,
+            "final answer, plain (in-process)", pair_ratio(structured, plain), "<= 1.5x"),
+        Row("structured, one retry", "run", median_of(retried), retried,
+            "final answer, structured", pair_ratio(retried, again), floor_samples_us=again),
+        Row("final answer, plain (StreamToolLoop)", "run", median_of(grpc_plain), grpc_plain),
+        Row("final answer, structured (StreamToolLoop)", "run", median_of(grpc_structured),
+            grpc_structured, "final answer, plain (StreamToolLoop)",
+            pair_ratio(grpc_structured, grpc_plain), "<= 1.2x"),
+    ]  # fmt: skip
 
 
 def verdict(met: bool | None) -> str:

@@ -12,14 +12,17 @@ import pytest
 
 SURFACES = {
     "cleveragents.tool": [
-        "BUILTIN_PROFILES", "DEFAULT_MAX_ITERATIONS", "ApprovalDecided", "ApprovalDecision",
+        "BUILTIN_PROFILES", "DEFAULT_MAX_ITERATIONS", "DEFAULT_MAX_OUTPUT_RETRIES",
+        "ApprovalDecided", "ApprovalDecision",
         "ApprovalRequest", "ApprovalRequested", "Approver", "AutomationProfile", "CallScope",
         "Decision", "DeltaSink", "ErrorKind", "EventSink", "IterationStarted", "LLMCallError",
-        "LLMCaller", "LLMDelta", "LLMRequest", "LLMResponded", "LLMResponse", "Message",
-        "Reasoning", "RecordedRequest",
+        "LLMCaller", "LLMDelta", "LLMRefusal", "LLMRefused", "LLMRequest", "LLMResponded",
+        "LLMResponse", "Message",
+        "OutputCheck", "OutputSchema", "Reasoning", "RecordedRequest",
         "Responder", "ResponseDelta", "Role", "RunBudget", "RunCancelled", "RunCompleted",
         "RunEvent", "RunFailed", "RunResumed", "Resumption",
         "RunStarted", "ScriptExhaustedError", "ScriptedLLMCaller", "StopReason",
+        "StructuredRequest",
         "TerminalEvent", "ToolActorContext", "ToolCall", "ToolCallCompleted", "ToolCallProgress",
         "ToolCallRecord",
         "ToolCallRouter", "ToolCallRunResult", "ToolCallStarted", "ToolCallingRuntime",
@@ -28,8 +31,8 @@ SURFACES = {
         "Usage", "current_call", "parse_call", "response_from_dict",
     ],
     "cleveragents.client": [
-        "AsyncSidecarClient", "RunFailedError", "RunInfo", "RunSummary", "SidecarClient",
-        "SidecarRpcError", "StreamedEvent",
+        "AsyncSidecarClient", "OutputType", "RunFailedError", "RunInfo", "RunSummary",
+        "SidecarClient", "SidecarRpcError", "StreamedEvent", "TypedResult",
     ],
     "cleveragents.sidecar": [
         "ClientConfig", "ConfigError", "Policy", "ProfileConfig", "Sidecar", "SidecarConfig",

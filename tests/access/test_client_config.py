@@ -48,11 +48,21 @@ def test_the_shared_token_is_the_default_identity_with_every_role(tmp_path: Path
 
 
 def test_an_inline_token_works_with_a_warning(tmp_path: Path) -> None:
-    config = load(tmp_path, '[clients.dev]\ntoken = "dev-token"\n')
+    config = load(tmp_path, '[clients.dev]\ntoken = "dev-token-of-the-team"\n')
     with captured_logs() as logs:
         credentials = read_credentials(config, env={})
-    assert credentials.by_token(b"Bearer dev-token") == Identity("dev")
+    assert credentials.by_token(b"Bearer dev-token-of-the-team") == Identity("dev")
     assert [(line["log_level"], line["client"]) for line in logs] == [("warning", "dev")]
+
+
+def test_a_short_token_works_with_a_warning_naming_its_identity(tmp_path: Path) -> None:
+    config = load(tmp_path, '[clients.dev]\ntoken_env = "DEV_TOKEN"\n')
+    with captured_logs() as logs:
+        credentials = read_credentials(config, env={"DEV_TOKEN": "abc"})
+    assert credentials.by_token(b"Bearer abc") == Identity("dev")
+    assert [(line["event"], line["identity"], line["characters"]) for line in logs] == [
+        ("a token is too short to resist guessing", "dev", 3)
+    ]
 
 
 @pytest.mark.parametrize(

@@ -239,7 +239,16 @@ async def test_an_observer_watches_and_lists_every_run_but_cannot_cancel_or_appr
     assert listed == ["a1", "gated"]
     assert got.state is RunState.COMPLETED
     assert len(watched) == len(history) > 0
-    assert approve.code is cancel.code is grpc.StatusCode.NOT_FOUND
+    # It knows the run exists: NOT_FOUND would say otherwise.
+    assert approve.code is cancel.code is grpc.StatusCode.PERMISSION_DENIED
+    assert cancel.details == (
+        "identity 'olga' may read run 'gated' but not cancel it: that needs the admin role, or "
+        "owning the run"
+    )
+    assert approve.details == (
+        "identity 'olga' may read run 'gated' but not decide its approvals: that needs the "
+        "approver or admin role, or owning the run"
+    )
     assert not (tmp_path / "notes.md").exists()
 
 
@@ -252,7 +261,8 @@ async def test_an_approver_reads_and_decides_another_clients_run_but_cannot_canc
         listed = [r.run_id for r in await april.list_runs()]
         state = (await april.get_run("gated")).state
         await april.decide_approval("gated", "w1", approved=True, reason="ok")
-    assert cancel.code is grpc.StatusCode.NOT_FOUND
+    assert cancel.code is grpc.StatusCode.PERMISSION_DENIED
+    assert "identity 'april' may read run 'gated' but not cancel it" in cancel.details
     assert state is RunState.RUNNING
     assert listed == ["gated"]
     assert (tmp_path / "notes.md").read_text() == "alice's notes"

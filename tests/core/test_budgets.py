@@ -210,7 +210,7 @@ async def test_tool_limits_count_each_origin_apart_and_share_within_one() -> Non
     again_b = limits.for_origins({"x": "client:b"})
 
     async with client_b.slot("x"):  # client B's "x" holds its slot
-        async with asyncio.timeout(1.0), limits.slot("x"):  # the server's "x" does not wait
+        async with asyncio.timeout(30), limits.slot("x"):  # the server's "x" does not wait
             pass
         with pytest.raises(TimeoutError):  # another run of B's own "x" does
             async with asyncio.timeout(0.05), again_b.slot("x"):

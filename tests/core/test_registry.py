@@ -1,6 +1,8 @@
 """ToolRegistry: registration, the decorator, look-ups and subsets."""
 
-from collections.abc import Mapping
+import http.server
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -89,6 +91,68 @@ def test_decorator_with_an_invalid_name_raises_value_error() -> None:
 def test_input_schema_that_is_not_an_object_schema_raises_value_error() -> None:
     with pytest.raises(ValueError, match="input_schema must describe an object"):
         ToolSpec("t", input_schema={"type": "string"})
+
+
+def test_a_misspelt_schema_type_is_named_in_the_error() -> None:
+    with pytest.raises(ValueError, match="must describe an object") as raised:
+        ToolSpec("t", input_schema={"type": "objekt"})
+
+    assert str(raised.value) == (
+        'tool \'t\': input_schema must describe an object ("type": "object"), not "type": "objekt"'
+    )
+
+
+@pytest.fixture
+def schema_server() -> Iterator[tuple[str, list[str]]]:
+    """A loopback HTTP server that would serve any schema; the paths it was asked for."""
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"type": "string"}')
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/name.json", asked
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_remote_ref_is_refused_at_registration_and_never_fetched(
+    schema_server: tuple[str, list[str]],
+) -> None:
+    # What a client's own registry does with its tools before it sends them: nothing fetched.
+    url, asked = schema_server
+    schema = {"type": "object", "properties": {"name": {"$ref": url}}}
+
+    with pytest.raises(ValueError, match="outside the schema") as raised:
+        ToolRegistry().register(ToolSpec("t", input_schema=schema), handler)
+
+    assert asked == []
+    assert str(raised.value) == (
+        f"tool 't' has an input_schema with a $ref to {url!r}, outside the schema; only "
+        "references inside it ('#/$defs/...', '#anchor') are allowed, and nothing is fetched"
+    )
+
+
+def test_a_ref_inside_the_schema_is_resolved() -> None:
+    schema = {
+        "type": "object",
+        "$defs": {"name": {"type": "string"}},
+        "properties": {"name": {"$ref": "#/$defs/name"}},
+    }
+    registry = ToolRegistry()
+    registry.register(ToolSpec("t", input_schema=schema), handler)
+
+    assert "t" in registry
 
 
 def test_invalid_json_schema_raises_value_error_at_registration() -> None:

@@ -273,10 +273,11 @@ async def test_duration_ms_reflects_the_tool_running_time() -> None:
     before = time.time()
 
     result = await make_runtime(registry, llm).arun_tool_loop("hi")
+    after = time.time()
 
     (record,) = result.tool_call_history
-    assert 45 <= record.duration_ms < 1000
-    assert before <= record.started_at <= time.time()
+    assert 45 <= record.duration_ms <= (after - before) * 1000  # within the run, however slow
+    assert before <= record.started_at <= after
 
 
 # -- step 4: final answer ----------------------------------------------------------------------

@@ -147,6 +147,20 @@ def test_the_sidecar_has_resource_requests_and_a_memory_limit() -> None:
         assert "memory" in container["resources"]["limits"]
 
 
+def test_every_volume_the_sidecar_writes_is_bounded_in_size() -> None:
+    # An emptyDir without sizeLimit can fill the node's disk (or, memory-backed, its memory).
+    written = [m["name"] for m in sidecar()["volumeMounts"] if not m.get("readOnly")]
+    empty_dirs = {name: volume(name)["emptyDir"] for name in written if "emptyDir" in volume(name)}
+
+    assert {"sidecar-state", "sandboxes", "sidecar-socket", "tmp"} <= set(empty_dirs)
+    for name, empty_dir in empty_dirs.items():
+        assert empty_dir.get("sizeLimit"), name
+
+
+def test_the_pod_mounts_no_service_account_token() -> None:
+    assert pod()["automountServiceAccountToken"] is False
+
+
 def test_the_token_comes_from_a_secret_that_the_config_names_and_the_app_sends() -> None:
     config = load_config_from_text(sidecar_toml())
     mount, item_path = mount_of(sidecar(), config.auth_token_file)

@@ -178,12 +178,37 @@ async def test_a_sidecar_that_starts_leaves_the_live_runs_of_a_live_one_alone(
     assert from_alpha.last_sequence == from_beta.last_sequence == len(seen)
 
 
+async def _identified_pair(
+    redis_server: RedisServer,
+    monkeypatch: pytest.MonkeyPatch,
+    tokens: dict[str, str],
+    clients: dict[str, ClientConfig],
+    owner_tools: ToolRegistry | None = None,
+    **settings: Any,
+) -> list[Sidecar]:
+    """Two in-process sidecars on one Redis, ``owner`` (with ``owner_tools``) and ``other``,
+    which know ``clients``, each with its token from ``tokens`` (``TEST_TOKEN_<NAME>``)."""
+    for name, token in tokens.items():
+        monkeypatch.setenv(f"TEST_TOKEN_{name.upper()}", token)
+    sidecars = []
+    for name, registry in (("owner", owner_tools), ("other", None)):
+        config = SidecarConfig(
+            listen="127.0.0.1:0",
+            event_store=redis_server.url,
+            sidecar_id=name,
+            sandbox_roots=(os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],),
+            clients=clients,
+            **settings,
+        )
+        sidecars.append(Sidecar(config, registry))
+        await sidecars[-1].start()
+    return sidecars
+
+
 async def test_a_decision_relayed_to_the_owner_names_its_identity_and_keeps_self_approval(
     redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tokens = {"alice": "alice-token-0001", "april": "april-token-0004"}
-    for name, token in tokens.items():
-        monkeypatch.setenv(f"TEST_TOKEN_{name.upper()}", token)
     clients = {
         "alice": ClientConfig("alice", token_env="TEST_TOKEN_ALICE", policy="strict"),
         "april": ClientConfig("april", token_env="TEST_TOKEN_APRIL", roles=frozenset({"approver"})),
@@ -196,19 +221,11 @@ async def test_a_decision_relayed_to_the_owner_names_its_identity_and_keeps_self
         ran.append(target)
         return target
 
-    sidecars = []
-    for name, registry in (("owner", tools), ("other", None)):
-        config = SidecarConfig(
-            listen="127.0.0.1:0",
-            event_store=redis_server.url,
-            sidecar_id=name,
-            sandbox_roots=(os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],),
-            clients=clients,
-            policies={"strict": Policy(name="strict", self_approval=False)},
-            approval_timeout_unattended_s=60.0,
-        )
-        sidecars.append(Sidecar(config, registry))
-        await sidecars[-1].start()
+    sidecars = await _identified_pair(
+        redis_server, monkeypatch, tokens, clients, tools,
+        policies={"strict": Policy(name="strict", self_approval=False)},
+        approval_timeout_unattended_s=60.0,
+    )  # fmt: skip
     owner, other = sidecars
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"target": "prod"}}]},
@@ -236,3 +253,45 @@ async def test_a_decision_relayed_to_the_owner_names_its_identity_and_keeps_self
     assert (decided.approved, decided.identity) == (True, "april")
     assert ran == ["prod"]
     assert isinstance(events[-1], RunCompleted)
+
+
+async def test_an_observer_cancelling_a_run_on_another_sidecar_is_told_it_may_not(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokens = {"alice": "alice-token-0001", "olga": "olga-token-00002"}
+    clients = {
+        "alice": ClientConfig("alice", token_env="TEST_TOKEN_ALICE"),
+        "olga": ClientConfig("olga", token_env="TEST_TOKEN_OLGA", roles=frozenset({"observer"})),
+    }
+    sidecars = await _identified_pair(redis_server, monkeypatch, tokens, clients)
+    owner, other = sidecars
+    try:
+        async with (
+            AsyncSidecarClient(owner.address, token=tokens["alice"]) as alice,
+            AsyncSidecarClient(other.address, token=tokens["olga"]) as olga,
+        ):
+            calls = alice.stream_tool_loop("go", script=NAP, run_id="napping", detach=True)
+            async for streamed in calls:
+                if (
+                    isinstance(streamed.event, ToolCallStarted)
+                    and streamed.event.tool_name == "sleep"
+                ):
+                    break
+            await calls.aclose()
+            seen = (await olga.get_run("napping")).state
+            with pytest.raises(SidecarRpcError) as cancelling:
+                await olga.cancel_run("napping")
+            with pytest.raises(SidecarRpcError) as unknown:
+                await olga.cancel_run("no-such-run")
+            state = (await alice.get_run("napping")).state
+            await alice.cancel_run("napping")
+    finally:
+        for sidecar in sidecars:
+            await sidecar.stop(1.0)
+    assert seen == state == "running"
+    assert cancelling.value.code is grpc.StatusCode.PERMISSION_DENIED
+    assert cancelling.value.details == (
+        "identity 'olga' may read run 'napping' but not cancel it: that needs the admin role, "
+        "or owning the run"
+    )
+    assert unknown.value.code is grpc.StatusCode.NOT_FOUND

@@ -9,6 +9,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -32,12 +33,14 @@ from .conftest import SidecarProcess, Spawn
 LONG_S = 60
 
 
-def _start(tool: types_pb2.ToolSpec, run_id: str, after: int = 0) -> session_pb2.SessionRequest:
+def _start(
+    tool: types_pb2.ToolSpec, run_id: str, after: int = 0, **spec_fields: Any
+) -> session_pb2.SessionRequest:
     script = [
         {"tool_calls": [{"id": "r1", "name": tool.name, "arguments": {}}]},
         {"content": "done"},
     ]
-    spec = types_pb2.RunSpec(prompt="go", run_id=run_id)
+    spec = types_pb2.RunSpec(prompt="go", run_id=run_id, **spec_fields)
     spec.llm.script = json.dumps(script)
     start = session_pb2.SessionStart(spec=spec, tools=[tool])
     if after:
@@ -60,12 +63,12 @@ async def _read(
 
 
 async def _killed_mid_call(
-    first: SidecarProcess, tool: types_pb2.ToolSpec, run_id: str
+    first: SidecarProcess, tool: types_pb2.ToolSpec, run_id: str, **spec_fields: Any
 ) -> tuple[list[events_pb2.RunEvent], session_pb2.ToolInvocation]:
     events: list[events_pb2.RunEvent] = []
     async with grpc.aio.insecure_channel(first.address) as channel:
         call = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
-        await call.write(_start(tool, run_id))
+        await call.write(_start(tool, run_id, **spec_fields))
         invocation = await _read(call, events)
         assert invocation is not None
         first.kill()  # the call is in flight: sent, not answered
@@ -116,6 +119,45 @@ async def test_an_idempotent_call_owed_at_a_kill_is_invoked_again_once_after_the
     records = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
     assert [(r.call_id, r.success, r.output) for r in records] == [("r1", True, {"n": 1})]
     assert sum(isinstance(e.event, ToolCallStarted) for e in log) == 1
+
+
+@pytest.mark.parametrize("event_store", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("spec_fields", "offered"),
+    [
+        # The client's `echo` beside the server's `sleep`: the server's echo is not offered.
+        ({"tool_names": ["sleep"]}, ["echo", "sleep"]),
+        ({"no_server_tools": True}, ["echo"]),
+    ],
+    ids=["named-server-tools", "no-server-tools"],
+)
+async def test_a_session_run_whose_own_tool_is_named_like_a_server_tool_resumes_after_a_kill(
+    spawn: Spawn, spec_fields: dict[str, Any], offered: list[str]
+) -> None:
+    # Its run_started lists the client's echo among the tools offered: read back at the
+    # restart, that name is the client's tool again, not a server tool it shadows.
+    tool = types_pb2.ToolSpec(name="echo", idempotent=True)
+    first = spawn()
+    async with asyncio.timeout(LONG_S):
+        before, _ = await _killed_mid_call(first, tool, "own", **spec_fields)
+        second = spawn(session_reattach_s="60")
+        async with (
+            grpc.aio.insecure_channel(second.address) as channel,
+            AsyncSidecarClient(second.address) as client,
+        ):
+            call = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
+            await call.write(_start(tool, "own", before[-1].sequence, **spec_fields))
+            again = await _read(call, [])
+            assert again is not None, await call.details()
+            answer = session_pb2.ToolResult(call_id=again.call_id, output='{"mine": true}')
+            await call.write(session_pb2.SessionRequest(tool_result=answer))
+            assert await _read(call, []) is None
+            log = [e async for e in client.watch("own")]
+
+    assert sorted(before[0].run_started.spec.tool_names) == offered
+    _check(log, before)
+    records = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
+    assert [(r.tool_name, r.output) for r in records] == [("echo", {"mine": True})]
 
 
 async def test_a_call_owed_at_a_kill_of_a_tool_not_idempotent_gets_the_interrupted_record(

@@ -60,6 +60,11 @@ def pids(fault_dir: Path) -> list[int]:
     return [int(p.name.removeprefix("pid-")) for p in marks]
 
 
+def children(fault_dir: Path) -> list[int]:
+    """The process ids of the children the fault server started (``FAULT_CHILD``)."""
+    return [int(p.name.removeprefix("child-")) for p in fault_dir.glob("child-*")]
+
+
 def alive(pid: int) -> bool:
     """Whether a process (not a zombie) has this id."""
     try:

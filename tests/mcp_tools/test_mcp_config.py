@@ -42,6 +42,7 @@ def test_stdio_and_http_servers_load_with_their_keys(tmp_path: Path) -> None:
         command="mcp-server-time",
         args=("--local-timezone", "UTC"),
         env={"TZ": "UTC"},
+        cwd=str(tmp_path),  # the config file's directory: its relative args are from there
         tools=("get_*",),
         timeout_s=5.0,
         side_effects="false",

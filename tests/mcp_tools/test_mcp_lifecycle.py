@@ -5,10 +5,14 @@ and ``serve`` refusing to start when an eager server cannot."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
 import signal
 import sys
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +25,14 @@ from cleveragents.tool import ErrorKind
 
 from .conftest import (
     FAULTS,
+    RAW,
     WAIT_S,
     McpSidecarFactory,
     alive,
     bounded,
     call_once,
     calling,
+    children,
     fault_server,
     pids,
 )
@@ -34,11 +40,13 @@ from .conftest import (
 CLI = str(Path(sys.executable).parent / "cleveragents-sidecar")
 
 
-def _config(tmp_path: Path, fault_dir: Path, command: str = sys.executable) -> Path:
+def _config(
+    tmp_path: Path, fault_dir: Path, command: str = sys.executable, extra_env: str = ""
+) -> Path:
     path = tmp_path / "sidecar.toml"
     path.write_text(
         f'file_tools = false\n[mcp_servers.f]\ncommand = "{command}"\nargs = ["{FAULTS}"]\n'
-        f'env = {{ FAULT_DIR = "{fault_dir}" }}\n',
+        f'env = {{ FAULT_DIR = "{fault_dir}"{extra_env} }}\n',
         encoding="utf-8",
     )
     return path
@@ -51,25 +59,84 @@ async def _serve(config: Path) -> asyncio.subprocess.Process:
     )  # fmt: skip
 
 
-async def test_serve_stops_the_server_process_on_sigterm_leaving_no_orphan(
-    tmp_path: Path, fault_dir: Path
-) -> None:
-    process = await _serve(_config(tmp_path, fault_dir))
+@contextlib.asynccontextmanager
+async def _listening(config: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``serve`` with ``config``, once it listens; killed after if it has not exited."""
+    process = await _serve(config)
     try:
         assert process.stdout is not None
         line = await bounded(process.stdout.readline())
         assert line.startswith(b"cleveragents-sidecar listening on "), line
-        [pid] = pids(fault_dir)
-        assert alive(pid)
-
-        process.send_signal(signal.SIGTERM)
-        assert await bounded(process.wait()) == 0
+        yield process
     finally:
         if process.returncode is None:
             process.kill()
             await process.wait()
 
+
+async def _sigterm(process: asyncio.subprocess.Process) -> bytes:
+    """Stop ``serve`` as an operator does; what it logged on stderr."""
+    process.send_signal(signal.SIGTERM)
+    _, stderr = await bounded(process.communicate())
+    assert isinstance(stderr, bytes)
+    return stderr
+
+
+async def test_serve_stops_the_server_process_on_sigterm_leaving_no_orphan(
+    tmp_path: Path, fault_dir: Path
+) -> None:
+    async with _listening(_config(tmp_path, fault_dir)) as process:
+        [pid] = pids(fault_dir)
+        assert alive(pid)
+        await _sigterm(process)
+
+    assert process.returncode == 0
     assert not alive(pid)  # an orphan would live on, adopted by init
+
+
+async def test_serve_ends_the_servers_whole_process_group_on_sigterm(
+    tmp_path: Path, fault_dir: Path
+) -> None:
+    """The server exits by itself once its stdin closes; a child it left in its process group
+    must not outlive the sidecar (the group was signalled only if the server was still alive)."""
+    async with _listening(_config(tmp_path, fault_dir, extra_env=', FAULT_CHILD = "1"')) as process:
+        [child] = children(fault_dir)
+        assert alive(child)
+        await _sigterm(process)
+
+    try:
+        assert process.returncode == 0
+        assert not alive(child)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+
+
+async def test_a_server_flooding_non_json_lines_gets_one_warning_an_interval_and_a_count(
+    tmp_path: Path, fault_dir: Path
+) -> None:
+    """20,000 lines that are not JSON before ``initialize``: one warning line (not one each,
+    34-48 MB of log in 8 s before), and the count of those not logged when the sidecar stops."""
+    path = tmp_path / "sidecar.toml"
+    path.write_text(
+        f"file_tools = false\nmcp_log_interval_s = 3600\n[mcp_servers.r]\n"
+        f'command = "{sys.executable}"\nargs = ["{RAW}"]\n'
+        f'env = {{ FAULT_DIR = "{fault_dir}", RAW_BANNER = "Loading model shards…", '
+        f'RAW_BANNER_REPEAT = "20000" }}\n',
+        encoding="utf-8",
+    )
+    async with _listening(path) as process:
+        stderr = await _sigterm(process)
+    lines = [json.loads(text) for text in stderr.decode().splitlines() if text.startswith("{")]
+    skipped = [e for e in lines if e["event"].startswith("mcp server wrote a line that is not")]
+    unlogged = [e for e in lines if e["event"] == "mcp server's skipped lines not logged"]
+
+    assert process.returncode == 0
+    assert len(skipped) == 1
+    assert skipped[0]["server"] == "r"
+    assert skipped[0]["not_logged_since_last_line"] == 0
+    assert [e["not_logged_since_last_line"] for e in unlogged] == [19_999]
+    assert len(stderr) < 64 * 1024
 
 
 async def test_an_eager_server_that_cannot_start_makes_serve_fail_fast(
@@ -196,3 +263,15 @@ async def test_a_lazy_server_starts_for_the_first_run_that_selects_one_of_its_to
     assert after_other == []  # a run that cannot use its tools does not start it
     assert result.tool_call_history[0].output == {"result": "woken"}
     assert len(pids(fault_dir)) == 1
+
+
+async def test_a_run_with_no_server_tools_does_not_start_a_lazy_server(
+    make_mcp_sidecar: McpSidecarFactory, fault_dir: Path
+) -> None:
+    sidecar = await make_mcp_sidecar(fault_server(fault_dir, startup="lazy"))
+    async with AsyncSidecarClient(sidecar.address) as client:
+        script = [{"content": "hi"}]
+        result = await bounded(client.run_tool_loop("go", script=script, no_server_tools=True))
+
+    assert result.content == "hi"
+    assert pids(fault_dir) == []  # empty tool_names would have meant all: it was started

@@ -134,12 +134,12 @@ ANTHROPIC_TOOLS = (
     + _event("message_stop", {"type": "message_stop"})
 )  # fmt: skip
 
+#: The error event the Messages API ends a stream with when it is overloaded.
+OVERLOADED_EVENT = _event(
+    "error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+)
 #: A Messages stream that the API ends with an error event (it was overloaded).
-ANTHROPIC_OVERLOADED = (
-    ANTHROPIC_TOOLS.split(b"event: content_block_stop")[0]
-    + _event("error", {"type": "error",
-                       "error": {"type": "overloaded_error", "message": "Overloaded"}})
-)  # fmt: skip
+ANTHROPIC_OVERLOADED = ANTHROPIC_TOOLS.split(b"event: content_block_stop")[0] + OVERLOADED_EVENT
 
 
 def openai_stream(
@@ -302,3 +302,84 @@ def responses_stream(final: dict[str, Any]) -> bytes:
         "response.completed",
         {"type": "response.completed", "sequence_number": next(seq), "response": final},
     )
+
+
+#: A Messages stream the API ends with an error event after some text and a whole tool call.
+ANTHROPIC_OVERLOADED_AFTER_CALL = (
+    ANTHROPIC_TOOLS.split(b"event: message_delta")[0] + OVERLOADED_EVENT
+)
+
+
+def _router_chunk(
+    delta: dict[str, Any], finish: str | None, native: str | None, **extra: Any
+) -> bytes:
+    body = {
+        "id": "gen-1764590000-Qm3kX2pL9vTz",
+        "provider": "Google",
+        "model": "google/gemini-2.5-flash",
+        "object": "chat.completion.chunk",
+        "created": 1764590000,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+                     "native_finish_reason": native, "logprobs": None}],
+        **extra,
+    }  # fmt: skip
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+#: OpenRouter cut off by the token limit before any text: a ``finish_reason: "length"`` chunk,
+#: then a chunk with its ``error`` beside ``choices``, and ``[DONE]``.
+OPENROUTER_TOKEN_LIMIT = (
+    b": OPENROUTER PROCESSING\n\n"
+    + _router_chunk({"role": "assistant", "content": ""}, None, None)
+    + _router_chunk({"role": "assistant", "content": ""}, "length", "MAX_TOKENS")
+    + _router_chunk(
+        {"role": "assistant", "content": ""}, "error", None,
+        error={"code": 400, "message": "Token limit reached"},
+    )
+    + b"data: [DONE]\n\n"
+)  # fmt: skip
+
+#: OpenRouter's mid-stream failure as its docs show it: text, then an ``error`` beside a choice
+#: whose ``finish_reason`` is ``"error"``, then ``[DONE]``: the text is cut short.
+OPENROUTER_MIDSTREAM_ERROR = (
+    _router_chunk({"role": "assistant", "content": "Half an ans"}, None, None)
+    + _router_chunk(
+        {"role": "assistant", "content": ""}, "error", None,
+        error={"code": "server_error", "message": "Provider disconnected unexpectedly"},
+    )
+    + b"data: [DONE]\n\n"
+)  # fmt: skip
+
+
+def anthropic_tool_stream(
+    name: str, fragments: tuple[str, ...], *, model: str = "claude-3-5-haiku-20241022"
+) -> bytes:
+    """A Messages stream whose only block is a call of tool ``name``, its input arriving in
+    ``fragments`` (a forced tool choice's answer: no text before it)."""
+    out = _event("message_start", {"type": "message_start", "message": {
+        "id": "msg_01Aq9w8mT7YXxkzuUo3PeCdB", "type": "message", "role": "assistant",
+        "content": [], "model": model, "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": 389, "output_tokens": 1}}})  # fmt: skip
+    out += _event("content_block_start", {"type": "content_block_start", "index": 0,
+                                          "content_block": {"type": "tool_use",
+                                                            "id": "toolu_01Lk8Rh2uYqQ3f",
+                                                            "name": name,
+                                                            "input": {}}})  # fmt: skip
+    for piece in ("", *fragments):
+        out += _event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                              "delta": {"type": "input_json_delta",
+                                                        "partial_json": piece}})  # fmt: skip
+    out += _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+    out += _event("message_delta", {"type": "message_delta",
+                                    "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                                    "usage": {"output_tokens": 41}})  # fmt: skip
+    return out + _event("message_stop", {"type": "message_stop"})
+
+
+def openai_refusal_stream(refusal: str) -> bytes:
+    """A chat completion stream in which the model refuses, in two pieces."""
+    half = len(refusal) // 2
+    out = _chunk({"role": "assistant", "content": None, "refusal": ""})
+    out += _chunk({"refusal": refusal[:half]}) + _chunk({"refusal": refusal[half:]})
+    counts = {"prompt_tokens": 30, "completion_tokens": 9, "total_tokens": 39}
+    return out + _chunk({}, "stop") + _chunk(None, usage=counts) + b"data: [DONE]\n\n"

@@ -223,7 +223,7 @@ def test_stream_strict_and_cache_settings_load_from_toml(tmp_path: Path) -> None
     [
         ('kind = "openai"\ncache_prompt = true', "unknown key"),
         ('kind = "openai_responses"\nstream_usage = false', "unknown key"),
-        ('kind = "openai"\nstream = "yes"', "must be a bool"),
+        ('kind = "openai"\nstream = "yes"', "must be true or false"),
     ],
 )
 def test_a_setting_for_another_kind_is_a_config_error(

@@ -296,13 +296,15 @@ async def test_an_empty_choice_list_is_a_provider_error_with_the_request_id(
     )
 
 
-async def test_a_refusal_is_a_provider_error_quoting_it(
+async def test_a_refusal_is_an_answer_carrying_its_text(
     provider: FakeProvider, make_caller: Factory
 ) -> None:
     provider.queue(ok(openai_completion(None, refusal="I can't help with that.")))
 
-    with pytest.raises(ProviderError, match="the model refused: I can't help with that"):
-        await make_caller().call(request())
+    response = await make_caller().call(request())
+
+    assert response.refusal == "I can't help with that."
+    assert (response.content, list(response.tool_calls)) == ("", [])
 
 
 async def test_tool_calls_cut_off_by_the_token_limit_are_a_provider_error(

@@ -79,7 +79,7 @@ def test_unset_provider_keys_take_their_defaults(tmp_path: Path) -> None:
         ("max_retries = -1", "max_retries must be between"),
         ('api_key_env = "not a name"', "api_key_env must name an environment variable"),
         ('params = { messages = "x" }', "params may not set messages"),
-        ("model = 4", "must be a str"),
+        ("model = 4", "must be a string"),
     ],
 )
 def test_a_bad_provider_profile_is_a_config_error_naming_it(

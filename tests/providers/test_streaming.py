@@ -10,7 +10,12 @@ from typing import Any
 import grpc
 import pytest
 
-from cleveragents.providers import AnthropicMessagesCaller, OpenAIChatCaller, ProviderError
+from cleveragents.providers import (
+    AnswerTooLargeError,
+    AnthropicMessagesCaller,
+    OpenAIChatCaller,
+    ProviderError,
+)
 from cleveragents.providers._caller import HTTPCaller
 from cleveragents.sidecar.status import status_of
 from cleveragents.tool import (
@@ -317,3 +322,41 @@ async def test_a_stream_of_only_keep_alives_times_out_unavailable(
     assert "no event within 1s (only keep-alives)" in str(caught.value)
     assert status_of(caught.value) is grpc.StatusCode.UNAVAILABLE
     assert len(provider.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("cls", "stream"),
+    [
+        (OpenAIChatCaller, streams.openai_stream("", (("c" * 400, "n" * 400, "{}"),))),
+        (
+            AnthropicMessagesCaller,
+            streams.ANTHROPIC_TOOLS.replace(b'"add"', b'"' + b"a" * 800 + b'"'),
+        ),
+    ],
+    ids=["openai", "anthropic"],
+)
+async def test_tool_call_ids_and_names_count_toward_the_answers_bound(
+    provider: FakeProvider, make_caller: Factory, cls: type[HTTPCaller], stream: bytes
+) -> None:
+    provider.queue(sse(stream))
+    deltas: list[ResponseDelta] = []
+
+    with pytest.raises(AnswerTooLargeError) as caught:
+        await make_caller(cls, max_answer_chars=500).call(request(deltas))
+
+    assert "the streamed answer passed 500 characters (max_answer_chars)" in str(caught.value)
+    assert "request id req_stream" in str(caught.value)
+    assert sum(len(d.text + d.tool_call_id + d.tool_name + d.arguments) for d in deltas) <= 500
+    assert status_of(caught.value) is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_a_whole_answer_with_an_error_beside_its_choices_fails_with_the_providers_message(
+    provider: FakeProvider, make_caller: Factory
+) -> None:
+    body = {**openai_completion("cut"), "error": {"code": 400, "message": "Token limit reached"}}
+    provider.queue(ok(body))
+
+    with pytest.raises(ProviderError) as caught:
+        await make_caller(stream=False).call(request())
+
+    assert "the provider answered with an error: 400: Token limit reached" in str(caught.value)

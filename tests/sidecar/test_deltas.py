@@ -8,7 +8,7 @@ import contextlib
 import itertools
 import json
 import tracemalloc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -340,18 +340,13 @@ async def test_client_llm_deltas_that_do_not_spell_its_result_are_refused(
     assert not any(e.HasField("llm_responded") for e in events)
 
 
-async def test_a_client_llm_streaming_past_max_message_bytes_fails_its_run_and_is_not_kept(
-    serve_sidecar: ServeSidecar,
-) -> None:
-    """3,000 deltas of 60 KB (180 MB) from a client-hosted LLM: once they pass what its
-    llm_result may carry the run fails RESOURCE_EXHAUSTED naming the request, and the rest
-    are dropped, not held."""
-    sidecar = serve_sidecar(max_message_bytes=4 * 1024 * 1024)
-    before = sidecar.status_kib("VmRSS")
-    piece = "x" * 60_000
+async def _stream_until_failed(
+    address: str, deltas: Callable[[str], Iterator[session_pb2.LlmResultDelta]]
+) -> events_pb2.RunFailed:
+    """A Session whose client-hosted LLM streams ``deltas(request_id)`` to its invocation and
+    then answers with an error (reached only if all were taken); the run's ``run_failed``."""
     events: list[events_pb2.RunEvent] = []
-
-    async with grpc.aio.insecure_channel(sidecar.address) as channel:
+    async with grpc.aio.insecure_channel(address) as channel:
         call_ = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
         start = session_start(run_spec(), client_llm=True)
         start.start.stream_deltas = True
@@ -359,11 +354,10 @@ async def test_a_client_llm_streaming_past_max_message_bytes_fails_its_run_and_i
 
         async def stream(request_id: str) -> None:
             with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-                for index in range(3000):
-                    delta = session_pb2.LlmResultDelta(
-                        request_id=request_id, index=index, text=piece
-                    )
+                for delta in deltas(request_id):
                     await call_.write(session_pb2.SessionRequest(llm_delta=delta))
+                answer = session_pb2.LlmResult(request_id=request_id, error="all sent")
+                await call_.write(session_pb2.SessionRequest(llm_result=answer))
 
         with contextlib.suppress(grpc.aio.AioRpcError):
             async with asyncio.timeout(WAIT_S * 12), asyncio.TaskGroup() as group:
@@ -373,10 +367,55 @@ async def test_a_client_llm_streaming_past_max_message_bytes_fails_its_run_and_i
                         group.create_task(stream(response.llm_invocation.request_id))
                     if events and events[-1].HasField("run_failed"):
                         break
+    return events[-1].run_failed
 
-    failed = events[-1].run_failed
+
+async def test_a_client_llm_streaming_past_max_message_bytes_fails_its_run_and_is_not_kept(
+    serve_sidecar: ServeSidecar,
+) -> None:
+    """3,000 deltas of 60 KB (180 MB) from a client-hosted LLM: once they pass what its
+    llm_result may carry the run fails RESOURCE_EXHAUSTED naming the request, and the rest
+    are dropped, not held."""
+    sidecar = serve_sidecar(max_message_bytes=4 * 1024 * 1024)
+    before = sidecar.status_kib("VmRSS")
+    piece = "x" * 60_000
+
+    def deltas(request_id: str) -> Iterator[session_pb2.LlmResultDelta]:
+        for index in range(3000):
+            yield session_pb2.LlmResultDelta(request_id=request_id, index=index, text=piece)
+
+    failed = await _stream_until_failed(sidecar.address, deltas)
+
     assert failed.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
     assert "request_id 'llm_1'" in failed.message
+    assert "max_message_bytes" in failed.message
+    assert sidecar.status_kib("VmHWM") - before < 100 * 1024
+
+
+@pytest.mark.parametrize("field", ["tool_call_id", "tool_name"])
+async def test_a_client_llm_streaming_long_ids_or_names_fails_its_run_and_they_are_not_kept(
+    serve_sidecar: ServeSidecar, field: str
+) -> None:
+    """160 deltas each carrying a 2 MiB ``tool_call_id`` (or ``tool_name``), 320 MiB in all,
+    against ``max_message_bytes`` of 4 MiB: every character a delta carries counts toward the
+    answer's bound, so the second fails the run RESOURCE_EXHAUSTED and the rest are dropped (the
+    sidecar grew by 334 MiB when only text and arguments counted)."""
+    sidecar = serve_sidecar(max_message_bytes=4 * 1024 * 1024)
+    before = sidecar.status_kib("VmRSS")
+
+    def deltas(request_id: str) -> Iterator[session_pb2.LlmResultDelta]:
+        for index in range(160):
+            delta = session_pb2.LlmResultDelta(
+                request_id=request_id, index=index, tool_call_index=index
+            )
+            setattr(delta, field, chr(ord("a") + index % 26) * (2 * 1024 * 1024))
+            yield delta
+
+    failed = await _stream_until_failed(sidecar.address, deltas)
+
+    assert failed.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert "llm_delta 1 for request_id 'llm_1'" in failed.message
+    assert "tool call ids and names to 4194304 characters" in failed.message
     assert "max_message_bytes" in failed.message
     assert sidecar.status_kib("VmHWM") - before < 100 * 1024
 

@@ -12,6 +12,7 @@ import pytest
 
 from cleveragents.client import AsyncSidecarClient
 from cleveragents.sidecar import Sidecar
+from cleveragents.sidecar.transport.follow import AckWindow, IdentityWindows
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc
 
 from .conftest import WAIT_S, SidecarFactory, call, run_spec, stream_code, turn
@@ -177,3 +178,37 @@ async def test_a_sidecar_may_serve_follow_run_only(make_sidecar: SidecarFactory)
     assert followed == [1, 2, 3, 4]  # started, iteration, LLM response, completed
     assert code == grpc.StatusCode.FAILED_PRECONDITION
     assert "allow_unacknowledged_watch" in details
+
+
+async def test_a_watcher_waiting_for_its_identitys_room_goes_once_a_sibling_is_acked() -> None:
+    """Two watchers of one identity share its window: the second's message waits until the
+    first's is acknowledged, though its own window is empty; another identity's does not."""
+    windows = IdentityWindows(limit=100)
+    first = AckWindow(100, 0, windows.join("observer"))
+    second = AckWindow(100, 0, windows.join("observer"))
+    other = AckWindow(100, 0, windows.join("owner"))
+    first.wrote(1, 80, asked=True)
+
+    waiting = asyncio.create_task(second.wait_for_room(40))
+    await asyncio.sleep(0)
+    blocked = not waiting.done()
+    first.ack(1)
+    await asyncio.wait_for(waiting, WAIT_S)
+
+    assert blocked
+    assert other.fits(100)
+    assert first.shared is not None
+    assert first.shared.unacked == 0
+
+
+def test_a_watcher_that_ends_frees_what_it_held_for_its_identity() -> None:
+    windows = IdentityWindows(limit=100)
+    shared = windows.join("observer")
+    flow = AckWindow(100, 0, shared)
+    flow.wrote(1, 90, asked=False)
+
+    flow.end()
+    windows.leave(shared)
+
+    assert shared.unacked == 0
+    assert windows.join("observer") is not shared  # forgotten once no watcher was left

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import sys
 from asyncio.subprocess import PIPE
 from pathlib import Path
@@ -113,6 +114,40 @@ async def test_ready_file_holds_the_address_pid_and_version_as_json(tmp_path: Pa
         "address": address, "pid": process.pid, "version": VERSION, "metrics_port": None,
     }  # fmt: skip
     assert not ready_file.exists()  # a stale file would point the next parent at nobody
+
+
+async def test_ready_file_never_writes_through_a_link_planted_at_a_name_it_might_use(
+    tmp_path: Path,
+) -> None:
+    # The link sits where the sidecar used to write first, "<ready_file>.<pid>.partial":
+    # the shell plants it knowing its own pid, which the sidecar then takes over (exec).
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n", encoding="utf-8")
+    ready_file = tmp_path / "ready.json"
+    plant = f'ln -s {victim} {ready_file}."$$".partial && exec "$0" serve "$@"'
+    process = await asyncio.create_subprocess_exec(
+        "sh", "-c", plant, CLI, "--listen", "127.0.0.1:0", "--ready-file", str(ready_file),
+        "--log-level", "warning", stdout=PIPE, stderr=PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None
+    try:
+        async with asyncio.timeout(CLI_WAIT_S):
+            listening = (await process.stdout.readline()).decode()
+        ready = json.loads(ready_file.read_text(encoding="utf-8"))
+        mode = stat.S_IMODE(os.stat(ready_file).st_mode)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(CLI_WAIT_S):
+            await process.wait()
+    umask = os.umask(0o022)
+    os.umask(umask)
+
+    assert listening.startswith("cleveragents-sidecar listening on "), listening
+    assert ready["pid"] == process.pid
+    assert mode == 0o666 & ~umask  # as a plain open() would have made it, not mkstemp's 0600
+    assert victim.read_text(encoding="utf-8") == "precious\n"
+    names = sorted(os.listdir(tmp_path))
+    assert names == [f"ready.json.{process.pid}.partial", "victim"]  # the link, left alone
 
 
 async def test_version_flag_prints_the_version() -> None:

@@ -170,6 +170,84 @@ async def test_client_tool_shadows_a_server_tool_when_the_policy_allows_it(
     assert events[0].event.tool_names.count("echo") == 1  # type: ignore[union-attr]
 
 
+async def test_client_tool_named_like_a_server_tool_the_run_leaves_out_is_accepted(
+    make_sidecar: SidecarFactory, server_tools: ServerTools
+) -> None:
+    # A runtime's own `echo` beside the server's `gate`: the server's echo is never offered.
+    sidecar = await make_sidecar()
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = await collect(
+            client.session("go", tools=[echo], script=ECHO_ONCE, tool_names=["gate"])
+        )
+
+    [record] = completed_result(events).tool_call_history
+    assert dict(record.output) == {"result": "client:hi"}
+    assert server_tools.echo_texts == []
+    assert sorted(events[0].event.tool_names) == ["echo", "gate"]  # type: ignore[union-attr]
+
+
+async def test_a_run_with_no_server_tools_offers_only_the_clients_own(
+    make_sidecar: SidecarFactory, server_tools: ServerTools
+) -> None:
+    sidecar = await make_sidecar()
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = await collect(
+            client.session("go", tools=[echo], script=ECHO_ONCE, no_server_tools=True)
+        )
+
+    [record] = completed_result(events).tool_call_history
+    assert dict(record.output) == {"result": "client:hi"}
+    assert server_tools.echo_texts == []
+    assert events[0].event.tool_names == ("echo",)  # type: ignore[union-attr]
+
+
+async def test_a_run_with_no_server_tools_and_no_client_tools_offers_none(
+    make_sidecar: SidecarFactory, server_tools: ServerTools
+) -> None:
+    sidecar = await make_sidecar()
+    async with AsyncSidecarClient(sidecar.address) as client:
+        events = await collect(
+            client.stream_tool_loop("go", script=ECHO_ONCE, no_server_tools=True)
+        )
+
+    assert events[0].event.tool_names == ()  # type: ignore[union-attr]
+    [record] = completed_result(events).tool_call_history
+    assert not record.success  # the model asked for a tool it was not offered
+    assert server_tools.echo_texts == []
+
+
+async def test_client_tool_named_like_a_server_tool_the_run_names_is_refused(
+    make_sidecar: SidecarFactory, server_tools: ServerTools
+) -> None:
+    sidecar = await make_sidecar()
+    async with AsyncSidecarClient(sidecar.address) as client:
+        code, details = await refusal(
+            collect(client.session("go", tools=[echo], script=ECHO_ONCE, tool_names=["echo"]))
+        )
+
+    assert code is grpc.StatusCode.PERMISSION_DENIED
+    assert "client tool 'echo' has the name of a tool this sidecar serves and this run" in details
+    assert "leave 'echo' out of spec.tool_names" in details
+    assert no_runs(sidecar)
+
+
+async def test_no_server_tools_together_with_tool_names_is_invalid(
+    make_sidecar: SidecarFactory,
+) -> None:
+    sidecar = await make_sidecar()
+    async with AsyncSidecarClient(sidecar.address) as client:
+        code, details = await refusal(
+            client.run_tool_loop("go", script=ECHO_ONCE, tool_names=["echo"], no_server_tools=True)
+        )
+
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert details == (
+        "spec.no_server_tools asks for none of the sidecar's tools, and spec.tool_names names "
+        "1: set one or the other"
+    )
+    assert no_runs(sidecar)
+
+
 # -- LLM profiles and models -----------------------------------------------------------------
 
 #: A provider profile the tests never reach: the policy refuses before any request is sent.

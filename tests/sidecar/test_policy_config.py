@@ -48,10 +48,11 @@ def test_named_policy_takes_the_global_values_it_leaves_out(tmp_path: Path) -> N
     )
 
 
-def test_the_readme_governance_example_loads_as_it_says(tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    match = re.search(r"<!-- readme-example: governance-toml -->\n```toml\n(.*?)```", readme, re.S)
-    assert match, "the README's governance example is gone"
+def test_the_docs_governance_example_loads_as_it_says(tmp_path: Path) -> None:
+    page = Path(__file__).resolve().parents[2] / "docs/pages/concepts/identities.md"
+    text = page.read_text(encoding="utf-8")
+    match = re.search(r"<!-- readme-example: governance-toml -->\n```toml\n(.*?)```", text, re.S)
+    assert match, "the docs' governance example is gone"
 
     config = load(tmp_path, match.group(1))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -128,6 +129,20 @@ def test_run_with_a_script_that_is_not_json_exits_2_naming_the_file_and_starts_n
     assert client.list_runs() == []
 
 
+def test_run_with_a_deeply_nested_script_exits_2_with_one_line_and_starts_nothing(
+    served: ServedSidecar, client: SidecarClient, tmp_path: Path
+) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text('[{"content": "x", "usage": ' + "[" * 100_000 + "]" * 100_000 + "}]")
+    code, out, err = cli("run", "go", "--script", str(path), "--target", served.address)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"cleveragents-sidecar: the script {str(path)!r} is nested too deeply to read (arrays "
+        f"and objects more than about {sys.getrecursionlimit()} levels inside each other)"
+    ]
+    assert client.list_runs() == []
+
+
 def test_run_with_a_script_file_that_is_missing_exits_2(served: ServedSidecar) -> None:
     code, _, err = cli("run", "go", "--script", "/nonexistent/turns.json",
                        "--target", served.address)  # fmt: skip
@@ -182,6 +197,45 @@ def test_cancel_of_a_run_that_has_ended_exits_1_and_says_how_it_ended(
     )
     code, out, _ = cli("cancel", "done", "--target", served.address)
     assert (code, out) == (1, "run done had already ended: completed\n")
+
+
+def test_cancel_of_a_run_already_cancelled_exits_1_and_says_it_had_ended(
+    served: ServedSidecar, client: SidecarClient, tmp_path: Path
+) -> None:
+    turns = script(tmp_path, SLOW)
+    running = subprocess.Popen(
+        [CLI, "run", "nap", "--script", turns, "--run-id", "twice", "--detach",
+         "--target", served.address],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        until_started(client, "twice", running)
+        first = cli("cancel", "twice", "--target", served.address)
+        second = cli("cancel", "twice", "--reason", "again", "--target", served.address)
+        running.communicate(timeout=CLI_WAIT_S)
+    finally:
+        running.kill()
+    assert first == (0, "run twice: cancelled\n", "")
+    assert second == (1, "run twice had already ended: cancelled\n", "")
+    final = final_event(client, "twice")
+    assert isinstance(final, RunCancelled)
+    assert final.reason != "again"  # the second cancel changed nothing
+
+
+def test_cancel_of_a_failed_run_exits_1_and_says_it_failed(
+    served: ServedSidecar, tmp_path: Path
+) -> None:
+    turns = script(tmp_path, [{"tool_calls": [{"id": "c1", "name": "echo", "arguments": {}}]}])
+    assert cli("run", "go", "--script", turns, "--run-id", "f", "--target", served.address)[0] == 1
+    assert cli("cancel", "f", "--target", served.address) == (
+        1, "run f had already ended: failed\n", ""
+    )  # fmt: skip
+
+
+def test_cancel_with_no_sidecar_to_ask_exits_2(tmp_path: Path) -> None:
+    code, out, err = cli("cancel", "any", "--target", f"unix:{tmp_path / 'nobody.sock'}")
+    assert (code, out) == (2, "")
+    assert "UNAVAILABLE" in err
 
 
 def test_cancel_of_an_unknown_run_exits_1(served: ServedSidecar) -> None:

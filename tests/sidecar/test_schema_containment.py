@@ -36,9 +36,12 @@ if TYPE_CHECKING:
 else:
     Stub = Any
 
-#: How long each step of the steady run waits, and how far behind its events may fall.
+#: How long each step of the steady run waits, and how far behind its events may fall. The
+#: attacks this guards against stalled every run for 2.5 to 25 s; a loaded 2-core machine
+#: delays a health check or an event by a few hundred milliseconds on its own (a 0.1 s bound
+#: failed so), so the bound is generous: the speed itself is measured by `make bench`.
 STEP_S = 0.01
-BOUND_S = 0.1
+BOUND_S = 2.0
 DEFAULTS = SidecarConfig()
 
 

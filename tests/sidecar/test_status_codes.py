@@ -326,6 +326,16 @@ async def test_unknown_tool_name_is_not_found(stub: Stub) -> None:
     assert "nope" in details
 
 
+async def test_a_misspelt_tool_name_gets_the_closest_and_the_known_ones(stub: Stub) -> None:
+    code, details = await unary(stub, run_spec(echo_script(1), tool_names=["ecko"]))
+
+    assert code == NOT_FOUND
+    assert details == (
+        "spec.tool_names: unknown tool(s): ecko; did you mean 'echo'?; known: echo, fail, gate, "
+        "hang"
+    )
+
+
 async def test_client_maps_not_found_to_sidecar_rpc_error(client: AsyncSidecarClient) -> None:
     with pytest.raises(SidecarRpcError) as failure:
         await client.get_run("ghost")
@@ -451,6 +461,35 @@ async def test_message_over_the_size_limit_is_resource_exhausted(
 
     assert failure.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert small.content == "done"
+
+
+async def test_a_request_over_the_sidecars_limit_names_the_setting_to_raise(
+    make_sidecar: SidecarFactory,
+) -> None:
+    sidecar = await make_sidecar(max_message_bytes=4096)
+    async with AsyncSidecarClient(sidecar.address) as client:
+        with pytest.raises(SidecarRpcError) as failure:
+            await client.run_tool_loop("x" * 8000, script=echo_script(1))
+
+    details = failure.value.details
+    assert details.startswith("the request is ")
+    assert "more than the sidecar's max_message_bytes (4096): send less" in details
+    assert "have the sidecar's operator raise max_message_bytes" in details
+    assert "SERVER: Received message larger than max" in details  # gRPC's own words kept
+
+
+async def test_a_response_over_the_clients_limit_names_the_clients_setting(
+    sidecar: Sidecar,
+) -> None:
+    async with AsyncSidecarClient(sidecar.address, max_message_bytes=64) as client:
+        with pytest.raises(SidecarRpcError) as failure:
+            await client.list_tools()
+
+    assert failure.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    details = failure.value.details
+    assert details.startswith("a message from the sidecar is ")
+    assert "more than this client's max_message_bytes (64): raise it" in details
+    assert "SidecarClient(..., max_message_bytes=N)" in details
 
 
 # -- FAILED_PRECONDITION (sessions) ------------------------------------------------------------

@@ -5,15 +5,18 @@ The public surface is ``__all__`` (a test pins it)."""
 
 from cleveragents.client.aio import AsyncSidecarClient
 from cleveragents.client.errors import RunFailedError, SidecarRpcError
+from cleveragents.client.output import OutputType, TypedResult
 from cleveragents.client.sync import SidecarClient
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 
 __all__ = [
     "AsyncSidecarClient",
+    "OutputType",
     "RunFailedError",
     "RunInfo",
     "RunSummary",
     "SidecarClient",
     "SidecarRpcError",
     "StreamedEvent",
+    "TypedResult",
 ]

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
+from cleveragents.client.output import OutputSpec, OutputType, output_type_of
 from cleveragents.client.types import StreamedEvent
 from cleveragents.tool import (
     LLMResponse,
@@ -57,8 +58,11 @@ class RunOptions(TypedDict, total=False):
 
     ``context``: the run's ``ToolActorContext``; ``max_iterations`` (0: the sidecar's
     default); ``profile`` and ``model``: the LLM profile and a model override; ``script``: LLM
-    turns for a scripted dry run; ``tool_names``: a subset of the sidecar's tools; ``run_id``:
-    your own id; ``budget`` and ``max_wall_clock_s``: limits beyond the iteration count.
+    turns for a scripted dry run; ``tool_names``: a subset of the sidecar's tools (empty: all);
+    ``no_server_tools``: none of them (a session's own tools only); ``run_id``: your own id;
+    ``budget`` and ``max_wall_clock_s``: limits beyond the iteration count;
+    ``max_output_retries``: with an ``output_type`` (each method's own argument), how many
+    invalid answers the model may correct (unset: the sidecar's default of 2).
     """
 
     context: ToolActorContext | None
@@ -67,9 +71,11 @@ class RunOptions(TypedDict, total=False):
     model: str
     script: Script | None
     tool_names: Sequence[str]
+    no_server_tools: bool
     run_id: str
     budget: RunBudget | None
     max_wall_clock_s: float | None
+    max_output_retries: int | None
 
 
 def run_request(
@@ -81,12 +87,16 @@ def run_request(
     model: str = "",
     script: Script | None = None,
     tool_names: Sequence[str] = (),
+    no_server_tools: bool = False,
     run_id: str = "",
     detach: bool = False,
     budget: RunBudget | None = None,
     max_wall_clock_s: float | None = None,
+    output_type: OutputSpec | OutputType[Any] | None = None,
+    max_output_retries: int | None = None,
 ) -> RunRequest:
     """The request these arguments describe."""
+    output = output_type_of(output_type)
     return RunRequest(
         prompt=prompt,
         context=context,
@@ -95,10 +105,13 @@ def run_request(
             profile, model, json.dumps([_turn(t) for t in script]) if script is not None else ""
         ),
         tool_names=tuple(tool_names),
+        no_server_tools=no_server_tools,
         run_id=run_id,
         detach=detach,
         budget=budget,
         max_wall_clock_s=max_wall_clock_s,
+        output=None if output is None else output.schema,
+        max_output_retries=max_output_retries,
     )
 
 
@@ -115,6 +128,8 @@ def _turn(turn: LLMResponse | Mapping[str, Any]) -> Mapping[str, Any]:
         out["tool_calls"] = [
             {"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in turn.tool_calls
         ]
+    if turn.refusal is not None:
+        out["refusal"] = turn.refusal
     if turn.usage is not None:
         out["usage"] = {
             "input_tokens": turn.usage.input_tokens,
@@ -144,9 +159,11 @@ class EventDecoder:
     they are not (a watch that joined late), and the client reads them with GetRunHistory.
     """
 
-    __slots__ = ("_asked", "_completed", "_seen")
+    __slots__ = ("_asked", "_completed", "_output", "_seen")
 
-    def __init__(self) -> None:
+    def __init__(self, output: OutputType[Any] | None = None) -> None:
+        #: The run's output type: terminal results become ``TypedResult``s of it.
+        self._output = output
         self._seen: dict[bytes, ToolCallRecord] = {}
         self._completed: list[ToolCallRecord] = []
         self._asked = CallOrder()
@@ -165,6 +182,8 @@ class EventDecoder:
             and not self.missing_history(event)
         ):
             core = event_with_history(core, self._asked.sorted(self._completed))
+        if self._output is not None and isinstance(core, RunCompleted | RunFailed | RunCancelled):
+            core = dataclasses.replace(core, result=self._output.result(core.result))
         return StreamedEvent(event.run_id, event.sequence, at.seconds + at.nanos / 1e9, core)
 
     def missing_history(self, event: events_pb2.RunEvent) -> bool:

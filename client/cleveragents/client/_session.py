@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import grpc
 
 from cleveragents.client._requests import EventDecoder, Tools, as_registry, describe, run_request
+from cleveragents.client.output import OutputType
 from cleveragents.client.types import StreamedEvent
 from cleveragents.tool import (
     ApprovalDecision,
@@ -117,13 +118,14 @@ class SessionLogic:
         approver: SessionApprover | None,
         options: dict[str, Any],
         stream_deltas: bool = False,
+        output_type: OutputType[Any] | None = None,
     ) -> None:
         registry = as_registry(tools)
         self.runner = ToolRunner(registry)
         self.llm = llm
         self.approver = approver
         self.conversation = Conversation()
-        self.decode = EventDecoder()
+        self.decode = EventDecoder(output_type)
         #: Where the run's log stands for this client: its id and the last sequence seen.
         self.run_id = str(options.get("run_id") or "")
         self.last_sequence = 0
@@ -137,7 +139,7 @@ class SessionLogic:
         self.working: set[str] = set()
         self.start = session_start_to_pb(
             SessionOpening(
-                run_request(prompt, **options),
+                run_request(prompt, output_type=output_type, **options),
                 tuple(registry.specs()),
                 client_llm=llm is not None,
                 handles_approvals=approver is not None,

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
@@ -28,9 +28,17 @@ from cleveragents.client._requests import (
 )
 from cleveragents.client._session import LEAVING, Job, SessionApprover, SessionLogic
 from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
+from cleveragents.client.output import OutputSpec, OutputType, output_type_of
+from cleveragents.client.typed_runs import AsyncTypedRuns
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec
-from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
+from cleveragents.toolruntime.v1 import (
+    events_pb2,
+    service_pb2,
+    service_pb2_grpc,
+    session_pb2,
+    types_pb2,
+)
 from cleveragents.wire import (
     events_of,
     result_from_pb,
@@ -43,9 +51,10 @@ from cleveragents.wire import (
 __all__ = ["AsyncSidecarClient"]
 
 Metadata = Sequence[tuple[str, str]]
+T = TypeVar("T")
 
 
-class AsyncSidecarClient:
+class AsyncSidecarClient(AsyncTypedRuns):
     """Talks to a sidecar at ``target`` (``host:port`` or ``unix:/path``) from asyncio code.
 
     Results and events come back as the core's dataclasses. A non-OK status raises
@@ -115,16 +124,9 @@ class AsyncSidecarClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def run_tool_loop(
-        self,
-        prompt: str,
-        *,
-        detach: bool = False,
-        timeout: float | None = None,
-        **options: Unpack[RunOptions],
-    ) -> ToolCallRunResult:
-        """Run the loop with the sidecar's tools and LLM profile; return the result."""
-        request = service_pb2.RunToolLoopRequest(spec=run_spec(prompt, detach=detach, **options))
+    async def _run_spec(self, spec: types_pb2.RunSpec, timeout: float | None) -> ToolCallRunResult:
+        """Send ``spec`` with RunToolLoop; the result, its records read by pages if need be."""
+        request = service_pb2.RunToolLoopRequest(spec=spec)
         try:
             with rpc_errors():
                 response = await self._stub.RunToolLoop(
@@ -145,11 +147,15 @@ class AsyncSidecarClient:
         detach: bool = False,
         timeout: float | None = None,
         stream_deltas: bool = False,
+        output_type: OutputSpec | OutputType[Any] | None = None,
         **options: Unpack[RunOptions],
     ) -> AsyncGenerator[StreamedEvent, None]:
         """Start a run and yield its events as they happen, ending with the terminal one;
-        with ``stream_deltas``, also each ``LLMDelta`` of the model's answer as it streams."""
-        spec = run_spec(prompt, detach=detach, **options)
+        with ``stream_deltas``, also each ``LLMDelta`` of the model's answer as it streams.
+        With ``output_type`` (as for ``run_tool_loop``), the terminal event's result is a
+        ``TypedResult`` of it."""
+        output = output_type_of(output_type)
+        spec = run_spec(prompt, detach=detach, output_type=output, **options)
         call = self._stub.StreamToolLoop(
             service_pb2.StreamToolLoopRequest(
                 spec=spec, batch_events=True, stream_deltas=stream_deltas
@@ -157,7 +163,7 @@ class AsyncSidecarClient:
             metadata=self._metadata,
             timeout=timeout,
         )
-        async for event in self._events(call):
+        async for event in self._events(call, output=output):
             yield event
 
     async def watch(
@@ -263,6 +269,7 @@ class AsyncSidecarClient:
         stream_deltas: bool = False,
         reattach: bool = False,
         reattach_timeout: float = 60.0,
+        output_type: OutputSpec | OutputType[Any] | None = None,
         **options: Unpack[RunOptions],
     ) -> AsyncGenerator[StreamedEvent, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
@@ -280,7 +287,7 @@ class AsyncSidecarClient:
         """
         logic = SessionLogic(
             prompt, tools=tools, llm=llm, approver=approver, options=dict(options),
-            stream_deltas=stream_deltas,
+            stream_deltas=stream_deltas, output_type=output_type_of(output_type),
         )  # fmt: skip
         call = self._stub.Session(metadata=self._metadata, timeout=timeout)
         lock = asyncio.Lock()
@@ -356,11 +363,16 @@ class AsyncSidecarClient:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def _events(
-        self, call: Any, *, follows: bool = False, after: int = 0
+        self,
+        call: Any,
+        *,
+        follows: bool = False,
+        after: int = 0,
+        output: OutputType[Any] | None = None,
     ) -> AsyncGenerator[StreamedEvent, None]:
         """The events of a streaming ``call``; a ``FollowRun`` call (``follows``, from after
-        sequence ``after``) is acked."""
-        decode, handled = EventDecoder(), after
+        sequence ``after``) is acked; ``output`` types the terminal event's result."""
+        decode, handled = EventDecoder(output), after
         try:
             with rpc_errors():
                 async for response in call:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +28,29 @@ class SidecarRpcError(ToolRuntimeError):
         """Wrap a gRPC error (sync or aio)."""
         code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
         details = error.details() if hasattr(error, "details") else str(error)
-        return cls(code, details or "")
+        return cls(code, _explained(code, details or ""))
+
+
+#: gRPC's own refusal of a message over a limit: ``SERVER:`` the sidecar's, ``CLIENT:`` ours.
+_TOO_LARGE = re.compile(r"(SERVER|CLIENT): Received message larger than max \((\d+) vs\. (\d+)\)")
+
+
+def _explained(code: grpc.StatusCode, details: str) -> str:
+    """``details``, with gRPC's bare "larger than max" told as the limit to raise."""
+    if code is not grpc.StatusCode.RESOURCE_EXHAUSTED or not (match := _TOO_LARGE.search(details)):
+        return details
+    side, size, limit = match.groups()
+    if side == "SERVER":
+        return (
+            f"the request is {size} bytes, more than the sidecar's max_message_bytes ({limit}): "
+            "send less (a shorter prompt, context or tool list), or have the sidecar's operator "
+            f"raise max_message_bytes [gRPC: {details}]"
+        )
+    return (
+        f"a message from the sidecar is {size} bytes, more than this client's "
+        f"max_message_bytes ({limit}): raise it to the sidecar's max_message_bytes "
+        f"(SidecarClient(..., max_message_bytes=N)) [gRPC: {details}]"
+    )
 
 
 class RunFailedError(SidecarRpcError):

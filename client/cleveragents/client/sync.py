@@ -8,7 +8,7 @@ import dataclasses
 import queue
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
@@ -31,9 +31,17 @@ from cleveragents.client._requests import (
 from cleveragents.client._session import LEAVING, Job, SessionApprover, SessionLogic
 from cleveragents.client._streams import OpenStreams
 from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
+from cleveragents.client.output import OutputSpec, OutputType, output_type_of
+from cleveragents.client.typed_runs import TypedRuns
 from cleveragents.client.types import RunInfo, RunSummary, StreamedEvent
 from cleveragents.tool import LLMCaller, ToolCallRecord, ToolCallRunResult, ToolSpec
-from cleveragents.toolruntime.v1 import events_pb2, service_pb2, service_pb2_grpc, session_pb2
+from cleveragents.toolruntime.v1 import (
+    events_pb2,
+    service_pb2,
+    service_pb2_grpc,
+    session_pb2,
+    types_pb2,
+)
 from cleveragents.wire import (
     events_of,
     result_from_pb,
@@ -46,13 +54,14 @@ from cleveragents.wire import (
 __all__ = ["SidecarClient"]
 
 Metadata = Sequence[tuple[str, str]]
+T = TypeVar("T")
 #: A session's call and the queue of the messages its request thread sends.
 _SessionCall = tuple[Any, "queue.SimpleQueue[session_pb2.SessionRequest | None]"]
 #: How long leaving a session early waits for the sidecar to read the cancel it was sent.
 _LEAVING_S = 1.0
 
 
-class SidecarClient:
+class SidecarClient(TypedRuns):
     """Talks to a sidecar at ``target`` (``host:port`` or ``unix:/path``), blocking.
 
     The same calls as :class:`AsyncSidecarClient`; streams are plain iterators. In a
@@ -124,16 +133,9 @@ class SidecarClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def run_tool_loop(
-        self,
-        prompt: str,
-        *,
-        detach: bool = False,
-        timeout: float | None = None,
-        **options: Unpack[RunOptions],
-    ) -> ToolCallRunResult:
-        """Run the loop with the sidecar's tools and LLM profile; return the result."""
-        request = service_pb2.RunToolLoopRequest(spec=run_spec(prompt, detach=detach, **options))
+    def _run_spec(self, spec: types_pb2.RunSpec, timeout: float | None) -> ToolCallRunResult:
+        """Send ``spec`` with RunToolLoop; the result, its records read by pages if need be."""
+        request = service_pb2.RunToolLoopRequest(spec=spec)
         try:
             with rpc_errors():
                 response = self._stub.RunToolLoop(request, metadata=self._metadata, timeout=timeout)
@@ -152,11 +154,15 @@ class SidecarClient:
         detach: bool = False,
         timeout: float | None = None,
         stream_deltas: bool = False,
+        output_type: OutputSpec | OutputType[Any] | None = None,
         **options: Unpack[RunOptions],
     ) -> Generator[StreamedEvent, None, None]:
         """Start a run and yield its events as they happen, ending with the terminal one;
-        with ``stream_deltas``, also each ``LLMDelta`` of the model's answer as it streams."""
-        spec = run_spec(prompt, detach=detach, **options)
+        with ``stream_deltas``, also each ``LLMDelta`` of the model's answer as it streams.
+        With ``output_type`` (as for ``run_tool_loop``), the terminal event's result is a
+        ``TypedResult`` of it."""
+        output = output_type_of(output_type)
+        spec = run_spec(prompt, detach=detach, output_type=output, **options)
         call = self._stub.StreamToolLoop(
             service_pb2.StreamToolLoopRequest(
                 spec=spec, batch_events=True, stream_deltas=stream_deltas
@@ -164,7 +170,7 @@ class SidecarClient:
             metadata=self._metadata,
             timeout=timeout,
         )
-        return self._events(call)
+        return self._events(call, output=output)
 
     def watch(
         self, run_id: str, *, after_sequence: int = 0, stream_deltas: bool = False
@@ -274,6 +280,7 @@ class SidecarClient:
         stream_deltas: bool = False,
         reattach: bool = False,
         reattach_timeout: float = 60.0,
+        output_type: OutputSpec | OutputType[Any] | None = None,
         **options: Unpack[RunOptions],
     ) -> Generator[StreamedEvent, None, None]:
         """Run a loop whose tools (and, with ``llm``, whose LLM) live in this process.
@@ -287,7 +294,7 @@ class SidecarClient:
         """
         logic = SessionLogic(
             prompt, tools=tools, llm=llm, approver=approver, options=dict(options),
-            stream_deltas=stream_deltas,
+            stream_deltas=stream_deltas, output_type=output_type_of(output_type),
         )  # fmt: skip
 
         def open_call(first: session_pb2.SessionRequest) -> _SessionCall:
@@ -365,10 +372,11 @@ class SidecarClient:
         call: Any,
         acks: queue.SimpleQueue[service_pb2.FollowRunRequest | None] | None = None,
         after: int = 0,
+        output: OutputType[Any] | None = None,
     ) -> Generator[StreamedEvent, None, None]:
         """The events of a streaming ``call``; a ``FollowRun`` call's acks (from after sequence
-        ``after``) go to ``acks``."""
-        decode, handled = EventDecoder(), after
+        ``after``) go to ``acks``; ``output`` types the terminal event's result."""
+        decode, handled = EventDecoder(output), after
         stop = self._open.opened(acks, call)
         try:
             with rpc_errors():

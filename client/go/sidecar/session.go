@@ -43,8 +43,13 @@ type SessionOptions struct {
 	// Spec is what to run: the prompt, the LLM selection (a script for the scripted profile),
 	// limits and context.
 	Spec *pb.RunSpec
-	// Tools are this process's tools; the sidecar's own stay available as Spec.ToolNames says.
+	// Tools are this process's tools; the sidecar's own stay available as Spec.ToolNames says
+	// (empty: all of them), or none with Spec.NoServerTools. A tool named like one of the
+	// sidecar's is refused only when the run offers that one of the sidecar's.
 	Tools []Tool
+	// LLM, when set, makes this process the run's LLM (client_llm): the sidecar sends it each
+	// LLM invocation, with the whole conversation, and waits for its answer.
+	LLM LLMFunc
 	// Approve, when set, decides the run's approval requests (handles_approvals); otherwise
 	// they wait for the DecideApproval RPC or time out.
 	Approve ApprovalFunc
@@ -105,7 +110,7 @@ func (c *Client) StartSession(ctx context.Context, opts SessionOptions) (*Sessio
 	if opts.Spec == nil {
 		return nil, errors.New("SessionOptions.Spec is required")
 	}
-	start := &pb.SessionStart{Spec: opts.Spec, HandlesApprovals: opts.Approve != nil}
+	start := &pb.SessionStart{Spec: opts.Spec, HandlesApprovals: opts.Approve != nil, ClientLlm: opts.LLM != nil}
 	tools := make(map[string]Tool, len(opts.Tools))
 	for _, tool := range opts.Tools {
 		if tool.Name == "" || tool.Func == nil {
@@ -234,6 +239,10 @@ func (s *Session) receive() {
 		if inv := resp.GetToolInvocation(); inv != nil {
 			s.inflight.Add(1)
 			go s.invoke(inv)
+		}
+		if inv := resp.GetLlmInvocation(); inv != nil && s.opts.LLM != nil {
+			s.inflight.Add(1)
+			go s.answerLLM(inv)
 		}
 	}
 	s.stop() // ends the calls still running

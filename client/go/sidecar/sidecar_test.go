@@ -195,6 +195,51 @@ func TestSessionCallsGoToolsAndReturnsTheResult(t *testing.T) {
 	}
 }
 
+// A runtime's own read_file is no conflict when the run offers none of the sidecar's tools
+// (NoServerTools), nor when its ToolNames leave the sidecar's read_file out.
+func TestSessionHostsItsOwnReadFileBesideTheSidecarsTools(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	client := dial(t, ctx, startSidecar(t, nil))
+	readFile := Tool{Name: "read_file", Func: func(_ context.Context, input json.RawMessage) (any, error) {
+		return map[string]string{"mine": string(input)}, nil
+	}}
+	for _, c := range []struct {
+		name    string
+		set     func(*pb.RunSpec)
+		offered []string
+	}{
+		{"NoServerTools", func(s *pb.RunSpec) { s.NoServerTools = true }, []string{"read_file"}},
+		{"ToolNames", func(s *pb.RunSpec) { s.ToolNames = []string{"echo"} }, []string{"echo", "read_file"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := scriptedSpec(t,
+				scriptTurn{Content: "reading", ToolCalls: []scriptCall{
+					{ID: "r1", Name: "read_file", Arguments: map[string]any{"path": "a"}},
+				}},
+				scriptTurn{Content: "done"},
+			)
+			c.set(spec)
+			s, err := client.StartSession(ctx, SessionOptions{Spec: spec, Tools: []Tool{readFile}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			events := collect(t, s)
+			result, err := s.Wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := events[0].GetRunStarted().GetSpec().GetToolNames(); strings.Join(got, ",") != strings.Join(c.offered, ",") {
+				t.Fatalf("offered %v, want %v", got, c.offered)
+			}
+			rec := result.GetToolCallHistory()[0]
+			if !rec.GetSuccess() || !strings.Contains(rec.GetOutput(), "mine") {
+				t.Fatalf("read_file's record: %v", rec)
+			}
+		})
+	}
+}
+
 func TestApprovalCallbackDecidesSideEffectCalls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()

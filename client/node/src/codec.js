@@ -13,7 +13,18 @@ import { fromDuration, fromTimestamp, toDuration, toTimestamp } from './time.js'
  */
 
 export const TERMINAL = Object.freeze(['run_completed', 'run_failed', 'run_cancelled']);
-const SPEC_KEYS = new Set(['prompt', 'context', 'max_iterations', 'llm', 'tool_names', 'run_id', 'detach']);
+const SPEC_KEYS = new Set([
+  'prompt',
+  'context',
+  'max_iterations',
+  'llm',
+  'tool_names',
+  'no_server_tools',
+  'output_schema',
+  'max_output_retries',
+  'run_id',
+  'detach',
+]);
 const CONTEXT_KEYS = new Set([
   'plan_id',
   'phase',
@@ -24,6 +35,7 @@ const CONTEXT_KEYS = new Set([
   'tool_call_history',
 ]);
 const LLM_KEYS = new Set(['profile', 'model', 'script']);
+const OUTPUT_KEYS = new Set(['name', 'schema', 'description']);
 
 export class Codec {
   /** @param {Json} json */
@@ -70,10 +82,15 @@ export class Codec {
       prompt: input.prompt ?? '',
       max_iterations: input.max_iterations ?? 0,
       tool_names: input.tool_names ?? [],
+      no_server_tools: Boolean(input.no_server_tools),
       run_id: input.run_id ?? '',
       detach: Boolean(input.detach),
     };
     if (input.context) spec.context = this.encodeContext(input.context);
+    if (input.output_schema) spec.output_schema = this.encodeOutputSchema(input.output_schema);
+    if (input.max_output_retries !== undefined && input.max_output_retries !== null) {
+      spec.max_output_retries = input.max_output_retries;
+    }
     if (input.llm && typeof input.llm === 'object') {
       checkKeys(input.llm, LLM_KEYS, 'llm');
       spec.llm = {
@@ -86,6 +103,28 @@ export class Codec {
       };
     }
     return spec;
+  }
+
+  /**
+   * A wire `OutputSchema` from `{name, schema, description}`: `schema` a JSON Schema object
+   * (or its JSON text), `name` defaulting to `"output"`.
+   *
+   * @param {import('./values.js').OutputSchemaInput} output
+   */
+  encodeOutputSchema(output) {
+    if (typeof output !== 'object') throw new TypeError('output_schema is an object {name, schema, description}');
+    checkKeys(output, OUTPUT_KEYS, 'output_schema');
+    return {
+      name: output.name ?? 'output',
+      schema: typeof output.schema === 'string' ? output.schema : this.stringify(output.schema, 'output_schema.schema'),
+      description: output.description ?? '',
+    };
+  }
+
+  /** An `OutputSchema` as plain values (`null` for none). */
+  decodeOutputSchema(wire) {
+    if (!wire) return null;
+    return { ...wire, schema: this.parse(wire.schema, 'output_schema.schema') };
   }
 
   encodeContext(context) {
@@ -148,10 +187,21 @@ export class Codec {
     };
   }
 
-  /** @returns {import('./values.js').ToolCallRunResult | null} */
+  /**
+   * A result: `output` the structured answer parsed (`null` without one), `output_json` its
+   * JSON text as the sidecar validated it.
+   *
+   * @returns {import('./values.js').ToolCallRunResult | null}
+   */
   decodeResult(wire) {
     if (!wire) return null;
-    return { ...wire, tool_call_history: wire.tool_call_history.map((r) => this.decodeRecord(r)) };
+    return {
+      ...wire,
+      tool_call_history: wire.tool_call_history.map((r) => this.decodeRecord(r)),
+      output: wire.output ? this.parse(wire.output, 'result.output') : null,
+      output_json: wire.output ?? '',
+      output_error: wire.output_error ?? '',
+    };
   }
 
   /** @returns {import('./values.js').ToolSpec} */
@@ -184,7 +234,10 @@ export class Codec {
       };
     }
     if (wire.llm) spec.llm = { ...wire.llm, script: this.parse(wire.llm.script, 'llm.script', null) };
-    return spec;
+    spec.output_schema = this.decodeOutputSchema(wire.output_schema);
+    const { _max_output_retries: presence, ...rest } = spec;
+    rest.max_output_retries = presence === 'max_output_retries' ? wire.max_output_retries : null;
+    return rest;
   }
 
   /** @returns {import('./values.js').RunEvent} */

@@ -75,7 +75,40 @@ export function describeError(err) {
 export function toSidecarError(err) {
   if (err instanceof SidecarError) return err;
   if (err && typeof err.code === 'number' && 'details' in err) {
-    return new SidecarError(err.code, err.details, err.metadata ?? null);
+    return new SidecarError(err.code, explained(err.code, err.details), err.metadata ?? null);
   }
   return err;
+}
+
+// gRPC's own refusals of a message over a limit: the sidecar's (SERVER:), or this client's.
+const SERVER_TOO_LARGE = /SERVER: Received message larger than max \((\d+) vs\. (\d+)\)/;
+const RECEIVED_TOO_LARGE = /^Received message larger than max \((\d+) vs\.? (\d+)\)/;
+const SENT_TOO_LARGE = /^Attempted to send message with a size larger than (\d+)/;
+
+/** `details`, with gRPC's bare "larger than max" told as the limit to raise. */
+function explained(code, details) {
+  if (code !== grpc.status.RESOURCE_EXHAUSTED || typeof details !== 'string') return details;
+  let match;
+  if ((match = SERVER_TOO_LARGE.exec(details))) {
+    return (
+      `the request is ${match[1]} bytes, more than the sidecar's max_message_bytes (${match[2]}): ` +
+      "send less (a shorter prompt, context or tool list), or have the sidecar's operator raise " +
+      `max_message_bytes [gRPC: ${details}]`
+    );
+  }
+  if ((match = RECEIVED_TOO_LARGE.exec(details))) {
+    return (
+      `a message from the sidecar is ${match[1]} bytes, more than this client accepts (${match[2]}): ` +
+      "raise channelOptions['grpc.max_receive_message_length'] to the sidecar's max_message_bytes " +
+      `[gRPC: ${details}]`
+    );
+  }
+  if ((match = SENT_TOO_LARGE.exec(details))) {
+    return (
+      `the request is more than this client sends (${match[1]} bytes): send less, or raise ` +
+      "channelOptions['grpc.max_send_message_length'] (and the sidecar's max_message_bytes) " +
+      `[gRPC: ${details}]`
+    );
+  }
+  return details;
 }

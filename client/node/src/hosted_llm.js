@@ -12,6 +12,9 @@ import { fromTimestamp } from './time.js';
  * @property {Array<{role: string, content: string, tool_calls: import('./values.js').ToolCall[],
  *   tool_call_id: string, is_error: boolean}>} messages  the whole conversation, oldest first
  * @property {import('./values.js').ToolSpec[]} tools
+ * @property {import('./values.js').OutputSchema | null} output_schema  the run's output schema:
+ *   a final answer (no tool calls) must be its `content` as JSON text matching it (the sidecar
+ *   validates it, and sends an invalid one back with the error as a user message)
  * @property {Date | null} deadline  when the sidecar stops waiting for the answer
  *   (`client_llm_timeout_s` after it asked)
  * @property {AbortSignal} signal  aborts at `deadline` or when the session ends: pass it on
@@ -28,6 +31,7 @@ import { fromTimestamp } from './time.js';
  * @property {Array<{id: string, name: string, arguments?: Record<string, any> | string}>} [tool_calls]
  *   `arguments`: an object, or its JSON text (passed on as it is)
  * @property {{input_tokens: number, output_tokens: number}} [usage]
+ * @property {string} [refusal]  the model declined: the run ends with `STOP_REASON_REFUSAL`
  */
 
 /** @typedef {import('./llm_stream.js').LlmDeltaInput} LlmDeltaInput */
@@ -70,6 +74,7 @@ export class HostedLlm {
       iteration: invocation.iteration,
       messages: [],
       tools: invocation.tools.map((t) => codec.decodeToolSpec(t)),
+      output_schema: codec.decodeOutputSchema(invocation.output_schema),
       deadline,
       signal,
     };
@@ -106,6 +111,7 @@ export class HostedLlm {
           typeof c.arguments === 'string' ? { id: c.id ?? '', name: c.name, arguments: c.arguments } : codec.encodeToolCall(c),
         ),
         usage: response.usage ?? null,
+        refusal: response.refusal ?? '',
       };
     } catch (err) {
       answer = { request_id: request.request_id, error: describeError(err) };

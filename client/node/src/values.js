@@ -32,6 +32,25 @@
  * @property {boolean} terminated_by_limit
  * @property {Usage | null} usage
  * @property {string} stop_reason  a `StopReason` name, such as `"STOP_REASON_FINAL_ANSWER"`
+ * @property {any} output  with an `output_schema`: the validated answer, parsed (type it
+ *   yourself); `null` when the run ended without a valid one (see `stop_reason`)
+ * @property {string} output_json  the answer's JSON text as the sidecar validated it ('' without)
+ * @property {string} output_error  with `STOP_REASON_MAX_OUTPUT_RETRIES`: why the last answer
+ *   was refused
+ */
+
+/**
+ * @typedef {object} OutputSchema  a run's output schema (see types.proto)
+ * @property {string} name  ^[a-zA-Z0-9_-]{1,64}$
+ * @property {Record<string, any>} schema  a JSON Schema whose root is `{"type": "object"}`
+ * @property {string} description
+ */
+
+/**
+ * @typedef {object} OutputSchemaInput  what `output_schema` takes in a run spec
+ * @property {string} [name]  default `"output"`
+ * @property {Record<string, any> | string} schema  a JSON Schema object (or its JSON text)
+ * @property {string} [description]
  */
 
 /**
@@ -65,7 +84,8 @@
  * @property {{iteration: number}} [iteration_started]
  * @property {LlmDelta} [llm_delta]  only on a stream that asked for deltas (`streamDeltas`)
  * @property {{iteration: number, content: string, tool_calls: ToolCall[], usage: Usage | null,
- *   reasoning: Reasoning | null}} [llm_responded]  supersedes its iteration's deltas
+ *   reasoning: Reasoning | null, refusal: string}} [llm_responded]  supersedes its iteration's
+ *   deltas; `refusal` is non-empty when the model declined
  * @property {{call_id: string, tool_name: string, inputs: Record<string, any>, iteration: number}} [tool_call_started]
  * @property {ToolCallProgress} [tool_call_progress]
  * @property {{record: ToolCallRecord}} [tool_call_completed]
@@ -122,9 +142,15 @@
  * @property {number} [max_iterations]  0 = the server's default (25)
  * @property {{profile?: string, model?: string, script?: any[] | string}} [llm]
  *   `script`: the scripted LLM's turns, as an array (or its JSON text)
- * @property {string[]} [tool_names]
+ * @property {string[]} [tool_names]  the server's tools the run may use; empty: all of them
+ * @property {boolean} [no_server_tools]  offer none of the server's tools (only a session's
+ *   own); not together with `tool_names`
  * @property {string} [run_id]
  * @property {boolean} [detach]
+ * @property {OutputSchemaInput} [output_schema]  ask for the final answer as JSON matching a
+ *   schema: `result.output` is then the validated answer, parsed
+ * @property {number} [max_output_retries]  how many invalid answers the model may correct
+ *   (default 2); past them the run ends with `STOP_REASON_MAX_OUTPUT_RETRIES`
  */
 
 export {};

@@ -99,6 +99,33 @@ describe('session tools', () => {
     assert.deepEqual(seen, [`${run.runId}:k1`]);
   });
 
+  test("the runtime's own read_file beside server tools the run names: no conflict", async () => {
+    const run = client.session({
+      prompt: 'p',
+      tool_names: ['echo'],
+      llm: script(callTurn('read', ['r1', 'read_file', { path: 'notes.txt' }]), { content: 'ok' }),
+      tools: { read_file: ({ path }) => ({ mine: path }) },
+    });
+    const events = await collect(run);
+    const result = await run.result;
+    assert.deepEqual(events[0].run_started.spec.tool_names, ['echo', 'read_file']);
+    assert.deepEqual(result.tool_call_history[0].output, { mine: 'notes.txt' });
+  });
+
+  test("no_server_tools: the run offers only the session's own tools", async () => {
+    const run = client.session({
+      prompt: 'p',
+      no_server_tools: true,
+      llm: script(callTurn('read', ['r1', 'read_file', { path: 'a' }]), { content: 'ok' }),
+      tools: { read_file: ({ path }) => ({ mine: path }) },
+    });
+    const events = await collect(run);
+    const result = await run.result;
+    assert.deepEqual(events[0].run_started.spec.tool_names, ['read_file']);
+    assert.equal(events[0].run_started.spec.no_server_tools, true);
+    assert.deepEqual(result.tool_call_history[0].output, { mine: 'a' });
+  });
+
   test('a JS tool that throws gives a failed record and the loop continues', async () => {
     const run = client.session({
       prompt: 'p',

@@ -253,3 +253,37 @@ describe('client-side statuses', () => {
     }
   });
 });
+
+describe('RESOURCE_EXHAUSTED: a message over a limit names the limit to raise', () => {
+  test("a request over the sidecar's max_message_bytes", async () => {
+    const small = await startSidecar(['--max-message-bytes', '4096']);
+    const other = new SidecarClient(small.address);
+    try {
+      await assert.rejects(
+        other.runToolLoop('x'.repeat(8000)),
+        status('RESOURCE_EXHAUSTED', /^the request is \d+ bytes, more than the sidecar's max_message_bytes \(4096\)/),
+      );
+    } finally {
+      other.close();
+      await small.stop();
+    }
+  });
+
+  test("a response over this client's receive limit, a request over its send limit", async () => {
+    const limited = new SidecarClient(sidecar.address, {
+      channelOptions: { 'grpc.max_receive_message_length': 64, 'grpc.max_send_message_length': 64 },
+    });
+    try {
+      await assert.rejects(
+        limited.listTools(),
+        status('RESOURCE_EXHAUSTED', /more than this client accepts \(64\): raise channelOptions\['grpc\.max_receive/),
+      );
+      await assert.rejects(
+        limited.runToolLoop('x'.repeat(100)),
+        status('RESOURCE_EXHAUSTED', /more than this client sends \(64 bytes\)/),
+      );
+    } finally {
+      limited.close();
+    }
+  });
+});

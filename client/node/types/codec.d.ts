@@ -38,9 +38,23 @@ export class Codec {
         prompt: string;
         max_iterations: number;
         tool_names: string[];
+        no_server_tools: boolean;
         run_id: string;
         detach: boolean;
     };
+    /**
+     * A wire `OutputSchema` from `{name, schema, description}`: `schema` a JSON Schema object
+     * (or its JSON text), `name` defaulting to `"output"`.
+     *
+     * @param {import('./values.js').OutputSchemaInput} output
+     */
+    encodeOutputSchema(output: import("./values.js").OutputSchemaInput): {
+        name: string;
+        schema: string;
+        description: string;
+    };
+    /** An `OutputSchema` as plain values (`null` for none). */
+    decodeOutputSchema(wire: any): any;
     encodeContext(context: any): {
         plan_id: any;
         phase: any;
@@ -92,7 +106,12 @@ export class Codec {
     };
     /** @returns {import('./values.js').ToolCallRecord} */
     decodeRecord(wire: any): import("./values.js").ToolCallRecord;
-    /** @returns {import('./values.js').ToolCallRunResult | null} */
+    /**
+     * A result: `output` the structured answer parsed (`null` without one), `output_json` its
+     * JSON text as the sidecar validated it.
+     *
+     * @returns {import('./values.js').ToolCallRunResult | null}
+     */
     decodeResult(wire: any): import("./values.js").ToolCallRunResult | null;
     /** @returns {import('./values.js').ToolSpec} */
     decodeToolSpec(wire: any): import("./values.js").ToolSpec;

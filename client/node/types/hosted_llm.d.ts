@@ -5,6 +5,9 @@
  * @property {Array<{role: string, content: string, tool_calls: import('./values.js').ToolCall[],
  *   tool_call_id: string, is_error: boolean}>} messages  the whole conversation, oldest first
  * @property {import('./values.js').ToolSpec[]} tools
+ * @property {import('./values.js').OutputSchema | null} output_schema  the run's output schema:
+ *   a final answer (no tool calls) must be its `content` as JSON text matching it (the sidecar
+ *   validates it, and sends an invalid one back with the error as a user message)
  * @property {Date | null} deadline  when the sidecar stops waiting for the answer
  *   (`client_llm_timeout_s` after it asked)
  * @property {AbortSignal} signal  aborts at `deadline` or when the session ends: pass it on
@@ -20,6 +23,7 @@
  * @property {Array<{id: string, name: string, arguments?: Record<string, any> | string}>} [tool_calls]
  *   `arguments`: an object, or its JSON text (passed on as it is)
  * @property {{input_tokens: number, output_tokens: number}} [usage]
+ * @property {string} [refusal]  the model declined: the run ends with `STOP_REASON_REFUSAL`
  */
 /** @typedef {import('./llm_stream.js').LlmDeltaInput} LlmDeltaInput */
 /**
@@ -48,6 +52,7 @@ export class HostedLlm {
             content: any;
             tool_calls: any;
             usage: any;
+            refusal: any;
             error?: undefined;
         } | {
             request_id: any;
@@ -55,6 +60,7 @@ export class HostedLlm {
             content?: undefined;
             tool_calls?: undefined;
             usage?: undefined;
+            refusal?: undefined;
         };
     } | null>;
     #private;
@@ -76,6 +82,12 @@ export type LlmRequest = {
         is_error: boolean;
     }>;
     tools: import("./values.js").ToolSpec[];
+    /**
+     * the run's output schema:
+     * a final answer (no tool calls) must be its `content` as JSON text matching it (the sidecar
+     * validates it, and sends an invalid one back with the error as a user message)
+     */
+    output_schema: import("./values.js").OutputSchema | null;
     /**
      * when the sidecar stops waiting for the answer
      * (`client_llm_timeout_s` after it asked)
@@ -108,5 +120,9 @@ export type LlmResponse = {
         input_tokens: number;
         output_tokens: number;
     } | undefined;
+    /**
+     * the model declined: the run ends with `STOP_REASON_REFUSAL`
+     */
+    refusal?: string | undefined;
 };
 export type LlmDeltaInput = import("./llm_stream.js").LlmDeltaInput;

@@ -46,6 +46,48 @@ export type ToolCallRunResult = {
      * a `StopReason` name, such as `"STOP_REASON_FINAL_ANSWER"`
      */
     stop_reason: string;
+    /**
+     * with an `output_schema`: the validated answer, parsed (type it
+     * yourself); `null` when the run ended without a valid one (see `stop_reason`)
+     */
+    output: any;
+    /**
+     * the answer's JSON text as the sidecar validated it ('' without)
+     */
+    output_json: string;
+    /**
+     * with `STOP_REASON_MAX_OUTPUT_RETRIES`: why the last answer
+     * was refused
+     */
+    output_error: string;
+};
+/**
+ * a run's output schema (see types.proto)
+ */
+export type OutputSchema = {
+    /**
+     * ^[a-zA-Z0-9_-]{1,64}$
+     */
+    name: string;
+    /**
+     * a JSON Schema whose root is `{"type": "object"}`
+     */
+    schema: Record<string, any>;
+    description: string;
+};
+/**
+ * what `output_schema` takes in a run spec
+ */
+export type OutputSchemaInput = {
+    /**
+     * default `"output"`
+     */
+    name?: string | undefined;
+    /**
+     * a JSON Schema object (or its JSON text)
+     */
+    schema: Record<string, any> | string;
+    description?: string | undefined;
 };
 export type ToolCall = {
     id: string;
@@ -95,7 +137,8 @@ export type RunEvent = {
      */
     llm_delta?: LlmDelta | undefined;
     /**
-     * supersedes its iteration's deltas
+     * supersedes its iteration's
+     * deltas; `refusal` is non-empty when the model declined
      */
     llm_responded?: {
         iteration: number;
@@ -103,6 +146,7 @@ export type RunEvent = {
         tool_calls: ToolCall[];
         usage: Usage | null;
         reasoning: Reasoning | null;
+        refusal: string;
     } | undefined;
     tool_call_started?: {
         call_id: string;
@@ -249,7 +293,25 @@ export type RunSpecInput = {
         model?: string;
         script?: any[] | string;
     } | undefined;
+    /**
+     * the server's tools the run may use; empty: all of them
+     */
     tool_names?: string[] | undefined;
+    /**
+     * offer none of the server's tools (only a session's
+     * own); not together with `tool_names`
+     */
+    no_server_tools?: boolean | undefined;
     run_id?: string | undefined;
     detach?: boolean | undefined;
+    /**
+     * ask for the final answer as JSON matching a
+     * schema: `result.output` is then the validated answer, parsed
+     */
+    output_schema?: OutputSchemaInput | undefined;
+    /**
+     * how many invalid answers the model may correct
+     * (default 2); past them the run ends with `STOP_REASON_MAX_OUTPUT_RETRIES`
+     */
+    max_output_retries?: number | undefined;
 };

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from cleveragents.providers._retry import ProviderError, RetryPolicy
+from cleveragents.providers._retry import AnswerTooLargeError, ProviderError, RetryPolicy
 
 if TYPE_CHECKING:
     from cleveragents.providers.anthropic import AnthropicMessagesCaller
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RESERVED_PARAMS",
+    "AnswerTooLargeError",
     "AnthropicMessagesCaller",
     "OpenAIChatCaller",
     "OpenAIResponsesCaller",

@@ -6,6 +6,11 @@ arrived, so that at the end it can give the answer in the shape the API returns 
 not stream (:meth:`Assembler.body`); the caller parses that with the same checks as a whole
 answer, which is why the deltas and the returned ``LLMResponse`` always agree. Subclasses
 (one per API's event format) implement :meth:`Assembler.handle` and :meth:`Assembler.body`.
+
+What an answer keeps is bounded: every character of text, tool-call arguments, ids and names
+(and refusals) counts toward ``max_chars``, and the piece that passes it raises
+:class:`AnswerTooLarge` before it is kept or sent on, so the caller stops reading the stream
+there, whatever HTTP client reads it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,17 @@ import httpx2
 from cleveragents.tool import DeltaSink, LLMResponse, ResponseDelta, parse_call
 from cleveragents.tool.jsontext import loads
 
-__all__ = ["Assembler", "StreamFailure", "StreamedCall"]
+__all__ = [
+    "DEFAULT_MAX_ANSWER_CHARS",
+    "AnswerTooLarge",
+    "Assembler",
+    "StreamFailure",
+    "StreamedCall",
+]
+
+#: What one streamed answer may hold unless its caller says otherwise: the sidecar's default
+#: ``max_message_bytes``, since a larger answer could not be logged in one event anyway.
+DEFAULT_MAX_ANSWER_CHARS = 16 * 1024 * 1024
 
 #: Error types and codes of an in-stream error that a later request may not meet.
 _TRANSIENT = frozenset(
@@ -34,6 +49,14 @@ class StreamFailure(Exception):
         kinds = {self.error.get("type"), self.error.get("code")}
         self.retryable = bool(kinds & _TRANSIENT)
         super().__init__(str(self.error.get("message")))
+
+
+class AnswerTooLarge(Exception):
+    """The answer streamed past its bound (``max_chars``); the rest of it is not read."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"the streamed answer passed {limit} characters, the most it may hold")
 
 
 class StreamedCall:
@@ -55,8 +78,16 @@ class StreamedCall:
 class Assembler:
     """Deltas and the whole answer from one stream's events (see the module docstring)."""
 
-    def __init__(self, sink: DeltaSink | None, iteration: int) -> None:
+    def __init__(
+        self, sink: DeltaSink | None, iteration: int, max_chars: int = DEFAULT_MAX_ANSWER_CHARS
+    ) -> None:
+        if max_chars < 1:
+            raise ValueError("max_chars must be at least 1")
         self.events = 0
+        #: Characters kept of the answer so far (see ``keep``), at most ``max_chars``.
+        self.size = 0
+        self.max_chars = max_chars
+        self._event_chars = 0
         self.complete = False
         self.text: list[str] = []
         self.calls: list[StreamedCall] = []
@@ -71,6 +102,7 @@ class Assembler:
         """
         self.events += 1
         data = event.data
+        self._event_chars = len(data)
         if not data.strip():
             return False
         if data.strip() == "[DONE]":
@@ -92,9 +124,26 @@ class Assembler:
 
     # -- for subclasses ----------------------------------------------------------------------
 
+    def keep(self, *pieces: str) -> None:
+        """Count ``pieces`` toward the answer's bound before they are kept; ``AnswerTooLarge``
+        once the answer would pass it."""
+        self._grow(sum(map(len, pieces)))
+
+    def keep_event(self) -> None:
+        """Count the whole current event toward the bound: for an object of it that is kept
+        as it came (a content block, a message's fields), not piece by piece."""
+        self._grow(self._event_chars)
+
+    def _grow(self, chars: int) -> None:
+        size = self.size + chars
+        if size > self.max_chars:
+            raise AnswerTooLarge(self.max_chars)
+        self.size = size
+
     def add_text(self, text: Any) -> None:
         """Append ``text`` to the answer's content and send it on."""
         if isinstance(text, str) and text:
+            self.keep(text)
             self.text.append(text)
             self._emit(ResponseDelta(text=text))
 
@@ -105,6 +154,7 @@ class Assembler:
         call_id = call_id if isinstance(call_id, str) and call_id else ""
         call_id = call_id or f"call_{self._iteration}_{position + 1}"
         name = name if isinstance(name, str) else ""
+        self.keep(call_id, name)
         self.calls.append(StreamedCall(call_id, name))
         self._emit(ResponseDelta(tool_call_index=position, tool_call_id=call_id, tool_name=name))
         return position
@@ -112,6 +162,7 @@ class Assembler:
     def add_arguments(self, position: int, fragment: Any) -> None:
         """Append a fragment of the arguments' JSON text of call number ``position``."""
         if isinstance(fragment, str) and fragment:
+            self.keep(fragment)
             self.calls[position].arguments.append(fragment)
             self._emit(ResponseDelta(tool_call_index=position, arguments=fragment))
 

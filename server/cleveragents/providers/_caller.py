@@ -13,15 +13,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 import httpx2
+import structlog
 
 from cleveragents.providers import RESERVED_PARAMS
-from cleveragents.providers._assembly import Assembler, StreamFailure
+from cleveragents.providers._assembly import (
+    DEFAULT_MAX_ANSWER_CHARS,
+    AnswerTooLarge,
+    Assembler,
+    StreamFailure,
+)
 from cleveragents.providers._http import Reply, Transport, describe_error
-from cleveragents.providers._retry import ProviderError, RetryPolicy
+from cleveragents.providers._output import strict_problem
+from cleveragents.providers._retry import AnswerTooLargeError, ProviderError, RetryPolicy
 from cleveragents.providers._stream import post_stream
 from cleveragents.tool import (
     LLMRequest,
     LLMResponse,
+    OutputSchema,
     ResponseDelta,
     ToolCallRouter,
     ToolFormat,
@@ -29,6 +37,8 @@ from cleveragents.tool import (
 )
 
 __all__ = ["HTTPCaller"]
+
+log = structlog.get_logger("cleveragents.providers")
 
 
 class HTTPCaller:
@@ -40,7 +50,10 @@ class HTTPCaller:
     between the ``max_retries`` retries. ``stream`` asks for the answer as server-sent events
     and hands each piece to the request's ``deltas`` sink as it arrives; ``strict_tools``
     marks tool schemas ``strict`` (OpenAI's and Anthropic's APIs both take it), so the model's
-    arguments always match them.
+    arguments always match them. ``max_answer_chars`` bounds a streamed answer: once its
+    text, tool-call arguments, ids and names pass that many characters the call fails with
+    :class:`~cleveragents.providers.AnswerTooLargeError` (naming ``max_answer_setting``, the
+    setting it came from) and the rest of the stream is not read.
     """
 
     provider: ClassVar[str]
@@ -61,6 +74,8 @@ class HTTPCaller:
         profile: str = "",
         stream: bool = False,
         strict_tools: bool = False,
+        max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS,
+        max_answer_setting: str = "max_answer_chars",
     ) -> None:
         if not model:
             raise ValueError(f"{self.provider}: a model name is required")
@@ -68,6 +83,8 @@ class HTTPCaller:
         if not all("!" <= ch <= "~" for ch in api_key):
             # Said here, without the key: an HTTP library would quote the bad header value.
             raise ValueError(f"{self.provider}: the API key holds characters a header cannot")
+        if max_answer_chars < 1:
+            raise ValueError(f"{self.provider}: max_answer_chars must be at least 1")
         params = dict(params or {})
         if reserved := sorted(RESERVED_PARAMS & set(params)):
             raise ValueError(f"{self.provider}: params may not set {', '.join(reserved)}")
@@ -75,7 +92,15 @@ class HTTPCaller:
         self.params = params
         self.stream = stream
         self.strict_tools = strict_tools
+        self.max_answer_chars = max_answer_chars
+        #: The setting the bound comes from, named in the error (the sidecar's own).
+        self.max_answer_setting = max_answer_setting
         self.router = ToolCallRouter(self.tool_format)
+        #: The output schemas whose non-strict sending was logged (once per caller).
+        self._told: set[str] = set()
+        #: The last output schema asked for, and whether it meets strict mode's rules: a run
+        #: asks with the same one every iteration, checked once.
+        self._strict: tuple[OutputSchema, bool] | None = None
         self.url = self.endpoint((base_url or self.default_base_url).rstrip("/"))
         self._headers = {
             "content-type": "application/json",
@@ -148,6 +173,14 @@ class HTTPCaller:
                     status=200,
                     retryable=failure.retryable,
                 ) from None
+            except AnswerTooLarge as exc:
+                message = (
+                    f"the streamed answer passed {exc.limit} characters "
+                    f"({self.max_answer_setting}) of text, tool-call arguments, ids and names, "
+                    "the most it may hold: the rest of the stream was not read"
+                )
+                where = self._transport.where
+                raise AnswerTooLargeError(self.provider, message, status=200, where=where) from None
             except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
                 raise self._transport.error(f"unusable stream event: {exc}", status=200) from None
 
@@ -178,6 +211,27 @@ class HTTPCaller:
         await self.aclose()
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def strict_for(self, output: OutputSchema) -> bool:
+        """Whether ``output`` goes in OpenAI's strict mode (checked once per schema; why not
+        is logged, see :meth:`not_strict`)."""
+        known = self._strict
+        if known is not None and known[0] is output:
+            return known[1]
+        strict = self.not_strict(output, strict_problem(output.schema)) is None
+        self._strict = (output, strict)
+        return strict
+
+    def not_strict(self, output: OutputSchema, problem: str | None) -> str | None:
+        """``problem`` (why ``output`` cannot go in strict mode), logged once per caller and
+        schema so that an operator learns why the model's answers are not constrained."""
+        if problem is not None and output.name not in self._told:
+            self._told.add(output.name)
+            log.warning(
+                "output schema sent without strict mode", output_schema=output.name,
+                provider=self.provider, url=self.url, problem=problem,
+            )  # fmt: skip
+        return problem
 
     def provider_tools(self, tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Tool schemas in this provider's format.

@@ -222,8 +222,12 @@ def error_text(response: httpx2.Response) -> str:
 
 def describe_error(error: Mapping[str, Any]) -> str:
     """A provider's error object as ``type (code): message``: the specific ``code``
-    (``invalid_api_key``, ``model_not_found``) says more than the ``type`` alone."""
-    names = [v for v in (error.get("type"), error.get("code")) if isinstance(v, str) and v]
+    (``invalid_api_key``, ``model_not_found``, or a number) says more than the ``type`` alone."""
+    names = [
+        str(v)
+        for v in (error.get("type"), error.get("code"))
+        if (isinstance(v, str) and v) or (isinstance(v, int) and not isinstance(v, bool))
+    ]  # OpenRouter's code is the HTTP status it stands for: {"code": 400, "message": …}
     if len(names) == 2 and names[0] != names[1]:
         prefix = f"{names[0]} ({names[1]}): "
     else:

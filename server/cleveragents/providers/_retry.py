@@ -20,7 +20,13 @@ from dataclasses import dataclass
 
 from cleveragents.tool import LLMResponse, ToolRuntimeError
 
-__all__ = ["ProviderError", "RetryPolicy", "is_retryable_status", "retry_after_s"]
+__all__ = [
+    "AnswerTooLargeError",
+    "ProviderError",
+    "RetryPolicy",
+    "is_retryable_status",
+    "retry_after_s",
+]
 
 
 def is_retryable_status(status: int) -> bool:
@@ -131,3 +137,9 @@ class ProviderError(ToolRuntimeError):
 
     def __repr__(self) -> str:
         return f"ProviderError({str(self)!r})"
+
+
+class AnswerTooLargeError(ProviderError):
+    """A streamed answer that passed its caller's ``max_answer_chars``: the stream was left
+    unread from there (the sidecar reports it ``RESOURCE_EXHAUSTED``, as any answer too large
+    for one message)."""

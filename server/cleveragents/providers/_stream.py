@@ -13,6 +13,10 @@ Retries follow the transport's policy, but only until the first event has been h
 once a piece of the answer has gone out to the run's watchers, a second request could answer
 differently, so a stream that breaks after that ends the call with a ``ProviderError``
 (``retryable``, hence ``UNAVAILABLE``) that says what had arrived.
+
+Whatever ends the call, the error names the provider's request id once the response has
+come: an error event in the stream, or a sink that refuses the answer (too large, say),
+included. A sink that raises stops the reading there: the rest of the body is not read.
 """
 
 from __future__ import annotations
@@ -132,7 +136,11 @@ async def _attempt(
                 failure = f"{what} within {transport.timeout_s:g}s"
                 failure += " (only keep-alives)" if kept_alive else " (idle timer)"
                 _fail(transport, failure, status, request_id, events)
-    except (_Retry, _Broken, ProviderError):
+    except ProviderError as error:  # the sink's: an error event, an unusable or too large answer
+        if error.request_id is None:
+            error.request_id = request_id  # as every other failure names it
+        raise
+    except (_Retry, _Broken):
         raise
     except httpx2.SSEError as exc:
         raise transport.error(

@@ -8,9 +8,16 @@ at their own ``base_url`` (which, as with OpenAI's SDK, includes the ``/v1``).
 Streaming sends ``stream: true`` with ``stream_options.include_usage`` and reads
 ``chat.completion.chunk`` events up to ``data: [DONE]``: text in ``delta.content``, tool calls
 in ``delta.tool_calls`` by ``index`` (the id and name first, then fragments of the arguments),
-and the usage in a last chunk without choices. Some OpenAI-compatible servers refuse the
-``stream_options`` field (HTTP 400): ``stream_usage=False`` leaves it out (the stream then
-carries no usage unless the server sends it anyway), and a 400 that names the field says so.
+and the usage in a last chunk without choices. An ``error`` object in any chunk ends the call
+with the provider's message, whatever else the chunk holds (OpenRouter sends one beside
+``choices``; reading on would complete the answer cut short). Some OpenAI-compatible servers
+refuse the ``stream_options`` field (HTTP 400): ``stream_usage=False`` leaves it out (the
+stream then carries no usage unless the server sends it anyway), and a 400 that names the
+field says so.
+
+A run with an output schema sends it as ``response_format`` (``json_schema``, with ``strict``
+when the schema meets strict mode's rules: see ``_output.py``); the answer is the message's
+content, and a ``refusal`` in its place ends the run with the refusal's text.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from typing import Any
 
 from cleveragents.providers._assembly import Assembler, StreamFailure
 from cleveragents.providers._caller import HTTPCaller
+from cleveragents.providers._http import describe_error
+from cleveragents.providers._output import chat_response_format
 from cleveragents.providers._retry import ProviderError
 from cleveragents.tool import LLMRequest, LLMResponse, ToolFormat
 
@@ -77,7 +86,14 @@ class OpenAIChatCaller(HTTPCaller):
         return {**body, "stream": True, "stream_options": options}
 
     def assembler(self, request: LLMRequest) -> Assembler:
-        return ChatStream(request.deltas, request.iteration)
+        return ChatStream(request.deltas, request.iteration, self.max_answer_chars)
+
+    def parse_body(self, data: dict[str, Any]) -> LLMResponse:
+        error = data.get("error")  # some servers answer 200 with one, beside choices or not
+        if error:
+            said = describe_error(error) if isinstance(error, dict) else str(error)[:500]
+            raise ValueError(f"the provider answered with an error: {said}")
+        return super().parse_body(data)
 
     def body(self, request: LLMRequest, tools: list[dict[str, Any]]) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, **self.params}
@@ -87,6 +103,9 @@ class OpenAIChatCaller(HTTPCaller):
         else:
             for key in _TOOL_PARAMS:
                 body.pop(key, None)
+        if (output := request.output) is not None:
+            strict = self.strict_for(output)
+            body["response_format"] = chat_response_format(output, strict)
         return body
 
 
@@ -106,8 +125,9 @@ class ChatStream(Assembler):
         self._usage: Any = None
 
     def handle(self, event: str, data: dict[str, Any]) -> bool:
-        if "error" in data and not data.get("choices"):
-            raise StreamFailure(data["error"])
+        error = data.get("error")  # beside choices too (OpenRouter's "Token limit reached")
+        if error or ("error" in data and not data.get("choices")):
+            raise StreamFailure(error)
         if data.get("usage"):
             self._usage = data["usage"]
         for choice in data.get("choices") or ():
@@ -116,6 +136,7 @@ class ChatStream(Assembler):
             delta = choice.get("delta") or {}
             self.add_text(delta.get("content"))
             if isinstance(delta.get("refusal"), str):
+                self.keep(delta["refusal"])
                 self._refusal.append(delta["refusal"])
             for entry in delta.get("tool_calls") or ():
                 self._tool_call(entry)

@@ -19,6 +19,10 @@ Streaming reads ``response.output_item.added`` (a call's id and name),
 ``response.output_text.delta``, ``response.function_call_arguments.delta`` and ends at
 ``response.completed`` (or ``response.incomplete``), whose ``response`` is the whole answer;
 ``response.failed`` and ``error`` end the call with the API's error code.
+
+A run with an output schema sends it as ``text.format`` (``json_schema``, with ``strict`` when
+the schema meets strict mode's rules: see ``_output.py``); the answer is the output text, and
+a ``refusal`` part in its place ends the run with the refusal's text.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from typing import Any
 from cleveragents.providers._assembly import Assembler, StreamFailure
 from cleveragents.providers._caller import HTTPCaller
 from cleveragents.providers._http import describe_error
+from cleveragents.providers._output import responses_text_format
 from cleveragents.providers.openai import OPENAI_BASE_URL
 from cleveragents.tool import (
+    LLMRefusal,
     LLMRequest,
     LLMResponse,
     Message,
@@ -98,10 +104,15 @@ class OpenAIResponsesCaller(HTTPCaller):
             include = list(body.get("include") or [])
             if "reasoning.encrypted_content" not in include:
                 body["include"] = [*include, "reasoning.encrypted_content"]
+        if (output := request.output) is not None:
+            strict = self.strict_for(output)
+            text = body.get("text")
+            body["text"] = {**(text if isinstance(text, dict) else {}),
+                            "format": responses_text_format(output, strict)}  # fmt: skip
         return body
 
     def assembler(self, request: LLMRequest) -> Assembler:
-        return ResponsesStream(request.deltas, request.iteration)
+        return ResponsesStream(request.deltas, request.iteration, self.max_answer_chars)
 
     def parse_body(self, data: dict[str, Any]) -> LLMResponse:
         return parse_response(data)
@@ -129,8 +140,8 @@ class OpenAIResponsesCaller(HTTPCaller):
 def parse_response(data: Mapping[str, Any]) -> LLMResponse:
     """A Responses API ``response`` object as an ``LLMResponse``.
 
-    Raises ``ValueError`` for one that cannot be used: failed, a refusal, cut off by the token
-    limit in the middle of its calls, or with nothing in it.
+    Raises ``ValueError`` for one that cannot be used: failed, cut off by the token limit in
+    the middle of its calls, or with nothing in it. A refusal is an answer with ``refusal``.
     """
     status = data.get("status")
     if status == "failed":
@@ -152,13 +163,14 @@ def parse_response(data: Mapping[str, Any]) -> LLMResponse:
                 parse_call(str(item.get("call_id", "")), str(item.get("name", "")),
                            item.get("arguments"))
             )  # fmt: skip
+    usage = data.get("usage")
+    counts = _usage(usage) if isinstance(usage, Mapping) else None
     if refusal and not calls:
-        raise ValueError(f"the model refused: {''.join(refusal)}")
+        said = "".join(refusal) or "the model refused"
+        return LLMRefusal("".join(text), (), counts, _reasoning(data.get("output")), said)
     reason = (data.get("incomplete_details") or {}).get("reason")
     if status == "incomplete" and (calls or not text):
         raise ValueError(f"the response is incomplete ({reason or 'no reason given'})")
-    usage = data.get("usage")
-    counts = _usage(usage) if isinstance(usage, Mapping) else None
     return LLMResponse("".join(text), calls, counts, _reasoning(data.get("output")))
 
 

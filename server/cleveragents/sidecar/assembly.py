@@ -22,11 +22,13 @@ from cleveragents.sidecar.config.settings import PROVIDER_KINDS
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost, ClientLLMCaller
 from cleveragents.sidecar.llm_profiles import profile_name, resolve_llm
+from cleveragents.sidecar.output_schemas import prepare_output
 from cleveragents.sidecar.runs.resume import ResumeInfo, responses_logged
 from cleveragents.sidecar.sandbox_roots import SandboxRoots
 from cleveragents.sidecar.secrets import RedactingRunner
 from cleveragents.tool import (
     DEFAULT_MAX_ITERATIONS,
+    DEFAULT_MAX_OUTPUT_RETRIES,
     AutomationProfile,
     LLMCaller,
     Resumption,
@@ -84,13 +86,15 @@ class RunAssembler:
         client_llm: bool = False,
         policy: Policy | None = None,
         principal: str = "",
+        recorded: bool = False,
     ) -> AssembledRun:
         """The run ``request`` asks for; ``SidecarError`` says why it cannot be.
 
         ``call_deadline_s`` is the time left before the starting call's deadline. A session's
         ``host`` serves ``client_tools`` and, with ``client_llm``, the LLM. ``policy`` (default:
         the global one) is what the caller may ask for; ``principal`` (who calls) keeps its
-        client tools' ``tool_limits`` apart from everyone else's.
+        client tools' ``tool_limits`` apart from everyone else's. ``recorded``: ``request`` is
+        a ``run_started`` spec read back from the run's log (see ``reassemble``).
         """
         config = self.config
         policy = policy if policy is not None else config.policy
@@ -104,7 +108,9 @@ class RunAssembler:
                 f"spec.max_iterations {request.max_iterations} exceeds this sidecar's cap of {cap}"
             )
         max_iterations = request.max_iterations or min(DEFAULT_MAX_ITERATIONS, cap)
-        registry = self._registry_for(request.tool_names, client_tools, policy)
+        if request.output is not None and not request.output.prepared:
+            prepare_output(request.output, config)  # a run resumed from its log's spec
+        registry = self._registry_for(request, client_tools, policy, recorded=recorded)
         _check_llm(request, config, policy, client_llm)
         profile, llm, router = resolve_llm(request.llm, config, client_llm=client_llm)
         if host is not None:
@@ -153,6 +159,12 @@ class RunAssembler:
             approval_help=approvals.how_to_answer,
             budget=budget,
             max_calls_per_response=config.max_calls_per_response,
+            output=request.output,
+            max_output_retries=(
+                DEFAULT_MAX_OUTPUT_RETRIES
+                if request.max_output_retries is None
+                else request.max_output_retries
+            ),
         )
         # The run appends to its context's history: it gets a copy, the request keeps its own.
         context = dataclasses.replace(
@@ -184,18 +196,46 @@ class RunAssembler:
         return profiles[chosen]
 
     def _registry_for(
-        self, tool_names: Sequence[str], client_specs: Sequence[ToolSpec], policy: Policy
+        self,
+        request: RunRequest,
+        client_specs: Sequence[ToolSpec],
+        policy: Policy,
+        *,
+        recorded: bool,
     ) -> ToolRegistry:
+        """The server tools the run offers: ``tool_names`` (empty: all), or none with
+        ``no_server_tools``. A client tool's name conflicts only with a server tool the run
+        offers, and then only ``allow_tool_shadowing`` lets the client's take its place.
+
+        ``recorded``: the request is a ``run_started`` spec read back to resume the run,
+        whose ``tool_names`` list every tool offered, the client's own among them (a name in
+        both was the client's: the run was accepted so)."""
         client_names = {s.name for s in client_specs}
-        if not policy.allow_tool_shadowing and (
-            shadowed := sorted(n for n in client_names if n in self.registry)
+        tool_names = request.tool_names
+        if request.no_server_tools:
+            if named := [n for n in tool_names if not (recorded and n in client_names)]:
+                raise SidecarError.invalid(
+                    "spec.no_server_tools asks for none of the sidecar's tools, and "
+                    f"spec.tool_names names {len(named)}: set one or the other"
+                )
+            return self.registry.subset(())
+        offered = tool_names or self.registry.names()
+        if not (recorded or policy.allow_tool_shadowing) and (
+            shadowed := sorted(n for n in client_names.intersection(offered) if n in self.registry)
         ):
-            raise SidecarError.denied(
-                f"start.tools: client tool {shadowed[0]!r} has the name of a tool this sidecar "
-                f"serves, and {policy.where}.allow_tool_shadowing is false: rename the client "
-                "tool (or the operator allows shadowing)"
+            name = shadowed[0]
+            leave_out = (
+                f"leave {name!r} out of spec.tool_names"
+                if tool_names
+                else "name the server tools the run wants in spec.tool_names"
             )
-        server_names = [n for n in (tool_names or self.registry.names()) if n not in client_names]
+            raise SidecarError.denied(
+                f"start.tools: client tool {name!r} has the name of a tool this sidecar serves "
+                f"and this run offers, and {policy.where}.allow_tool_shadowing is false: "
+                f"rename the client tool, {leave_out} (or set spec.no_server_tools), or the "
+                "operator allows shadowing"
+            )
+        server_names = [n for n in offered if n not in client_names]
         try:
             return self.registry.subset(server_names)
         except UnknownToolError as exc:
@@ -224,6 +264,7 @@ class RunAssembler:
             client_llm=session is not None and session.client_llm,
             policy=self.config.policy_named(info.policy),
             principal=owner,
+            recorded=True,
         )
         if isinstance(caller := assembled.runtime.llm_caller, ScriptedLLMCaller):
             caller.skip(responses_logged(resumption))

@@ -64,7 +64,8 @@ class _Streamed:
     def __init__(self, sink: DeltaSink) -> None:
         self.sink = sink
         self.next_index = 0
-        #: The characters of text and arguments streamed (at most ``max_message_bytes``).
+        #: The characters of text, arguments, ids and names streamed (at most
+        #: ``max_message_bytes``).
         self.chars = 0
         self.text: list[str] = []
         self.arguments: dict[int, list[str]] = {}
@@ -238,14 +239,18 @@ class ClientHost:
                 f"{delta.tool_call_index}; tool calls are numbered from 0"
             )
         entry.next_index += 1
-        entry.chars += len(delta.text) + len(delta.arguments)
+        # Every character a delta carries is kept (and relayed) until the answer comes, ids and
+        # names as much as text: all count toward what its llm_result may carry.
+        entry.chars += (
+            len(delta.text) + len(delta.arguments) + len(delta.tool_call_id) + len(delta.tool_name)
+        )
         limit = self.max_message_bytes
         if limit and entry.chars > limit:
             self._overflow(request_id, f"llm_delta {index} for request_id {request_id!r} "
-                f"takes the answer's streamed text and arguments to {entry.chars} characters, "
-                f"more than the {limit} bytes its llm_result may carry (the sidecar's "
-                "max_message_bytes): the deltas of one answer must spell that answer, which "
-                "has to fit in one message")  # fmt: skip
+                f"takes the answer's streamed text, arguments, tool call ids and names to "
+                f"{entry.chars} characters, more than the {limit} bytes its llm_result may "
+                "carry (the sidecar's max_message_bytes): the deltas of one answer must spell "
+                "that answer, which has to fit in one message")  # fmt: skip
             return
         entry.keep(delta)
         entry.sink(delta)

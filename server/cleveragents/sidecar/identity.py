@@ -14,7 +14,10 @@ import enum
 import re
 from dataclasses import dataclass
 
-__all__ = ["ANONYMOUS", "DEFAULT_IDENTITY", "ROLES", "Access", "Identity", "normal_subject"]
+__all__ = [
+    "ANONYMOUS", "DEFAULT_IDENTITY", "ROLES", "Access", "Identity", "normal_subject",
+    "roles_granting",
+]  # fmt: skip
 
 #: The roles an identity may hold.
 ROLES = ("observer", "approver", "admin")
@@ -57,6 +60,11 @@ class Identity:
     def may(self, access: Access, owner: str) -> bool:
         """Whether this identity may ``access`` a run that ``owner`` owns."""
         return owner == self.name or not self.roles.isdisjoint(_GRANTS[access])
+
+
+def roles_granting(access: Access) -> tuple[str, ...]:
+    """The roles that let an identity ``access`` another's run, in ``ROLES`` order."""
+    return tuple(role for role in ROLES if role in _GRANTS[access])
 
 
 #: The one identity of a sidecar with a single shared token, or with no auth at all: it has

@@ -69,7 +69,7 @@ def resolve_llm(
             raise SidecarError.invalid(
                 f"llm.script is honoured only by scripted profiles; {name!r} is {profile.kind!r}"
             )
-        caller = _provider_caller(profile, selection.model)
+        caller = _provider_caller(profile, selection.model, config.max_message_bytes)
         return profile, caller, caller.router
     if selection.script:
         try:
@@ -99,7 +99,12 @@ async def close_provider_clients() -> None:
     await _CLIENTS.aclose()
 
 
-def _provider_caller(profile: ProfileConfig, model_override: str) -> HTTPCaller:
+def _provider_caller(
+    profile: ProfileConfig, model_override: str, max_answer_chars: int
+) -> HTTPCaller:
+    """The profile's caller; a streamed answer may hold ``max_answer_chars`` (the sidecar's
+    ``max_message_bytes``: one that could not fit in its ``llm_responded`` event is refused
+    as it streams, not read to its end)."""
     from cleveragents.providers import (
         AnthropicMessagesCaller,
         OpenAIChatCaller,
@@ -125,6 +130,7 @@ def _provider_caller(profile: ProfileConfig, model_override: str) -> HTTPCaller:
     if profile.kind == "anthropic":
         cls: type[HTTPCaller] = AnthropicMessagesCaller
         extra["cache_prompt"] = profile.cache_prompt
+        extra["structured_output"] = profile.structured_output
     else:
         cls = OpenAIChatCaller if profile.kind == "openai" else OpenAIResponsesCaller
         if profile.kind == "openai":
@@ -141,6 +147,8 @@ def _provider_caller(profile: ProfileConfig, model_override: str) -> HTTPCaller:
             params=profile.params,
             client=_CLIENTS.get(profile),
             profile=profile.name,
+            max_answer_chars=max_answer_chars,
+            max_answer_setting="max_message_bytes",
         )
     except ValueError as exc:  # the messages never quote the key
         raise SidecarError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 
-from cleveragents.providers import ProviderError
+from cleveragents.providers import AnswerTooLargeError, ProviderError
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.tool import LLMCallError, ScriptExhaustedError
 
@@ -33,14 +33,17 @@ def status_from_code(code: int) -> grpc.StatusCode:
 def status_of(error: BaseException | None) -> grpc.StatusCode:
     """The status that reports ``error`` to a client.
 
-    ``SidecarError``: its code. A provider's error: by its HTTP status, as above. A scripted
-    LLM that ran out of turns: ``FAILED_PRECONDITION`` (the same request fails the same way
-    again; the script must change). Any other failure of the LLM call: ``UNAVAILABLE``. No
+    ``SidecarError``: its code. A provider's answer too large to keep: ``RESOURCE_EXHAUSTED``
+    (as any event too large for one message). A provider's error: by its HTTP status, as above.
+    A scripted LLM that ran out of turns: ``FAILED_PRECONDITION`` (the same request fails the
+    same way again; the script must change). Any other failure of the LLM call: ``UNAVAILABLE``. No
     exception at all (a run that crashed in the sidecar itself): ``INTERNAL``.
     """
     cause = error.__cause__ if isinstance(error, LLMCallError) else error
     if isinstance(cause, SidecarError):
         return cause.code
+    if isinstance(cause, AnswerTooLargeError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(cause, ProviderError):
         return _PROVIDER_CODES.get(cause.status or 0) or (
             grpc.StatusCode.UNAVAILABLE if cause.retryable else grpc.StatusCode.FAILED_PRECONDITION

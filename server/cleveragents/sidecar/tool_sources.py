@@ -40,7 +40,8 @@ def load_tool_module(reference: str, python_path: Sequence[str] = ()) -> ToolReg
     (the directories stay on ``sys.path``: the module's own imports need them later too).
     """
     module_name, _, attribute = reference.partition(":")
-    searched = [os.path.abspath(p) for p in (*python_path, os.getcwd())]
+    # Once each: the config file's directory is often the working directory too.
+    searched = list(dict.fromkeys(os.path.abspath(p) for p in (*python_path, os.getcwd())))
     for directory in reversed(searched):
         if directory not in sys.path:
             sys.path.insert(0, directory)
@@ -51,7 +52,20 @@ def load_tool_module(reference: str, python_path: Sequence[str] = ()) -> ToolReg
             f"tool module {reference!r}: {exc}; looked in {', '.join(searched)} and sys.path "
             "(add the directory that holds the package to python_path, or to PYTHONPATH)"
         ) from None
-    registry = getattr(module, attribute or "registry", None)
-    if not isinstance(registry, ToolRegistry):
-        raise ConfigError(f"tool module {reference!r} does not name a ToolRegistry")
-    return registry
+    attribute = attribute or "registry"
+    registry = getattr(module, attribute, None)
+    if isinstance(registry, ToolRegistry):
+        return registry
+    where = f"module {module_name!r} ({getattr(module, '__file__', None) or 'no file'})"
+    if registry is None:
+        found = sorted(n for n, v in vars(module).items() if isinstance(v, ToolRegistry))
+        has = f"its ToolRegistry objects: {', '.join(found)}" if found else "it has no ToolRegistry"
+        default = "" if ":" in reference else " (the attribute when none is given)"
+        raise ConfigError(
+            f"tool module {reference!r}: {where} has no attribute {attribute!r}{default}; "
+            f"{has}; name one as 'module:attribute'"
+        )
+    raise ConfigError(
+        f"tool module {reference!r}: {module_name}.{attribute} is a {type(registry).__name__}, "
+        f"not a ToolRegistry ({where})"
+    )

@@ -20,6 +20,7 @@ from cleveragents.tool.events import (
     EventSink,
     IterationStarted,
     LLMDelta,
+    LLMRefused,
     LLMResponded,
     RunCancelled,
     RunCompleted,
@@ -46,15 +47,18 @@ from cleveragents.tool.loop.resume import Resumption
 from cleveragents.tool.loop.runtime import DEFAULT_MAX_ITERATIONS, ToolCallingRuntime
 from cleveragents.tool.messages import (
     DeltaSink,
+    LLMRefusal,
     LLMRequest,
     LLMResponse,
     Message,
     Reasoning,
     ResponseDelta,
     Role,
+    StructuredRequest,
     ToolCall,
     Usage,
 )
+from cleveragents.tool.output import DEFAULT_MAX_OUTPUT_RETRIES, OutputCheck, OutputSchema
 from cleveragents.tool.policy import (
     BUILTIN_PROFILES,
     ApprovalDecision,
@@ -70,6 +74,7 @@ from cleveragents.tool.spec import ToolSpec
 __all__ = [
     "BUILTIN_PROFILES",
     "DEFAULT_MAX_ITERATIONS",
+    "DEFAULT_MAX_OUTPUT_RETRIES",
     "ApprovalDecided",
     "ApprovalDecision",
     "ApprovalRequest",
@@ -85,10 +90,14 @@ __all__ = [
     "LLMCallError",
     "LLMCaller",
     "LLMDelta",
+    "LLMRefusal",
+    "LLMRefused",
     "LLMRequest",
     "LLMResponded",
     "LLMResponse",
     "Message",
+    "OutputCheck",
+    "OutputSchema",
     "Reasoning",
     "RecordedRequest",
     "Responder",
@@ -105,6 +114,7 @@ __all__ = [
     "ScriptExhaustedError",
     "ScriptedLLMCaller",
     "StopReason",
+    "StructuredRequest",
     "TerminalEvent",
     "ToolActorContext",
     "ToolCall",

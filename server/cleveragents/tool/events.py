@@ -22,6 +22,7 @@ __all__ = [
     "EventSink",
     "IterationStarted",
     "LLMDelta",
+    "LLMRefused",
     "LLMResponded",
     "RunCancelled",
     "RunCompleted",
@@ -101,7 +102,7 @@ class LLMDelta:
 class LLMResponded:
     """The LLM answered: its text, the tool calls it asked for, the usage it reported and
     the provider's ``reasoning`` items, if any (kept in the log, so that a resumed run can
-    pass them back as the live one would have)."""
+    pass them back as the live one would have). A refusal is an :class:`LLMRefused`."""
 
     iteration: int
     content: str
@@ -109,11 +110,28 @@ class LLMResponded:
     usage: Usage | None
     reasoning: Reasoning | None = None
 
+    @property
+    def refusal(self) -> str | None:
+        """Why the model declined to answer: ``None`` for an answer (see :class:`LLMRefused`)."""
+        return None
+
     @classmethod
     def of(cls, iteration: int, response: LLMResponse) -> LLMResponded:
         """The event of ``response``, the answer to LLM call number ``iteration``."""
-        return cls(iteration, response.content, response.tool_calls, response.usage,
-                   response.reasoning)  # fmt: skip
+        if type(response) is LLMResponse or response.refusal is None:
+            return cls(iteration, response.content, response.tool_calls, response.usage,
+                       response.reasoning)  # fmt: skip
+        return LLMRefused(iteration, response.content, response.tool_calls, response.usage,
+                          response.reasoning, response.refusal)  # fmt: skip
+
+
+@quick_init
+@dataclass(frozen=True, slots=True)
+class LLMRefused(LLMResponded):
+    """The LLM declined to answer: ``refusal`` says why (the run ends with
+    ``StopReason.REFUSAL``)."""
+
+    refusal: str = "the model refused"
 
 
 @quick_init

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -10,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 from cleveragents.tool.errors import ScriptExhaustedError
 from cleveragents.tool.messages import (
     MAX_TOKEN_COUNT,
+    LLMRefusal,
     LLMRequest,
     LLMResponse,
     Message,
@@ -141,17 +143,26 @@ def response_from_dict(turn: Mapping[str, Any], *, turn_number: int = 1) -> LLMR
 
     The shape is ``{"content": str, "tool_calls": [{"id", "name", "arguments"}], "usage":
     {"input_tokens", "output_tokens"}}``, every key optional; a call without an ``id`` gets
-    ``call_<turn_number>_<index>`` so ids stay unique across a script. Raises ``ValueError``
-    on a wrong shape, naming the offending key.
+    ``call_<turn_number>_<index>`` so ids stay unique across a script. A structured final
+    answer may be given as ``"output"``, any JSON value, which becomes the content as compact
+    JSON text (instead of ``content``); ``"refusal"`` (a string) makes the model decline.
+    Raises ``ValueError`` on a wrong shape, naming the offending key.
     """
     if not isinstance(turn, Mapping):
         raise ValueError(f"a scripted turn must be a JSON object, got {type(turn).__name__}")
-    unknown = set(turn) - {"content", "tool_calls", "usage"}
+    unknown = set(turn) - {"content", "tool_calls", "usage", "output", "refusal"}
     if unknown:
         raise ValueError(f"unknown key(s) in scripted turn: {', '.join(sorted(unknown))}")
     content = turn.get("content", "")
     if not isinstance(content, str):
         raise ValueError("'content' of a scripted turn must be a string")
+    if "output" in turn:
+        if "content" in turn:
+            raise ValueError("a scripted turn gives either 'content' or 'output', not both")
+        content = _COMPACT(turn["output"])
+    refusal = turn.get("refusal")
+    if refusal is not None and not isinstance(refusal, str):
+        raise ValueError("'refusal' of a scripted turn must be a string")
     raw_calls = turn.get("tool_calls", [])
     if not isinstance(raw_calls, list):
         raise ValueError("'tool_calls' of a scripted turn must be an array")
@@ -176,4 +187,10 @@ def response_from_dict(turn: Mapping[str, Any], *, turn_number: int = 1) -> LLMR
         if max(tokens) > MAX_TOKEN_COUNT:
             raise ValueError(f"usage token counts must be at most {MAX_TOKEN_COUNT} (int64)")
         usage = Usage(*tokens)
+    if refusal is not None:
+        return LLMRefusal(content, (), usage, refusal=refusal)
     return LLMResponse(content=content, tool_calls=calls, usage=usage)
+
+
+#: A scripted ``output`` as the compact JSON text a model would write.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode

@@ -8,16 +8,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cleveragents.tool.frozen import quick_init
+from cleveragents.tool.output import OutputSchema
 
 __all__ = [
     "MAX_TOKEN_COUNT",
     "DeltaSink",
+    "LLMRefusal",
     "LLMRequest",
     "LLMResponse",
     "Message",
     "Reasoning",
     "ResponseDelta",
     "Role",
+    "StructuredRequest",
     "ToolCall",
     "Usage",
 ]
@@ -130,12 +133,31 @@ class LLMRequest:
     ``deltas``, when set, is where a caller that can stream puts each piece of the answer as
     it arrives (see :class:`ResponseDelta`); a caller that cannot stream ignores it, and its
     answer reaches consumers whole, as before. The sink never blocks and never raises.
+
+    ``output`` is the run's output schema, set on the :class:`StructuredRequest` of a run
+    that has one (``None`` here).
     """
 
     messages: Sequence[Message]
     tools: Sequence[Mapping[str, Any]]
     iteration: int
     deltas: DeltaSink | None = None
+
+    @property
+    def output(self) -> OutputSchema | None:
+        """The run's output schema: ``None`` for a run without one."""
+        return None
+
+
+@quick_init
+@dataclass(frozen=True, slots=True)
+class StructuredRequest(LLMRequest):
+    """The request of a run with an output schema: a final answer (one without tool calls)
+    must be its content as JSON text matching ``output``. A caller asks its model for that
+    with the provider's own mechanism where it has one; the loop validates the answer either
+    way. (A subclass rather than a field, so that a run without a schema pays nothing.)"""
+
+    output: OutputSchema | None = None
 
 
 @quick_init
@@ -167,14 +189,31 @@ DeltaSink = Callable[[ResponseDelta], None]
 @dataclass(frozen=True, slots=True)
 class LLMResponse:
     """What one LLM invocation returns: text, tool calls (none means a final answer), usage,
-    and the provider's ``reasoning`` items when it returned some (see :class:`Reasoning`)."""
+    and the provider's ``reasoning`` items when it returned some (see :class:`Reasoning`).
+    A model that declined to answer returns an :class:`LLMRefusal`."""
 
     content: str = ""
     tool_calls: Sequence[ToolCall] = ()
     usage: Usage | None = None
     reasoning: Reasoning | None = None
 
+    @property
+    def refusal(self) -> str | None:
+        """Why the model declined to answer: ``None`` for an answer (see :class:`LLMRefusal`)."""
+        return None
+
     def turn(self, calls: Sequence[ToolCall]) -> Message:
         """The assistant message that puts this answer, asking for ``calls`` (the answer's own,
         as routed), into the conversation, its reasoning with it."""
         return Message(Role.ASSISTANT, self.content, calls, reasoning=self.reasoning)
+
+
+@quick_init
+@dataclass(frozen=True, slots=True)
+class LLMRefusal(LLMResponse):
+    """The model declined to answer (OpenAI's ``refusal``, Anthropic's ``refusal`` stop
+    reason, a client-hosted LLM's ``LlmResult.refusal``): the run ends with
+    ``StopReason.REFUSAL`` and ``refusal`` as its content. (A subclass rather than a field, so
+    that the answers of every other turn cost nothing more.)"""
+
+    refusal: str = "the model refused"

@@ -36,6 +36,8 @@ class StopReason(enum.StrEnum):
     TOOL_CALL_BUDGET = "tool_call_budget"
     TOKEN_BUDGET = "token_budget"
     WALL_CLOCK_BUDGET = "wall_clock_budget"
+    MAX_OUTPUT_RETRIES = "max_output_retries"
+    REFUSAL = "refusal"
 
 
 @quick_init
@@ -94,7 +96,12 @@ class ToolCallRecord:
 @quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCallRunResult:
-    """The end of a run: the final (or partial) text and every record, in order."""
+    """The end of a run: the final (or partial) text and every record, in order.
+
+    With an output schema, ``output_json`` is the final answer's JSON text once it validated
+    ("" otherwise), and ``output_error`` why the last answer was refused when
+    ``max_output_retries`` ran out.
+    """
 
     content: str
     tool_call_history: tuple[ToolCallRecord, ...]
@@ -103,3 +110,5 @@ class ToolCallRunResult:
     usage: Usage = field(default_factory=Usage)
     stop_reason: StopReason = StopReason.FINAL_ANSWER
     run_id: str = ""
+    output_json: str = ""
+    output_error: str = ""

@@ -16,7 +16,15 @@ from typing import Any
 
 from cleveragents.tool.jsontext import Encoder
 from cleveragents.tool.jsontext import loads as json_loads
-from cleveragents.tool.messages import MAX_TOKEN_COUNT, LLMResponse, Message, Role, ToolCall, Usage
+from cleveragents.tool.messages import (
+    MAX_TOKEN_COUNT,
+    LLMRefusal,
+    LLMResponse,
+    Message,
+    Role,
+    ToolCall,
+    Usage,
+)
 from cleveragents.tool.spec import ToolSpec
 
 __all__ = ["ToolCallRouter", "ToolFormat", "parse_call", "route_call"]
@@ -125,9 +133,11 @@ class ToolCallRouter:
     def parse_response(self, body: Mapping[str, Any]) -> LLMResponse:
         """A whole provider response (chat completion or message) as an ``LLMResponse``.
 
-        Raises ``ValueError`` for a response that cannot be used: no choices, a refusal, tool
-        calls cut off by the token limit, or no content and no tool calls together with a stop
-        reason other than a natural end (``length``, ``content_filter``, ``max_tokens``…).
+        Raises ``ValueError`` for a response that cannot be used: no choices, tool calls cut
+        off by the token limit, or no content and no tool calls together with a stop reason
+        other than a natural end (``length``, ``content_filter``, ``max_tokens``…). A refusal
+        (OpenAI's ``refusal``, Anthropic's ``refusal`` stop reason) is an answer whose
+        ``refusal`` holds its text.
         Arguments that do not parse are not an error here: see :func:`parse_call`.
         """
         if not isinstance(body, Mapping):
@@ -191,22 +201,21 @@ def _parse_openai(router: ToolCallRouter, body: Mapping[str, Any]) -> LLMRespons
         raise ValueError("the provider's first choice has no message object")
     content = _text(message.get("content"))
     calls = router.parse_tool_calls(message)
-    refusal = message.get("refusal")
-    if refusal and not calls:
-        raise ValueError(f"the model refused: {refusal}")
-    _check_stop(content, calls, choice.get("finish_reason"), "finish_reason")
     usage = body.get("usage")
-    return LLMResponse(
-        content=content,
-        tool_calls=calls,
-        usage=Usage(
+    counts = (
+        Usage(
             _count(usage, "prompt_tokens"),
             _count(usage, "completion_tokens"),
             _count(usage, "total_tokens"),  # counted when it exceeds the two (thinking tokens)
         )
         if isinstance(usage, Mapping) and usage
-        else None,
+        else None
     )
+    refusal = message.get("refusal")
+    if refusal and not calls:
+        return LLMRefusal(content, (), counts, refusal=str(refusal))
+    _check_stop(content, calls, choice.get("finish_reason"), "finish_reason")
+    return LLMResponse(content=content, tool_calls=calls, usage=counts)
 
 
 def _parse_anthropic(router: ToolCallRouter, body: Mapping[str, Any]) -> LLMResponse:
@@ -220,25 +229,24 @@ def _parse_anthropic(router: ToolCallRouter, body: Mapping[str, Any]) -> LLMResp
     )
     calls = router.parse_tool_calls(blocks)
     stop = body.get("stop_reason")
-    if stop == "refusal":
-        raise ValueError(
-            "the model refused (stop_reason 'refusal')" + (f": {text}" if text else "")
-        )
-    _check_stop(text, calls, stop, "stop_reason")
     usage = body.get("usage")
     # Cached prompt tokens are counted apart from input_tokens; they are input all the same.
-    return LLMResponse(
-        content=text,
-        tool_calls=calls,
-        usage=Usage(
+    counts = (
+        Usage(
             _count(usage, "input_tokens")
             + _count(usage, "cache_creation_input_tokens")
             + _count(usage, "cache_read_input_tokens"),
             _count(usage, "output_tokens"),
         )
         if isinstance(usage, Mapping) and usage
-        else None,
+        else None
     )
+    if stop == "refusal":  # the text so far, if any, says why
+        return LLMRefusal(
+            text, (), counts, refusal=text or "the model refused (stop_reason 'refusal')"
+        )
+    _check_stop(text, calls, stop, "stop_reason")
+    return LLMResponse(content=text, tool_calls=calls, usage=counts)
 
 
 def _check_stop(content: str, calls: Sequence[ToolCall], stop: Any, field: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -44,8 +45,11 @@ class ToolSpec:
             )
         if not isinstance(self.input_schema, Mapping):
             raise TypeError(f"tool {self.name!r}: input_schema must be a JSON Schema object")
-        if self.input_schema.get("type", "object") != "object":
-            raise ValueError(f"tool {self.name!r}: input_schema must describe an object")
+        if (kind := self.input_schema.get("type", "object")) != "object":
+            raise ValueError(
+                f'tool {self.name!r}: input_schema must describe an object ("type": "object"), '
+                f'not "type": {json.dumps(kind)}'
+            )
         if self.timeout_s is not None and not (
             math.isfinite(self.timeout_s) and self.timeout_s > 0
         ):

@@ -18,6 +18,7 @@ from cleveragents.tool import (
     ApprovalRequested,
     IterationStarted,
     LLMDelta,
+    LLMRefused,
     LLMResponded,
     Reasoning,
     RunCancelled,
@@ -149,6 +150,8 @@ def event_to_pb(
                 pb_reasoning = responded.reasoning
                 pb_reasoning.provider, pb_reasoning.summary = reasoning.provider, reasoning.summary
                 pb_reasoning.items = reasoning.items
+            if type(event) is LLMRefused:
+                responded.refusal = event.refusal
         case ApprovalRequested():
             asked = run_event.approval_requested
             asked.call_id, asked.tool_name = event.call_id, event.tool_name
@@ -208,6 +211,8 @@ def event_from_pb(pb: events_pb2.RunEvent, record_from: RecordDecoder = record_f
         if r.HasField("reasoning"):  # items_omitted: "" items, so the turn goes back plain
             reasoning = Reasoning(r.reasoning.provider, r.reasoning.summary, r.reasoning.items)
         calls = tuple(call_from_pb(c) for c in r.tool_calls)
+        if r.refusal:
+            return LLMRefused(r.iteration, r.content, calls, usage, reasoning, r.refusal)
         return LLMResponded(r.iteration, r.content, calls, usage, reasoning)
     if kind == "llm_delta":
         return delta_from_pb(pb.llm_delta)

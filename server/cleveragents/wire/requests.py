@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cleveragents.tool import RunBudget, RunStarted, ToolActorContext, ToolSpec
+from cleveragents.tool import OutputSchema, RunBudget, RunStarted, ToolActorContext, ToolSpec
 from cleveragents.toolruntime.v1 import session_pb2, types_pb2
 from cleveragents.wire.values import (
     budget_from_pb,
     budget_to_pb,
     context_from_pb,
     context_to_pb,
+    output_schema_from_pb,
+    output_schema_to_pb,
     spec_from_pb,
     spec_to_pb,
 )
@@ -48,8 +50,11 @@ class RunRequest:
     """One run as a client asks for it.
 
     ``max_iterations`` 0 means the sidecar's default; ``tool_names`` empty means every
-    server-side tool; ``run_id`` empty lets the sidecar pick one; ``context`` ``None`` means an
-    empty one. The sidecar never changes a request: it copies the context it runs with.
+    server-side tool, unless ``no_server_tools`` asks for none of them; ``run_id`` empty lets
+    the sidecar pick one; ``context`` ``None`` means an empty one. ``output`` asks for the final
+    answer as JSON matching a schema, with at most ``max_output_retries`` corrections
+    (``None``: the default). The sidecar never changes a
+    request: it copies the context it runs with.
     """
 
     prompt: str
@@ -59,8 +64,11 @@ class RunRequest:
     tool_names: tuple[str, ...] = ()
     run_id: str = ""
     detach: bool = False
+    no_server_tools: bool = False
     budget: RunBudget | None = None
     max_wall_clock_s: float | None = None
+    output: OutputSchema | None = None
+    max_output_retries: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +86,12 @@ class SessionOpening:
 def run_request_from_pb(spec: types_pb2.RunSpec) -> RunRequest:
     """The request a ``RunSpec`` stands for; ``ValueError`` names a malformed field."""
     budget, wall_clock_s = budget_from_pb(spec.budget)
+    output = None
+    if spec.HasField("output_schema"):
+        output = output_schema_from_pb(spec.output_schema, "spec.output_schema")
+    retries = spec.max_output_retries if spec.HasField("max_output_retries") else None
+    if retries is not None and retries < 0:
+        raise ValueError("spec.max_output_retries must be 0 or more (unset: the default)")
     return RunRequest(
         prompt=spec.prompt,
         context=context_from_pb(spec.context) if spec.HasField("context") else None,
@@ -86,8 +100,11 @@ def run_request_from_pb(spec: types_pb2.RunSpec) -> RunRequest:
         tool_names=tuple(spec.tool_names),
         run_id=spec.run_id,
         detach=spec.detach,
+        no_server_tools=spec.no_server_tools,
         budget=budget if spec.HasField("budget") else None,
         max_wall_clock_s=wall_clock_s,
+        output=output,
+        max_output_retries=retries,
     )
 
 
@@ -114,12 +131,17 @@ def _fill_spec(spec: types_pb2.RunSpec, request: RunRequest) -> None:
     spec.tool_names.extend(request.tool_names)
     spec.run_id = request.run_id
     spec.detach = request.detach
+    spec.no_server_tools = request.no_server_tools
     llm = request.llm
     spec.llm.profile, spec.llm.model, spec.llm.script = llm.profile, llm.model, llm.script
     if request.context is not None:
         spec.context.CopyFrom(context_to_pb(request.context))
     if request.budget is not None or request.max_wall_clock_s is not None:
         budget_to_pb(spec.budget, request.budget or RunBudget(), request.max_wall_clock_s)
+    if request.output is not None:
+        output_schema_to_pb(request.output, spec.output_schema)
+    if request.max_output_retries is not None:
+        spec.max_output_retries = request.max_output_retries
 
 
 def session_opening_from_pb(start: session_pb2.SessionStart) -> SessionOpening:

@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cleveragents.tool import LLMRequest, LLMResponse, Message
+from cleveragents.tool import (
+    LLMRefusal,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    OutputSchema,
+    StructuredRequest,
+)
 from cleveragents.tool.frozen import quick_init
 from cleveragents.toolruntime.v1 import session_pb2, types_pb2
 from cleveragents.wire.jsonfields import dumps
@@ -22,6 +29,8 @@ from cleveragents.wire.values import (
     call_to_pb,
     message_from_pb,
     message_to_pb,
+    output_schema_from_pb,
+    output_schema_to_pb,
     spec_from_pb,
     usage_from_pb,
 )
@@ -72,10 +81,12 @@ class LlmInvocationEncoder:
     conversation is, instead of resending all of it every time.
     """
 
-    __slots__ = ("_incremental", "_messages", "_sent", "_tools", "_tools_source")
+    __slots__ = ("_incremental", "_messages", "_output", "_sent", "_tools", "_tools_source")
 
     def __init__(self, *, incremental: bool) -> None:
         self._incremental = incremental
+        #: The run's output schema as protobuf, converted once (``None``: the run has none).
+        self._output: types_pb2.OutputSchema | None = None
         self._tools: list[types_pb2.ToolSpec] = []
         self._tools_source: Sequence[Mapping[str, Any]] | None = None
         self._messages: list[types_pb2.Message] = []
@@ -104,6 +115,11 @@ class LlmInvocationEncoder:
         invocation.request_id = request_id
         invocation.iteration = request.iteration
         invocation.tools.extend(self._tools)
+        if request.output is not None:
+            if self._output is None:
+                self._output = types_pb2.OutputSchema()
+                output_schema_to_pb(request.output, self._output)
+            invocation.output_schema.CopyFrom(self._output)
         if self._incremental:
             invocation.message_offset = self._sent
             invocation.messages.extend(self._messages[self._sent :])
@@ -146,10 +162,11 @@ def llm_answer_from_pb(pb: session_pb2.LlmResult) -> LlmAnswer:
     """An ``llm_result`` as an :class:`LlmAnswer`."""
     if pb.HasField("error"):
         return LlmAnswer(pb.request_id, error=pb.error)
+    usage = usage_from_pb(pb.usage) if pb.HasField("usage") else None
+    if pb.refusal:
+        return LlmAnswer(pb.request_id, LLMRefusal(pb.content, (), usage, refusal=pb.refusal))
     response = LLMResponse(
-        content=pb.content,
-        tool_calls=[call_from_pb(c) for c in pb.tool_calls],
-        usage=usage_from_pb(pb.usage) if pb.HasField("usage") else None,
+        content=pb.content, tool_calls=[call_from_pb(c) for c in pb.tool_calls], usage=usage
     )
     return LlmAnswer(pb.request_id, response)
 
@@ -163,9 +180,11 @@ class Conversation:
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
+        self._output: OutputSchema | None = None
 
     def request(self, invocation: session_pb2.LlmInvocation) -> LLMRequest:
-        """The ``LLMRequest`` a client-hosted LLM receives: the whole conversation so far.
+        """The ``LLMRequest`` a client-hosted LLM receives: the whole conversation so far,
+        and the run's output schema when it has one.
 
         Its ``messages`` is this conversation's live list, as in the core runtime. Raises
         ``ValueError`` if the invocation does not continue the messages held. One at offset 0
@@ -185,7 +204,15 @@ class Conversation:
             for t in invocation.tools
             for spec in (spec_from_pb(t),)
         ]
-        return LLMRequest(self.messages, tools, invocation.iteration)
+        output = None
+        if invocation.HasField("output_schema"):
+            output = output_schema_from_pb(invocation.output_schema, "output_schema")
+            if self._output == output:  # the same schema each time: compiled once
+                output = self._output
+            self._output = output
+        if output is None:
+            return LLMRequest(self.messages, tools, invocation.iteration)
+        return StructuredRequest(self.messages, tools, invocation.iteration, output=output)
 
 
 def tool_result_request(
@@ -213,6 +240,8 @@ def llm_result_request(
         if response.usage is not None:
             result.usage.input_tokens = response.usage.input_tokens
             result.usage.output_tokens = response.usage.output_tokens
+        if isinstance(response, LLMRefusal):
+            result.refusal = response.refusal or "the model refused"
     return session_pb2.SessionRequest(llm_result=result)
 
 

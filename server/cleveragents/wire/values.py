@@ -12,6 +12,7 @@ from collections.abc import Callable
 from cleveragents.tool import (
     ErrorKind,
     Message,
+    OutputSchema,
     Role,
     RunBudget,
     StopReason,
@@ -39,6 +40,8 @@ __all__ = [
     "fill_record",
     "message_from_pb",
     "message_to_pb",
+    "output_schema_from_pb",
+    "output_schema_to_pb",
     "record_from_pb",
     "record_to_pb",
     "result_from_pb",
@@ -82,6 +85,8 @@ _STOP_REASONS: dict[StopReason, types_pb2.StopReason.ValueType] = {
     StopReason.TOOL_CALL_BUDGET: types_pb2.STOP_REASON_TOOL_CALL_BUDGET,
     StopReason.TOKEN_BUDGET: types_pb2.STOP_REASON_TOKEN_BUDGET,
     StopReason.WALL_CLOCK_BUDGET: types_pb2.STOP_REASON_WALL_CLOCK_BUDGET,
+    StopReason.MAX_OUTPUT_RETRIES: types_pb2.STOP_REASON_MAX_OUTPUT_RETRIES,
+    StopReason.REFUSAL: types_pb2.STOP_REASON_REFUSAL,
 }
 _STOP_REASONS_BACK = {v: k for k, v in _STOP_REASONS.items()}
 _ROLES: dict[Role, types_pb2.Role.ValueType] = {
@@ -253,6 +258,8 @@ def result_to_pb(result: ToolCallRunResult) -> types_pb2.ToolCallRunResult:
         terminated_by_limit=result.terminated_by_limit,
         usage=usage_to_pb(result.usage),
         stop_reason=_STOP_REASONS[result.stop_reason],
+        output=result.output_json,
+        output_error=result.output_error,
     )
 
 
@@ -268,7 +275,25 @@ def result_from_pb(
         usage=usage_from_pb(pb.usage),
         stop_reason=_STOP_REASONS_BACK.get(pb.stop_reason, StopReason.ERROR),
         run_id=pb.run_id,
+        output_json=pb.output,
+        output_error=pb.output_error,
     )
+
+
+def output_schema_to_pb(output: OutputSchema, pb: types_pb2.OutputSchema) -> None:
+    """Fill ``pb`` (a message's empty ``output_schema``, in place) from ``output``."""
+    pb.name, pb.description = output.name, output.description
+    pb.schema = dumps(dict(output.schema))
+
+
+def output_schema_from_pb(pb: types_pb2.OutputSchema, where: str) -> OutputSchema:
+    """An output schema from protobuf (not compiled yet: see ``OutputSchema.prepare``);
+    ``ValueError`` names ``where`` and what is wrong."""
+    schema = parse_json_object(pb.schema, f"{where}.schema")
+    try:
+        return OutputSchema(pb.name, schema, pb.description)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def context_from_pb(pb: types_pb2.ToolActorContext) -> ToolActorContext:

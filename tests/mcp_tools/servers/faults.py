@@ -1,6 +1,7 @@
 """An MCP server (stdio, written with the SDK) that misbehaves on request, for the sidecar's
 fault tests. ``FAULT_DIR`` (an environment variable) is where it leaves what a test checks:
-``pid-<pid>`` when it starts, ``cancelled-<text>`` when a ``hang`` call is cancelled.
+``pid-<pid>`` when it starts, ``cancelled-<text>`` when a ``hang`` call is cancelled, and
+with ``FAULT_CHILD`` set ``child-<pid>`` for a child it starts in its own process group.
 It is also a script test servers run (``python faults.py``), hence its own imports only.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,12 @@ if __name__ == "__main__":
     (marks / f"pid-{os.getpid()}").touch()
     if (marks / "refuse").exists():  # a server that cannot start any more
         raise SystemExit("refusing to start: FAULT_DIR/refuse exists")
+    if os.environ.get("FAULT_CHILD"):  # a helper left in its process group, deaf to stdin
+        child = subprocess.Popen(
+            ["sleep", "600"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        (marks / f"child-{child.pid}").touch()
     if len(sys.argv) > 1:  # python faults.py PORT: Streamable HTTP on 127.0.0.1:PORT/mcp
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
     else:

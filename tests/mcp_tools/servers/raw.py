@@ -5,10 +5,10 @@ server commit: ``garble`` writes a line that is not JSON on its stdout,
 ``odd_progress`` reports progress and totals that are not finite numbers, and ``huge_text``
 answers with a text of MEGABYTES MiB, on one line as every message.
 ``FAULT_DIR`` (an environment variable) gets ``pid-<pid>`` when it starts; ``RAW_BANNER``, when
-set, is a line it prints on stdout before anything else; with ``RAW_GARBLE_LIST`` set, it
-answers ``tools/list`` with a line that is not JSON; with ``RAW_PAGE_SIZE`` set, it lists its
-tools that many a page (``nextCursor``), and leaves ``list-<cursor>`` in ``FAULT_DIR`` for each
-page asked for.
+set, is a line it prints on stdout before anything else (``RAW_BANNER_REPEAT`` times); with
+``RAW_GARBLE_LIST`` set, it answers ``tools/list`` with a line that is not JSON; with
+``RAW_PAGE_SIZE`` set, it lists its tools that many a page (``nextCursor``), and leaves
+``list-<cursor>`` in ``FAULT_DIR`` for each page asked for.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def call(request_id: Any, params: dict[str, Any]) -> None:
 def main() -> None:
     (Path(os.environ["FAULT_DIR"]) / f"pid-{os.getpid()}").touch()
     if banner := os.environ.get("RAW_BANNER"):  # what some servers print before they begin
-        out.write(banner.encode() + b"\n")
+        out.write((banner.encode() + b"\n") * int(os.environ.get("RAW_BANNER_REPEAT", "1")))
         out.flush()
     for line in sys.stdin.buffer:
         message = json.loads(line)

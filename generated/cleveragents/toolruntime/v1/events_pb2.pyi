@@ -286,10 +286,15 @@ class LlmResponded(_message.Message):
     TOOL_CALLS_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     REASONING_FIELD_NUMBER: _builtins.int
+    REFUSAL_FIELD_NUMBER: _builtins.int
     iteration: _builtins.int
     """The iteration the response belongs to."""
     content: _builtins.str
     """Assistant text in the response; may be empty."""
+    refusal: _builtins.str
+    """The model's refusal to answer, when it refused (the run then ends with
+    STOP_REASON_REFUSAL); empty otherwise.
+    """
     @_builtins.property
     def tool_calls(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.ToolCall]:
         """Tool calls the LLM asked for, in its order; empty for a final answer."""
@@ -313,10 +318,11 @@ class LlmResponded(_message.Message):
         tool_calls: _abc.Iterable[_types_pb2.ToolCall] | None = ...,
         usage: _types_pb2.Usage | None = ...,
         reasoning: _types_pb2.Reasoning | None = ...,
+        refusal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["reasoning", b"reasoning", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "iteration", b"iteration", "reasoning", b"reasoning", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "iteration", b"iteration", "reasoning", b"reasoning", "refusal", b"refusal", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

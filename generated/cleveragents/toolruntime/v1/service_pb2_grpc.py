@@ -35,7 +35,9 @@ class ToolRuntimeServiceStub:
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     def __init__(self, channel):
@@ -110,12 +112,31 @@ class ToolRuntimeServiceServicer:
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     def RunToolLoop(self, request, context):
         """Executes a run with the server's tools and LLM and replies once, with
         the final result. If the run fails, the call returns the error status.
+
+        Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
+        field that is not standard JSON, max_iterations over max_iterations_cap,
+        no_server_tools with tool_names, llm.script on a provider profile, a
+        run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+        ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
+        the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
+        max_concurrent_runs runs are live or a quota is used up;
+        FAILED_PRECONDITION when a provider profile's API key variable is unset or
+        the sandbox root is not a directory; UNAVAILABLE while the run store
+        cannot write or an MCP server whose tools the run names is down. Once the run has started, a run that fails ends the call
+        with the status of its run_failed event (UNAVAILABLE for an LLM failure a
+        retry may mend, FAILED_PRECONDITION for one it cannot, PERMISSION_DENIED
+        when the provider refused the key, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED
+        for an event too large to send) and its partial result in the
+        cleveragents-result-bin trailer. A cancelled run is a result, not an
+        error.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -124,6 +145,19 @@ class ToolRuntimeServiceServicer:
     def StreamToolLoop(self, request, context):
         """Executes a run like RunToolLoop but streams each event as it occurs,
         ending with the terminal event.
+
+        Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
+        field that is not standard JSON, max_iterations over max_iterations_cap,
+        no_server_tools with tool_names, llm.script on a provider profile, a
+        run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+        ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
+        the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
+        max_concurrent_runs runs are live or a quota is used up;
+        FAILED_PRECONDITION when a provider profile's API key variable is unset or
+        the sandbox root is not a directory; UNAVAILABLE while the run store
+        cannot write or an MCP server whose tools the run names is down. Once the run has started, its failure is the run_failed
+        event, not a status; FAILED_PRECONDITION when another sidecar sharing the
+        store took the run over.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -133,6 +167,27 @@ class ToolRuntimeServiceServicer:
         """Runs a loop whose tools, and optionally its LLM, are hosted by the
         client. The first client message must be a start; the server then
         streams events and invocations, and the client answers each invocation.
+
+        Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
+        field that is not standard JSON, max_iterations over max_iterations_cap,
+        no_server_tools with tool_names, llm.script on a provider profile, a
+        run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+        ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
+        the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
+        max_concurrent_runs runs are live or a quota is used up;
+        FAILED_PRECONDITION when a provider profile's API key variable is unset or
+        the sandbox root is not a directory; UNAVAILABLE while the run store
+        cannot write or an MCP server whose tools the run names is down. Also INVALID_ARGUMENT for a start whose tools break the
+        sidecar's bounds (max_session_tools, max_schema_bytes, max_schema_depth,
+        max_schema_expansion, a remote $ref) or for a message that breaks the
+        protocol; PERMISSION_DENIED for a tool named like a server tool the run
+        offers (allow_tool_shadowing false), or
+        handles_approvals under self_approval = false; FAILED_PRECONDITION for a
+        tool_result whose call_id is unknown or already answered, and for a re-
+        attach to a run another stream holds or that is not a Session run;
+        NOT_FOUND for a re-attach to an unknown run or another identity's;
+        UNAVAILABLE for a re-attach to a run that another sidecar did not hand
+        over in time (retry).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -144,6 +199,13 @@ class ToolRuntimeServiceServicer:
         watchers may follow the same run. FollowRun does the same with a bound on
         what a watcher that stops reading costs; a sidecar may serve only that
         (FAILED_PRECONDITION here).
+
+        Errors: NOT_FOUND for an unknown run or one the caller may not read;
+        FAILED_PRECONDITION when the sidecar sets allow_unacknowledged_watch =
+        false, or when another sidecar took the run over; RESOURCE_EXHAUSTED when
+        the watcher fell watcher_queue_size events behind or its client stopped
+        reading for watcher_stall_s (the message gives the after_sequence to
+        resume from).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -159,6 +221,13 @@ class ToolRuntimeServiceServicer:
         ends with the run, like WatchRun's. A watcher that leaves a full window
         unacknowledged for the server's watcher_stall_s is dropped with
         RESOURCE_EXHAUSTED, whose message gives the after_sequence to resume from.
+
+        Errors: NOT_FOUND for an unknown run or one the caller may not read;
+        INVALID_ARGUMENT when the first message is not a start, a start comes
+        twice, or an ack names an event not sent; RESOURCE_EXHAUSTED when the
+        window stays unacknowledged for watcher_stall_s (the message gives the
+        after_sequence to resume from); FAILED_PRECONDITION when another sidecar
+        took the run over.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -166,6 +235,9 @@ class ToolRuntimeServiceServicer:
 
     def GetRun(self, request, context):
         """Reports a run's current state, plus its result once it has ended.
+
+        Errors: NOT_FOUND for an unknown run, one the sidecar no longer keeps, or
+        one the caller may not read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -173,6 +245,10 @@ class ToolRuntimeServiceServicer:
 
     def CancelRun(self, request, context):
         """Stops a live run; its event stream ends with run_cancelled.
+
+        Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+        PERMISSION_DENIED for one it may read but not cancel (neither its owner
+        nor admin), naming the role it lacks.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -180,6 +256,8 @@ class ToolRuntimeServiceServicer:
 
     def ListTools(self, request, context):
         """Lists the tools hosted by the server.
+
+        Errors: none of its own.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -188,8 +266,13 @@ class ToolRuntimeServiceServicer:
     def DecideApproval(self, request, context):
         """Approves or denies a tool call that waits for approval, in a run the caller
         owns or may approve (for runs started by a client that does not decide
-        approvals itself). NOT_FOUND for an unknown run, or one the caller may not
-        approve; FAILED_PRECONDITION when that call is not waiting.
+        approvals itself).
+
+        Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+        FAILED_PRECONDITION when that call is not waiting (decided already, timed
+        out, or never asked); PERMISSION_DENIED for a run the caller may read but
+        not approve (naming the role it lacks), and for the run's owner under a
+        policy with self_approval = false.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -198,6 +281,8 @@ class ToolRuntimeServiceServicer:
     def ListRuns(self, request, context):
         """The live runs and the finished runs the sidecar still keeps, newest first:
         the caller's own, or every run for an observer, approver or admin.
+
+        Errors: none of its own: it lists only the runs the caller may read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -209,6 +294,9 @@ class ToolRuntimeServiceServicer:
         text and result of a run can be read back this way, however long the run:
         ask again with after_sequence set to the last event received until the
         page holds the terminal event (finished and no more events).
+
+        Errors: NOT_FOUND for an unknown run, one the sidecar no longer keeps, or
+        one the caller may not read; INVALID_ARGUMENT for a negative max_bytes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -289,7 +377,9 @@ class ToolRuntimeService:
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     @staticmethod

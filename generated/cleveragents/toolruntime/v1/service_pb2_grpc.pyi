@@ -36,7 +36,9 @@ class ToolRuntimeServiceStub:
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     @_typing.overload
@@ -46,15 +48,66 @@ class ToolRuntimeServiceStub:
     RunToolLoop: _grpc.UnaryUnaryMultiCallable[_service_pb2.RunToolLoopRequest, _service_pb2.RunToolLoopResponse]
     """Executes a run with the server's tools and LLM and replies once, with
     the final result. If the run fails, the call returns the error status.
+
+    Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
+    field that is not standard JSON, max_iterations over max_iterations_cap,
+    no_server_tools with tool_names, llm.script on a provider profile, a
+    run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+    ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
+    the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
+    max_concurrent_runs runs are live or a quota is used up;
+    FAILED_PRECONDITION when a provider profile's API key variable is unset or
+    the sandbox root is not a directory; UNAVAILABLE while the run store
+    cannot write or an MCP server whose tools the run names is down. Once the run has started, a run that fails ends the call
+    with the status of its run_failed event (UNAVAILABLE for an LLM failure a
+    retry may mend, FAILED_PRECONDITION for one it cannot, PERMISSION_DENIED
+    when the provider refused the key, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED
+    for an event too large to send) and its partial result in the
+    cleveragents-result-bin trailer. A cancelled run is a result, not an
+    error.
     """
     StreamToolLoop: _grpc.UnaryStreamMultiCallable[_service_pb2.StreamToolLoopRequest, _service_pb2.StreamToolLoopResponse]
     """Executes a run like RunToolLoop but streams each event as it occurs,
     ending with the terminal event.
+
+    Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
+    field that is not standard JSON, max_iterations over max_iterations_cap,
+    no_server_tools with tool_names, llm.script on a provider profile, a
+    run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+    ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
+    the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
+    max_concurrent_runs runs are live or a quota is used up;
+    FAILED_PRECONDITION when a provider profile's API key variable is unset or
+    the sandbox root is not a directory; UNAVAILABLE while the run store
+    cannot write or an MCP server whose tools the run names is down. Once the run has started, its failure is the run_failed
+    event, not a status; FAILED_PRECONDITION when another sidecar sharing the
+    store took the run over.
     """
     Session: _grpc.StreamStreamMultiCallable[_session_pb2.SessionRequest, _session_pb2.SessionResponse]
     """Runs a loop whose tools, and optionally its LLM, are hosted by the
     client. The first client message must be a start; the server then
     streams events and invocations, and the client answers each invocation.
+
+    Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
+    field that is not standard JSON, max_iterations over max_iterations_cap,
+    no_server_tools with tool_names, llm.script on a provider profile, a
+    run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+    ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
+    the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
+    max_concurrent_runs runs are live or a quota is used up;
+    FAILED_PRECONDITION when a provider profile's API key variable is unset or
+    the sandbox root is not a directory; UNAVAILABLE while the run store
+    cannot write or an MCP server whose tools the run names is down. Also INVALID_ARGUMENT for a start whose tools break the
+    sidecar's bounds (max_session_tools, max_schema_bytes, max_schema_depth,
+    max_schema_expansion, a remote $ref) or for a message that breaks the
+    protocol; PERMISSION_DENIED for a tool named like a server tool the run
+    offers (allow_tool_shadowing false), or
+    handles_approvals under self_approval = false; FAILED_PRECONDITION for a
+    tool_result whose call_id is unknown or already answered, and for a re-
+    attach to a run another stream holds or that is not a Session run;
+    NOT_FOUND for a re-attach to an unknown run or another identity's;
+    UNAVAILABLE for a re-attach to a run that another sidecar did not hand
+    over in time (retry).
     """
     WatchRun: _grpc.UnaryStreamMultiCallable[_service_pb2.WatchRunRequest, _service_pb2.WatchRunResponse]
     """Follows an existing run: first re-sends the events after the given
@@ -62,6 +115,13 @@ class ToolRuntimeServiceStub:
     watchers may follow the same run. FollowRun does the same with a bound on
     what a watcher that stops reading costs; a sidecar may serve only that
     (FAILED_PRECONDITION here).
+
+    Errors: NOT_FOUND for an unknown run or one the caller may not read;
+    FAILED_PRECONDITION when the sidecar sets allow_unacknowledged_watch =
+    false, or when another sidecar took the run over; RESOURCE_EXHAUSTED when
+    the watcher fell watcher_queue_size events behind or its client stopped
+    reading for watcher_stall_s (the message gives the after_sequence to
+    resume from).
     """
     FollowRun: _grpc.StreamStreamMultiCallable[_service_pb2.FollowRunRequest, _service_pb2.FollowRunResponse]
     """Follows a run like WatchRun, with acknowledgements: the client tells the
@@ -73,22 +133,48 @@ class ToolRuntimeServiceStub:
     ends with the run, like WatchRun's. A watcher that leaves a full window
     unacknowledged for the server's watcher_stall_s is dropped with
     RESOURCE_EXHAUSTED, whose message gives the after_sequence to resume from.
+
+    Errors: NOT_FOUND for an unknown run or one the caller may not read;
+    INVALID_ARGUMENT when the first message is not a start, a start comes
+    twice, or an ack names an event not sent; RESOURCE_EXHAUSTED when the
+    window stays unacknowledged for watcher_stall_s (the message gives the
+    after_sequence to resume from); FAILED_PRECONDITION when another sidecar
+    took the run over.
     """
     GetRun: _grpc.UnaryUnaryMultiCallable[_service_pb2.GetRunRequest, _service_pb2.GetRunResponse]
-    """Reports a run's current state, plus its result once it has ended."""
+    """Reports a run's current state, plus its result once it has ended.
+
+    Errors: NOT_FOUND for an unknown run, one the sidecar no longer keeps, or
+    one the caller may not read.
+    """
     CancelRun: _grpc.UnaryUnaryMultiCallable[_service_pb2.CancelRunRequest, _service_pb2.CancelRunResponse]
-    """Stops a live run; its event stream ends with run_cancelled."""
+    """Stops a live run; its event stream ends with run_cancelled.
+
+    Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+    PERMISSION_DENIED for one it may read but not cancel (neither its owner
+    nor admin), naming the role it lacks.
+    """
     ListTools: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListToolsRequest, _service_pb2.ListToolsResponse]
-    """Lists the tools hosted by the server."""
+    """Lists the tools hosted by the server.
+
+    Errors: none of its own.
+    """
     DecideApproval: _grpc.UnaryUnaryMultiCallable[_service_pb2.DecideApprovalRequest, _service_pb2.DecideApprovalResponse]
     """Approves or denies a tool call that waits for approval, in a run the caller
     owns or may approve (for runs started by a client that does not decide
-    approvals itself). NOT_FOUND for an unknown run, or one the caller may not
-    approve; FAILED_PRECONDITION when that call is not waiting.
+    approvals itself).
+
+    Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+    FAILED_PRECONDITION when that call is not waiting (decided already, timed
+    out, or never asked); PERMISSION_DENIED for a run the caller may read but
+    not approve (naming the role it lacks), and for the run's owner under a
+    policy with self_approval = false.
     """
     ListRuns: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListRunsRequest, _service_pb2.ListRunsResponse]
     """The live runs and the finished runs the sidecar still keeps, newest first:
     the caller's own, or every run for an observer, approver or admin.
+
+    Errors: none of its own: it lists only the runs the caller may read.
     """
     GetRunHistory: _grpc.UnaryUnaryMultiCallable[_service_pb2.GetRunHistoryRequest, _service_pb2.GetRunHistoryResponse]
     """Reads a run's log page by page, oldest first: the events after
@@ -96,6 +182,9 @@ class ToolRuntimeServiceStub:
     text and result of a run can be read back this way, however long the run:
     ask again with after_sequence set to the last event received until the
     page holds the terminal event (finished and no more events).
+
+    Errors: NOT_FOUND for an unknown run, one the sidecar no longer keeps, or
+    one the caller may not read; INVALID_ARGUMENT for a negative max_bytes.
     """
 
 @_typing.type_check_only
@@ -108,22 +197,75 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     RunToolLoop: _aio.UnaryUnaryMultiCallable[_service_pb2.RunToolLoopRequest, _service_pb2.RunToolLoopResponse]  # type: ignore[assignment]
     """Executes a run with the server's tools and LLM and replies once, with
     the final result. If the run fails, the call returns the error status.
+
+    Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
+    field that is not standard JSON, max_iterations over max_iterations_cap,
+    no_server_tools with tool_names, llm.script on a provider profile, a
+    run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+    ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
+    the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
+    max_concurrent_runs runs are live or a quota is used up;
+    FAILED_PRECONDITION when a provider profile's API key variable is unset or
+    the sandbox root is not a directory; UNAVAILABLE while the run store
+    cannot write or an MCP server whose tools the run names is down. Once the run has started, a run that fails ends the call
+    with the status of its run_failed event (UNAVAILABLE for an LLM failure a
+    retry may mend, FAILED_PRECONDITION for one it cannot, PERMISSION_DENIED
+    when the provider refused the key, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED
+    for an event too large to send) and its partial result in the
+    cleveragents-result-bin trailer. A cancelled run is a result, not an
+    error.
     """
     StreamToolLoop: _aio.UnaryStreamMultiCallable[_service_pb2.StreamToolLoopRequest, _service_pb2.StreamToolLoopResponse]  # type: ignore[assignment]
     """Executes a run like RunToolLoop but streams each event as it occurs,
     ending with the terminal event.
+
+    Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
+    field that is not standard JSON, max_iterations over max_iterations_cap,
+    no_server_tools with tool_names, llm.script on a provider profile, a
+    run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+    ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
+    the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
+    max_concurrent_runs runs are live or a quota is used up;
+    FAILED_PRECONDITION when a provider profile's API key variable is unset or
+    the sandbox root is not a directory; UNAVAILABLE while the run store
+    cannot write or an MCP server whose tools the run names is down. Once the run has started, its failure is the run_failed
+    event, not a status; FAILED_PRECONDITION when another sidecar sharing the
+    store took the run over.
     """
     Session: _aio.StreamStreamMultiCallable[_session_pb2.SessionRequest, _session_pb2.SessionResponse]  # type: ignore[assignment]
     """Runs a loop whose tools, and optionally its LLM, are hosted by the
     client. The first client message must be a start; the server then
     streams events and invocations, and the client answers each invocation.
+
+    Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
+    field that is not standard JSON, max_iterations over max_iterations_cap,
+    no_server_tools with tool_names, llm.script on a provider profile, a
+    run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+    ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
+    the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
+    max_concurrent_runs runs are live or a quota is used up;
+    FAILED_PRECONDITION when a provider profile's API key variable is unset or
+    the sandbox root is not a directory; UNAVAILABLE while the run store
+    cannot write or an MCP server whose tools the run names is down. Also INVALID_ARGUMENT for a start whose tools break the
+    sidecar's bounds (max_session_tools, max_schema_bytes, max_schema_depth,
+    max_schema_expansion, a remote $ref) or for a message that breaks the
+    protocol; PERMISSION_DENIED for a tool named like a server tool the run
+    offers (allow_tool_shadowing false), or
+    handles_approvals under self_approval = false; FAILED_PRECONDITION for a
+    tool_result whose call_id is unknown or already answered, and for a re-
+    attach to a run another stream holds or that is not a Session run;
+    NOT_FOUND for a re-attach to an unknown run or another identity's;
+    UNAVAILABLE for a re-attach to a run that another sidecar did not hand
+    over in time (retry).
     """
     WatchRun: _aio.UnaryStreamMultiCallable[_service_pb2.WatchRunRequest, _service_pb2.WatchRunResponse]  # type: ignore[assignment]
     """Follows an existing run: first re-sends the events after the given
@@ -131,6 +273,13 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     watchers may follow the same run. FollowRun does the same with a bound on
     what a watcher that stops reading costs; a sidecar may serve only that
     (FAILED_PRECONDITION here).
+
+    Errors: NOT_FOUND for an unknown run or one the caller may not read;
+    FAILED_PRECONDITION when the sidecar sets allow_unacknowledged_watch =
+    false, or when another sidecar took the run over; RESOURCE_EXHAUSTED when
+    the watcher fell watcher_queue_size events behind or its client stopped
+    reading for watcher_stall_s (the message gives the after_sequence to
+    resume from).
     """
     FollowRun: _aio.StreamStreamMultiCallable[_service_pb2.FollowRunRequest, _service_pb2.FollowRunResponse]  # type: ignore[assignment]
     """Follows a run like WatchRun, with acknowledgements: the client tells the
@@ -142,22 +291,48 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     ends with the run, like WatchRun's. A watcher that leaves a full window
     unacknowledged for the server's watcher_stall_s is dropped with
     RESOURCE_EXHAUSTED, whose message gives the after_sequence to resume from.
+
+    Errors: NOT_FOUND for an unknown run or one the caller may not read;
+    INVALID_ARGUMENT when the first message is not a start, a start comes
+    twice, or an ack names an event not sent; RESOURCE_EXHAUSTED when the
+    window stays unacknowledged for watcher_stall_s (the message gives the
+    after_sequence to resume from); FAILED_PRECONDITION when another sidecar
+    took the run over.
     """
     GetRun: _aio.UnaryUnaryMultiCallable[_service_pb2.GetRunRequest, _service_pb2.GetRunResponse]  # type: ignore[assignment]
-    """Reports a run's current state, plus its result once it has ended."""
+    """Reports a run's current state, plus its result once it has ended.
+
+    Errors: NOT_FOUND for an unknown run, one the sidecar no longer keeps, or
+    one the caller may not read.
+    """
     CancelRun: _aio.UnaryUnaryMultiCallable[_service_pb2.CancelRunRequest, _service_pb2.CancelRunResponse]  # type: ignore[assignment]
-    """Stops a live run; its event stream ends with run_cancelled."""
+    """Stops a live run; its event stream ends with run_cancelled.
+
+    Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+    PERMISSION_DENIED for one it may read but not cancel (neither its owner
+    nor admin), naming the role it lacks.
+    """
     ListTools: _aio.UnaryUnaryMultiCallable[_service_pb2.ListToolsRequest, _service_pb2.ListToolsResponse]  # type: ignore[assignment]
-    """Lists the tools hosted by the server."""
+    """Lists the tools hosted by the server.
+
+    Errors: none of its own.
+    """
     DecideApproval: _aio.UnaryUnaryMultiCallable[_service_pb2.DecideApprovalRequest, _service_pb2.DecideApprovalResponse]  # type: ignore[assignment]
     """Approves or denies a tool call that waits for approval, in a run the caller
     owns or may approve (for runs started by a client that does not decide
-    approvals itself). NOT_FOUND for an unknown run, or one the caller may not
-    approve; FAILED_PRECONDITION when that call is not waiting.
+    approvals itself).
+
+    Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+    FAILED_PRECONDITION when that call is not waiting (decided already, timed
+    out, or never asked); PERMISSION_DENIED for a run the caller may read but
+    not approve (naming the role it lacks), and for the run's owner under a
+    policy with self_approval = false.
     """
     ListRuns: _aio.UnaryUnaryMultiCallable[_service_pb2.ListRunsRequest, _service_pb2.ListRunsResponse]  # type: ignore[assignment]
     """The live runs and the finished runs the sidecar still keeps, newest first:
     the caller's own, or every run for an observer, approver or admin.
+
+    Errors: none of its own: it lists only the runs the caller may read.
     """
     GetRunHistory: _aio.UnaryUnaryMultiCallable[_service_pb2.GetRunHistoryRequest, _service_pb2.GetRunHistoryResponse]  # type: ignore[assignment]
     """Reads a run's log page by page, oldest first: the events after
@@ -165,6 +340,9 @@ class ToolRuntimeServiceAsyncStub(ToolRuntimeServiceStub):
     text and result of a run can be read back this way, however long the run:
     ask again with after_sequence set to the last event received until the
     page holds the terminal event (finished and no more events).
+
+    Errors: NOT_FOUND for an unknown run, one the sidecar no longer keeps, or
+    one the caller may not read; INVALID_ARGUMENT for a negative max_bytes.
     """
 
 class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -176,7 +354,9 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     name a run answer NOT_FOUND, as for an unknown id, when the caller neither
     owns it nor has a role that grants the access: observer (read: WatchRun,
     GetRun, GetRunHistory, ListRuns), approver (read and DecideApproval), admin
-    (everything, CancelRun included).
+    (everything, CancelRun included). A caller that may read the run but not
+    cancel it (CancelRun) or decide its approvals (DecideApproval) knows that it
+    exists, and gets PERMISSION_DENIED saying which role it lacks.
     """
 
     @_abc_1.abstractmethod
@@ -187,6 +367,23 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_service_pb2.RunToolLoopResponse, _abc.Awaitable[_service_pb2.RunToolLoopResponse]]:
         """Executes a run with the server's tools and LLM and replies once, with
         the final result. If the run fails, the call returns the error status.
+
+        Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
+        field that is not standard JSON, max_iterations over max_iterations_cap,
+        no_server_tools with tool_names, llm.script on a provider profile, a
+        run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+        ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
+        the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
+        max_concurrent_runs runs are live or a quota is used up;
+        FAILED_PRECONDITION when a provider profile's API key variable is unset or
+        the sandbox root is not a directory; UNAVAILABLE while the run store
+        cannot write or an MCP server whose tools the run names is down. Once the run has started, a run that fails ends the call
+        with the status of its run_failed event (UNAVAILABLE for an LLM failure a
+        retry may mend, FAILED_PRECONDITION for one it cannot, PERMISSION_DENIED
+        when the provider refused the key, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED
+        for an event too large to send) and its partial result in the
+        cleveragents-result-bin trailer. A cancelled run is a result, not an
+        error.
         """
 
     @_abc_1.abstractmethod
@@ -197,6 +394,19 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_service_pb2.StreamToolLoopResponse], _abc.AsyncIterator[_service_pb2.StreamToolLoopResponse]]:
         """Executes a run like RunToolLoop but streams each event as it occurs,
         ending with the terminal event.
+
+        Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
+        field that is not standard JSON, max_iterations over max_iterations_cap,
+        no_server_tools with tool_names, llm.script on a provider profile, a
+        run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+        ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
+        the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
+        max_concurrent_runs runs are live or a quota is used up;
+        FAILED_PRECONDITION when a provider profile's API key variable is unset or
+        the sandbox root is not a directory; UNAVAILABLE while the run store
+        cannot write or an MCP server whose tools the run names is down. Once the run has started, its failure is the run_failed
+        event, not a status; FAILED_PRECONDITION when another sidecar sharing the
+        store took the run over.
         """
 
     @_abc_1.abstractmethod
@@ -208,6 +418,27 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         """Runs a loop whose tools, and optionally its LLM, are hosted by the
         client. The first client message must be a start; the server then
         streams events and invocations, and the client answers each invocation.
+
+        Errors: INVALID_ARGUMENT for a spec the sidecar cannot run (a JSON text
+        field that is not standard JSON, max_iterations over max_iterations_cap,
+        no_server_tools with tool_names, llm.script on a provider profile, a
+        run_started event larger than max_message_bytes); NOT_FOUND for an unknown LLM profile or tool name;
+        ALREADY_EXISTS for a run_id another run holds; PERMISSION_DENIED for what
+        the governance policy or sandbox_roots refuse; RESOURCE_EXHAUSTED when
+        max_concurrent_runs runs are live or a quota is used up;
+        FAILED_PRECONDITION when a provider profile's API key variable is unset or
+        the sandbox root is not a directory; UNAVAILABLE while the run store
+        cannot write or an MCP server whose tools the run names is down. Also INVALID_ARGUMENT for a start whose tools break the
+        sidecar's bounds (max_session_tools, max_schema_bytes, max_schema_depth,
+        max_schema_expansion, a remote $ref) or for a message that breaks the
+        protocol; PERMISSION_DENIED for a tool named like a server tool the run
+        offers (allow_tool_shadowing false), or
+        handles_approvals under self_approval = false; FAILED_PRECONDITION for a
+        tool_result whose call_id is unknown or already answered, and for a re-
+        attach to a run another stream holds or that is not a Session run;
+        NOT_FOUND for a re-attach to an unknown run or another identity's;
+        UNAVAILABLE for a re-attach to a run that another sidecar did not hand
+        over in time (retry).
         """
 
     @_abc_1.abstractmethod
@@ -221,6 +452,13 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         watchers may follow the same run. FollowRun does the same with a bound on
         what a watcher that stops reading costs; a sidecar may serve only that
         (FAILED_PRECONDITION here).
+
+        Errors: NOT_FOUND for an unknown run or one the caller may not read;
+        FAILED_PRECONDITION when the sidecar sets allow_unacknowledged_watch =
+        false, or when another sidecar took the run over; RESOURCE_EXHAUSTED when
+        the watcher fell watcher_queue_size events behind or its client stopped
+        reading for watcher_stall_s (the message gives the after_sequence to
+        resume from).
         """
 
     @_abc_1.abstractmethod
@@ -238,6 +476,13 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         ends with the run, like WatchRun's. A watcher that leaves a full window
         unacknowledged for the server's watcher_stall_s is dropped with
         RESOURCE_EXHAUSTED, whose message gives the after_sequence to resume from.
+
+        Errors: NOT_FOUND for an unknown run or one the caller may not read;
+        INVALID_ARGUMENT when the first message is not a start, a start comes
+        twice, or an ack names an event not sent; RESOURCE_EXHAUSTED when the
+        window stays unacknowledged for watcher_stall_s (the message gives the
+        after_sequence to resume from); FAILED_PRECONDITION when another sidecar
+        took the run over.
         """
 
     @_abc_1.abstractmethod
@@ -246,7 +491,11 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _service_pb2.GetRunRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.GetRunResponse, _abc.Awaitable[_service_pb2.GetRunResponse]]:
-        """Reports a run's current state, plus its result once it has ended."""
+        """Reports a run's current state, plus its result once it has ended.
+
+        Errors: NOT_FOUND for an unknown run, one the sidecar no longer keeps, or
+        one the caller may not read.
+        """
 
     @_abc_1.abstractmethod
     def CancelRun(
@@ -254,7 +503,12 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _service_pb2.CancelRunRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.CancelRunResponse, _abc.Awaitable[_service_pb2.CancelRunResponse]]:
-        """Stops a live run; its event stream ends with run_cancelled."""
+        """Stops a live run; its event stream ends with run_cancelled.
+
+        Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+        PERMISSION_DENIED for one it may read but not cancel (neither its owner
+        nor admin), naming the role it lacks.
+        """
 
     @_abc_1.abstractmethod
     def ListTools(
@@ -262,7 +516,10 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _service_pb2.ListToolsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.ListToolsResponse, _abc.Awaitable[_service_pb2.ListToolsResponse]]:
-        """Lists the tools hosted by the server."""
+        """Lists the tools hosted by the server.
+
+        Errors: none of its own.
+        """
 
     @_abc_1.abstractmethod
     def DecideApproval(
@@ -272,8 +529,13 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_service_pb2.DecideApprovalResponse, _abc.Awaitable[_service_pb2.DecideApprovalResponse]]:
         """Approves or denies a tool call that waits for approval, in a run the caller
         owns or may approve (for runs started by a client that does not decide
-        approvals itself). NOT_FOUND for an unknown run, or one the caller may not
-        approve; FAILED_PRECONDITION when that call is not waiting.
+        approvals itself).
+
+        Errors: NOT_FOUND for an unknown run, or one the caller may not read;
+        FAILED_PRECONDITION when that call is not waiting (decided already, timed
+        out, or never asked); PERMISSION_DENIED for a run the caller may read but
+        not approve (naming the role it lacks), and for the run's owner under a
+        policy with self_approval = false.
         """
 
     @_abc_1.abstractmethod
@@ -284,6 +546,8 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_service_pb2.ListRunsResponse, _abc.Awaitable[_service_pb2.ListRunsResponse]]:
         """The live runs and the finished runs the sidecar still keeps, newest first:
         the caller's own, or every run for an observer, approver or admin.
+
+        Errors: none of its own: it lists only the runs the caller may read.
         """
 
     @_abc_1.abstractmethod
@@ -297,6 +561,9 @@ class ToolRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         text and result of a run can be read back this way, however long the run:
         ask again with after_sequence set to the last event received until the
         page holds the terminal event (finished and no more events).
+
+        Errors: NOT_FOUND for an unknown run, one the sidecar no longer keeps, or
+        one the caller may not read; INVALID_ARGUMENT for a negative max_bytes.
         """
 
 def add_ToolRuntimeServiceServicer_to_server(servicer: ToolRuntimeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -141,7 +141,10 @@ class SessionStart(_message.Message):
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.ToolSpec]:
         """Tools executed by this client; the server forwards their calls as
-        ToolInvocation messages.
+        ToolInvocation messages. One may have the name of a server tool that the
+        run does not offer (see RunSpec.tool_names and RunSpec.no_server_tools);
+        one named like a server tool the run offers is PERMISSION_DENIED unless
+        the policy allows shadowing.
         """
 
     def __init__(
@@ -213,6 +216,7 @@ class LlmResult(_message.Message):
     TOOL_CALLS_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    REFUSAL_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """The request_id of the LlmInvocation being answered."""
     content: _builtins.str
@@ -220,6 +224,10 @@ class LlmResult(_message.Message):
     error: _builtins.str
     """When present, the LLM call failed with this message and the run fails;
     the other fields are then ignored.
+    """
+    refusal: _builtins.str
+    """The model declined to answer: non-empty ends the run with
+    STOP_REASON_REFUSAL and this text as its content.
     """
     @_builtins.property
     def tool_calls(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.ToolCall]:
@@ -237,10 +245,11 @@ class LlmResult(_message.Message):
         tool_calls: _abc.Iterable[_types_pb2.ToolCall] | None = ...,
         usage: _types_pb2.Usage | None = ...,
         error: _builtins.str | None = ...,
+        refusal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_error", b"_error", "error", b"error", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error", b"_error", "content", b"content", "error", b"error", "request_id", b"request_id", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error", b"_error", "content", b"content", "error", b"error", "refusal", b"refusal", "request_id", b"request_id", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__error: _TypeAlias = _typing.Literal["error"]  # noqa: Y015
     _WhichOneofArgType__error: _TypeAlias = _typing.Literal["_error", b"_error"]  # noqa: Y015
@@ -440,6 +449,7 @@ class LlmInvocation(_message.Message):
     ITERATION_FIELD_NUMBER: _builtins.int
     MESSAGE_OFFSET_FIELD_NUMBER: _builtins.int
     DEADLINE_FIELD_NUMBER: _builtins.int
+    OUTPUT_SCHEMA_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Identifier to echo back in the matching LlmResult."""
     iteration: _builtins.int
@@ -469,6 +479,14 @@ class LlmInvocation(_message.Message):
         answer is ignored.
         """
 
+    @_builtins.property
+    def output_schema(self) -> _types_pb2.OutputSchema:
+        """The run's output schema (RunSpec.output_schema), on every invocation of a
+        run that has one: a final answer (no tool calls) must be its content as
+        JSON text matching the schema. The sidecar validates it, and sends an
+        invalid one back as a user message saying what is wrong.
+        """
+
     def __init__(
         self,
         *,
@@ -478,10 +496,11 @@ class LlmInvocation(_message.Message):
         iteration: _builtins.int = ...,
         message_offset: _builtins.int = ...,
         deadline: _timestamp_pb2.Timestamp | None = ...,
+        output_schema: _types_pb2.OutputSchema | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "output_schema", b"output_schema"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "iteration", b"iteration", "message_offset", b"message_offset", "messages", b"messages", "request_id", b"request_id", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "iteration", b"iteration", "message_offset", b"message_offset", "messages", b"messages", "output_schema", b"output_schema", "request_id", b"request_id", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

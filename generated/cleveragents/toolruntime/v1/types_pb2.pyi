@@ -101,6 +101,17 @@ class _StopReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_StopReason
     """A RunBudget's max_wall_clock passed: calls in flight were closed as
     cancelled (run_completed, terminated_by_limit).
     """
+    STOP_REASON_MAX_OUTPUT_RETRIES: _StopReason.ValueType  # 9
+    """The run's output_schema was not met: the model's answer did not parse or
+    validate after max_output_retries retries (run_completed,
+    terminated_by_limit). The result's content holds the last invalid answer
+    and output_error why it was refused; output is empty.
+    """
+    STOP_REASON_REFUSAL: _StopReason.ValueType  # 10
+    """The model declined to answer (OpenAI's refusal, Anthropic's refusal stop
+    reason, a client-hosted LLM's LlmResult.refusal): run_completed with the
+    refusal's text as content; terminated_by_limit is false.
+    """
 
 class StopReason(_StopReason, metaclass=_StopReasonEnumTypeWrapper):
     """StopReason explains why a run's loop ended."""
@@ -131,6 +142,17 @@ reached it were closed as denied (run_completed, terminated_by_limit).
 STOP_REASON_WALL_CLOCK_BUDGET: StopReason.ValueType  # 8
 """A RunBudget's max_wall_clock passed: calls in flight were closed as
 cancelled (run_completed, terminated_by_limit).
+"""
+STOP_REASON_MAX_OUTPUT_RETRIES: StopReason.ValueType  # 9
+"""The run's output_schema was not met: the model's answer did not parse or
+validate after max_output_retries retries (run_completed,
+terminated_by_limit). The result's content holds the last invalid answer
+and output_error why it was refused; output is empty.
+"""
+STOP_REASON_REFUSAL: StopReason.ValueType  # 10
+"""The model declined to answer (OpenAI's refusal, Anthropic's refusal stop
+reason, a client-hosted LLM's LlmResult.refusal): run_completed with the
+refusal's text as content; terminated_by_limit is false.
 """
 Global___StopReason: _TypeAlias = StopReason  # noqa: Y015
 
@@ -512,6 +534,8 @@ class ToolCallRunResult(_message.Message):
     HISTORY_OMITTED_FIELD_NUMBER: _builtins.int
     TOOL_CALL_COUNT_FIELD_NUMBER: _builtins.int
     CONTENT_TRUNCATED_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
+    OUTPUT_ERROR_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """Identifier of the run that produced this result."""
     content: _builtins.str
@@ -540,6 +564,16 @@ class ToolCallRunResult(_message.Message):
     """True when content holds only the start of the text because the whole text
     would not fit in one message (its parts are the llm_responded events).
     """
+    output: _builtins.str
+    """With RunSpec.output_schema: the final answer as UTF-8 JSON text that
+    validates against the schema (the same text as content, kept whole when
+    content is cut). Empty when the run has no output schema or ended without
+    a valid answer (see stop_reason).
+    """
+    output_error: _builtins.str
+    """With STOP_REASON_MAX_OUTPUT_RETRIES: why the last answer was refused (the
+    parse or validation error the model was shown); empty otherwise.
+    """
     @_builtins.property
     def tool_call_history(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolCallRecord]:
         """Every tool call record of the run, in the order the model asked for them."""
@@ -561,10 +595,12 @@ class ToolCallRunResult(_message.Message):
         history_omitted: _builtins.bool = ...,
         tool_call_count: _builtins.int = ...,
         content_truncated: _builtins.bool = ...,
+        output: _builtins.str = ...,
+        output_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "content_truncated", b"content_truncated", "history_omitted", b"history_omitted", "iterations", b"iterations", "run_id", b"run_id", "stop_reason", b"stop_reason", "terminated_by_limit", b"terminated_by_limit", "tool_call_count", b"tool_call_count", "tool_call_history", b"tool_call_history", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "content_truncated", b"content_truncated", "history_omitted", b"history_omitted", "iterations", b"iterations", "output", b"output", "output_error", b"output_error", "run_id", b"run_id", "stop_reason", b"stop_reason", "terminated_by_limit", b"terminated_by_limit", "tool_call_count", b"tool_call_count", "tool_call_history", b"tool_call_history", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -645,7 +681,10 @@ class LlmSelection(_message.Message):
     script: _builtins.str
     """UTF-8 JSON array text of scripted LLM turns, each shaped like an LLM
     response ({"content", "tool_calls", "usage"}, all keys optional).
-    Only a profile of the scripted kind uses it; others ignore it.
+    Only a profile of the scripted kind plays it. A provider profile (openai,
+    openai_responses, anthropic) refuses it with INVALID_ARGUMENT, so that no
+    run calls a paid API while its author thinks it is a dry run; a
+    client-hosted LLM (a Session with client_llm) does not read it.
     """
     def __init__(
         self,
@@ -663,6 +702,45 @@ class LlmSelection(_message.Message):
 Global___LlmSelection: _TypeAlias = LlmSelection  # noqa: Y015
 
 @_typing.final
+class OutputSchema(_message.Message):
+    """OutputSchema asks for the run's final answer as JSON that matches a schema.
+    Each provider is asked with its own mechanism (OpenAI Chat response_format,
+    the Responses API's text.format, Anthropic's output_config or a forced
+    "answer" tool; a client-hosted LLM receives it in LlmInvocation), and the
+    sidecar validates every final answer against it whatever the provider did.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SCHEMA_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The schema's name, as providers require one: ^[a-zA-Z0-9_-]{1,64}$."""
+    schema: _builtins.str
+    """JSON Schema (UTF-8 JSON object text) the answer must match; its root must
+    be {"type": "object", ...}. Subject to the same limits as a tool's
+    input_schema (max_schema_bytes, max_schema_depth, max_schema_expansion,
+    references only inside itself): a schema over them is INVALID_ARGUMENT.
+    """
+    description: _builtins.str
+    """What the answer is, shown to the model; may be empty."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        schema: _builtins.str = ...,
+        description: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "name", b"name", "schema", b"schema"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OutputSchema: _TypeAlias = OutputSchema  # noqa: Y015
+
+@_typing.final
 class RunSpec(_message.Message):
     """RunSpec is everything needed to start one tool-calling run."""
 
@@ -676,6 +754,9 @@ class RunSpec(_message.Message):
     RUN_ID_FIELD_NUMBER: _builtins.int
     DETACH_FIELD_NUMBER: _builtins.int
     BUDGET_FIELD_NUMBER: _builtins.int
+    NO_SERVER_TOOLS_FIELD_NUMBER: _builtins.int
+    OUTPUT_SCHEMA_FIELD_NUMBER: _builtins.int
+    MAX_OUTPUT_RETRIES_FIELD_NUMBER: _builtins.int
     prompt: _builtins.str
     """The user's request; must contain non-whitespace text."""
     max_iterations: _builtins.int
@@ -688,6 +769,18 @@ class RunSpec(_message.Message):
     """
     detach: _builtins.bool
     """When true, the run keeps going if the stream that started it closes."""
+    no_server_tools: _builtins.bool
+    """When true, the run offers none of the server's tools: only a Session's
+    own tools, if it declares any (a run with neither has no tools). Default
+    false: tool_names decides. Setting it together with tool_names is refused
+    with INVALID_ARGUMENT.
+    """
+    max_output_retries: _builtins.int
+    """How many invalid answers the model may correct, with output_schema, before
+    the run ends with STOP_REASON_MAX_OUTPUT_RETRIES. Unset selects the default
+    of 2; 0 allows none; negatives are rejected. Each retry is one more LLM
+    call, counted by max_iterations like any other.
+    """
     @_builtins.property
     def context(self) -> Global___ToolActorContext:
         """The environment passed to the tools; unset means an empty context."""
@@ -698,12 +791,27 @@ class RunSpec(_message.Message):
 
     @_builtins.property
     def tool_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Names of server-side tools the run may use; empty means all of them."""
+        """Names of server-side tools the run may use; empty means all of them
+        (unless no_server_tools). A Session's own tool (SessionStart.tools) may
+        share a name with a server tool the run does not offer: a name conflicts
+        only among the tools the run offers. A client tool named like an offered
+        server tool is refused with PERMISSION_DENIED unless the governance
+        policy's allow_tool_shadowing (default false) lets the client's tool take
+        its place; leave that tool out of tool_names, or set no_server_tools.
+        """
 
     @_builtins.property
     def budget(self) -> Global___RunBudget:
         """Limits beyond max_iterations; each one ends the run with its own stop_reason
         and the partial result. Unset: no budget beyond the call's deadline.
+        """
+
+    @_builtins.property
+    def output_schema(self) -> Global___OutputSchema:
+        """When set, the run's final answer must be JSON matching this schema: an
+        answer that does not parse or validate is sent back to the model with the
+        error, and the result's output carries the valid one. Tools combine with
+        it: the model may call tools first.
         """
 
     def __init__(
@@ -717,12 +825,17 @@ class RunSpec(_message.Message):
         run_id: _builtins.str = ...,
         detach: _builtins.bool = ...,
         budget: Global___RunBudget | None = ...,
+        no_server_tools: _builtins.bool = ...,
+        output_schema: Global___OutputSchema | None = ...,
+        max_output_retries: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "context", b"context", "llm", b"llm"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_output_retries", b"_max_output_retries", "budget", b"budget", "context", b"context", "llm", b"llm", "max_output_retries", b"max_output_retries", "output_schema", b"output_schema"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "context", b"context", "detach", b"detach", "llm", b"llm", "max_iterations", b"max_iterations", "prompt", b"prompt", "run_id", b"run_id", "tool_names", b"tool_names"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_output_retries", b"_max_output_retries", "budget", b"budget", "context", b"context", "detach", b"detach", "llm", b"llm", "max_iterations", b"max_iterations", "max_output_retries", b"max_output_retries", "no_server_tools", b"no_server_tools", "output_schema", b"output_schema", "prompt", b"prompt", "run_id", b"run_id", "tool_names", b"tool_names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__max_output_retries: _TypeAlias = _typing.Literal["max_output_retries"]  # noqa: Y015
+    _WhichOneofArgType__max_output_retries: _TypeAlias = _typing.Literal["_max_output_retries", b"_max_output_retries"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_output_retries) -> _WhichOneofReturnType__max_output_retries | None: ...
 
 Global___RunSpec: _TypeAlias = RunSpec  # noqa: Y015
 

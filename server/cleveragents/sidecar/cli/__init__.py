@@ -8,43 +8,43 @@ failed calls (``GetRun``; ``tables.py``). ``cancel RUN_ID`` cancels one (``Cance
 ``cancel.py``). ``approve``/``deny RUN_ID CALL_ID`` decide a call that waits for approval
 (``DecideApproval``; ``approve.py``). ``health`` asks the standard health service once, for
 a container's health check or an exec probe (``health.py``). Only the commands that talk to a
-sidecar import the client.
+sidecar import the client, and ``--version`` imports nothing of the sidecar (``version.py``):
+it answers at once.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from cleveragents.sidecar.cli.approve import decide
-from cleveragents.sidecar.cli.cancel import cancel
-from cleveragents.sidecar.cli.health import add_health_arguments, check_health
-from cleveragents.sidecar.cli.lifecycle import VERSION
-from cleveragents.sidecar.cli.run import add_run_arguments, start_run
-from cleveragents.sidecar.cli.serve import add_serve_arguments, serve
-from cleveragents.sidecar.cli.tables import show_runs
-from cleveragents.sidecar.cli.watch import watch
-from cleveragents.sidecar.config.settings import ENV_PREFIX
+from cleveragents.sidecar.cli.version import version
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see the package's)
 if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+
     from cleveragents.client import SidecarClient
 
-__all__ = ["DEFAULT_TARGET", "main"]
+__all__ = ["DEFAULT_TARGET", "build_parser", "main"]
 
 DEFAULT_TARGET = "127.0.0.1:50051"
-TOKEN_ENV = ENV_PREFIX + "TOKEN"
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, every command and flag (the docs' CLI reference reads it)."""
+    import argparse
+
+    from cleveragents.sidecar.cli.health import add_health_arguments
+    from cleveragents.sidecar.cli.run import add_run_arguments
+    from cleveragents.sidecar.cli.serve import add_serve_arguments
+    from cleveragents.sidecar.config.settings import ENV_PREFIX
+
     parser = argparse.ArgumentParser(
         prog="cleveragents-sidecar",
         description="A gRPC sidecar that runs an LLM tool-calling loop.",
         epilog=f"Every setting can also come from {ENV_PREFIX}<SETTING> environment variables.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     add_serve_arguments(
         commands.add_parser(
@@ -83,8 +83,9 @@ def _parser() -> argparse.ArgumentParser:
         "cancel",
         help="cancel a run",
         description="Cancel a run (CancelRun): it ends with run_cancelled. Exit status: 0 when "
-        "it is cancelled, 1 when there is no such run or it had already ended (its state is "
-        "printed), 2 when the sidecar could not be asked.",
+        "this command cancelled it, 1 when there is no such run or it had already ended, "
+        "cancelled included (its state is printed), 2 when the sidecar could not be asked or "
+        "refused (the message says why).",
     )
     cancel_command.add_argument("run_id", metavar="RUN_ID", help="the run to cancel")
     cancel_command.add_argument("--reason", default="", help="why, recorded with the run's end")
@@ -127,6 +128,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _client_arguments(parser: argparse.ArgumentParser) -> None:
+    import os
+
+    from cleveragents.sidecar.cli.text import TOKEN_ENV
+
     parser.add_argument(
         "--target",
         default=DEFAULT_TARGET,
@@ -145,27 +150,46 @@ def _client_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
-    args = _parser().parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments == ["--version"]:  # before the parser, which imports every command
+        print(f"cleveragents-sidecar {version()}")
+        return 0
+    args = build_parser().parse_args(arguments)
     if args.command in ("run", "watch", "cancel", "runs", "approve", "deny"):
-        try:
-            client = _connect(args)
-        except OSError as exc:
-            print(f"cleveragents-sidecar: {exc}", file=sys.stderr)
-            return 2
-        with client:
-            if args.command == "run":
-                return start_run(client, args, sys.stdout)
-            if args.command == "watch":
-                return watch(client, args.run_id, args.after, sys.stdout)
-            if args.command == "cancel":
-                return cancel(client, args.run_id, args.reason, sys.stdout)
-            if args.command in ("approve", "deny"):
-                approved = args.command == "approve"
-                return decide(client, args.run_id, args.call_id, approved, args.reason, sys.stdout)
-            return show_runs(client, args.run_ids, args.limit, sys.stdout)
+        return _talk(args)
     if args.command == "health":
+        from cleveragents.sidecar.cli.health import check_health
+
         return check_health(args, sys.stdout)
+    from cleveragents.sidecar.cli.serve import serve
+
     return serve(args)
+
+
+def _talk(args: argparse.Namespace) -> int:
+    """One of the commands that talk to a sidecar as its client; the exit status."""
+    from cleveragents.sidecar.cli.approve import decide
+    from cleveragents.sidecar.cli.cancel import cancel
+    from cleveragents.sidecar.cli.run import start_run
+    from cleveragents.sidecar.cli.tables import show_runs
+    from cleveragents.sidecar.cli.watch import watch
+
+    try:
+        client = _connect(args)
+    except OSError as exc:
+        print(f"cleveragents-sidecar: {exc}", file=sys.stderr)
+        return 2
+    with client:
+        if args.command == "run":
+            return start_run(client, args, sys.stdout)
+        if args.command == "watch":
+            return watch(client, args.run_id, args.after, sys.stdout)
+        if args.command == "cancel":
+            return cancel(client, args.run_id, args.reason, sys.stdout)
+        if args.command in ("approve", "deny"):
+            approved = args.command == "approve"
+            return decide(client, args.run_id, args.call_id, approved, args.reason, sys.stdout)
+        return show_runs(client, args.run_ids, args.limit, sys.stdout)
 
 
 def _connect(args: argparse.Namespace) -> SidecarClient:

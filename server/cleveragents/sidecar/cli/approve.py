@@ -8,6 +8,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from cleveragents.sidecar.cli.text import inline, problem
+
 if TYPE_CHECKING:  # the client is imported only by the commands that talk to a sidecar
     from cleveragents.client import SidecarClient
 
@@ -24,8 +26,8 @@ def decide(
     try:
         client.decide_approval(run_id, call_id, approved=approved, reason=reason)
     except SidecarRpcError as exc:
-        print(f"cleveragents-sidecar: {exc}", file=sys.stderr)
+        print(f"cleveragents-sidecar: {problem(exc)}", file=sys.stderr)
         return 1 if exc.code.name in ("NOT_FOUND", "FAILED_PRECONDITION") else 2
     verdict = "approved" if approved else "denied"
-    out.write(f"{verdict} call {call_id} of run {run_id}\n")
+    out.write(f"{verdict} call {inline(call_id)} of run {inline(run_id)}\n")
     return 0

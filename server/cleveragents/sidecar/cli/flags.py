@@ -53,6 +53,8 @@ _HELP = {
     "watcher_queue_size": "events a watcher may lag before it is dropped",
     "watcher_stall_s": "seconds a watcher that stopped reading is kept",
     "watch_window_bytes": "unacknowledged bytes a FollowRun watcher may have in flight",
+    "watch_window_bytes_per_identity": "unacknowledged bytes one identity's FollowRun watchers "
+    "may have in flight together",
     "allow_unacknowledged_watch": "serve WatchRun (FollowRun is always served)",
     "shutdown_grace_s": "seconds runs get to finish on SIGTERM/SIGINT",
     "builtin_tools": "serve the built-in echo and sleep tools",
@@ -89,6 +91,7 @@ _HELP = {
     "ready_file": "once listening, write a JSON line {address, pid, version} to this file",
     "ready_fd": "once listening, write that JSON line to this inherited descriptor (0: none)",
     "python_path": "a directory to find tool_modules in (repeatable)",
+    "mcp_log_interval_s": "seconds between an MCP server's 'not JSON-RPC' warnings",
 }
 
 

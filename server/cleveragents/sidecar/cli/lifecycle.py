@@ -12,13 +12,15 @@ signal only prompts a check of the parent process, never a shutdown by itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
-import importlib.metadata
 import json
 import os
 import signal
 import sys
+import tempfile
 
+from cleveragents.sidecar.cli.version import version
 from cleveragents.sidecar.errors import ConfigError
 
 __all__ = [
@@ -32,10 +34,7 @@ __all__ = [
     "write_ready_file",
 ]
 
-try:
-    VERSION = importlib.metadata.version("cleveragents-sidecar")
-except importlib.metadata.PackageNotFoundError:  # run from a source tree never installed
-    VERSION = "unknown"
+VERSION = version()
 #: The signal Linux sends when the parent thread ends (SIGTERM would be indistinguishable
 #: from an operator's stop, and the parent may still be alive).
 DEATH_SIGNAL = signal.SIGUSR2
@@ -115,14 +114,29 @@ def announcement(address: str, metrics_port: int | None) -> str:
 
 def write_ready_file(path: str, line: str) -> None:
     """Write ``line`` to ``path`` whole or not at all: a parent polling for the file never
-    reads half of it."""
-    partial = f"{path}.{os.getpid()}.partial"
+    reads half of it. The file is written under a new name of its own first (created with
+    ``O_EXCL``, as ``mkstemp`` does: a link planted at a name it could guess is never
+    followed), then renamed into place; it gets the mode a plain ``open`` would give it."""
+    directory, name = os.path.split(os.path.abspath(path))
     try:
-        with open(partial, "w", encoding="utf-8") as fh:
+        fd, partial = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=directory)
+    except OSError as exc:
+        raise ConfigError(f"cannot write ready_file {path}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
             fh.write(line + "\n")
         os.replace(partial, path)
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
         raise ConfigError(f"cannot write ready_file {path}: {exc.strerror or exc}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0o077)  # read it (setting it is the only way): briefly the strictest
+    os.umask(mask)
+    return mask
 
 
 def write_ready_fd(fd: int, line: str) -> None:

@@ -115,6 +115,11 @@ def _read_script(path: Path) -> list[Any]:
             f"the script {str(path)!r} is not valid JSON ({exc.msg} at line {exc.lineno}, "
             f"column {exc.colno})"
         ) from None
+    except RecursionError:
+        raise ValueError(
+            f"the script {str(path)!r} is nested too deeply to read (arrays and objects more "
+            f"than about {sys.getrecursionlimit()} levels inside each other)"
+        ) from None
     if not isinstance(turns, list):
         raise ValueError(
             f"the script {str(path)!r} must be a JSON array of turns, not a {type(turns).__name__}"

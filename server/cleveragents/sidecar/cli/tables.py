@@ -1,4 +1,8 @@
-"""Fixed-width tables of records, runs and results, and the ``runs`` command."""
+"""Fixed-width tables of records, runs and results, and the ``runs`` command.
+
+Every string a run carries is escaped (``text.py``); errors and reasons are cut to fit only
+when ``cut`` (on a terminal): written to a file or a pipe they are whole.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
+from cleveragents.sidecar.cli.text import inline, one_line, problem
+
 if TYPE_CHECKING:  # the client is imported only by the commands that talk to a sidecar
     from cleveragents.client import RunInfo, RunSummary, SidecarClient
     from cleveragents.tool import ToolCallRecord, ToolCallRunResult
@@ -14,7 +20,6 @@ if TYPE_CHECKING:  # the client is imported only by the commands that talk to a 
 __all__ = [
     "failed_calls",
     "list_runs",
-    "one_line",
     "records_table",
     "result_summary",
     "runs_table",
@@ -23,14 +28,12 @@ __all__ = [
 ]
 
 
-def one_line(text: str, width: int) -> str:
-    """``text`` on one line, cut to ``width`` characters with an ellipsis."""
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _width(cut: bool, width: int) -> int | None:
+    return width if cut else None
 
 
-def records_table(records: Sequence[ToolCallRecord]) -> str:
-    """The records as a fixed-width table, in order."""
+def records_table(records: Sequence[ToolCallRecord], *, cut: bool = True) -> str:
+    """The records as a fixed-width table, in order (errors cut to fit when ``cut``)."""
     if not records:
         return "no tool calls"
     rows = [("#", "iter", "tool", "call id", "duration", "status", "error")]
@@ -40,11 +43,11 @@ def records_table(records: Sequence[ToolCallRecord]) -> str:
             (
                 str(index),
                 str(r.iteration),
-                r.tool_name,
-                r.call_id,
+                inline(r.tool_name),
+                inline(r.call_id),
                 f"{r.duration_ms:.2f} ms",
                 status,
-                one_line(r.error or "", 60),
+                one_line(r.error or "", _width(cut, 60)),
             )
         )
     return _table(rows, right={0, 1, 4})
@@ -62,8 +65,10 @@ def _table(rows: Sequence[Sequence[str]], right: set[int]) -> str:
     return "\n".join(lines)
 
 
-def result_summary(state: str, result: ToolCallRunResult, detail: str = "") -> str:
-    """How a run ended, in two or three lines."""
+def result_summary(
+    state: str, result: ToolCallRunResult, detail: str = "", *, cut: bool = True
+) -> str:
+    """How a run ended, in two or three lines (its reason and answer cut when ``cut``)."""
     failed = sum(1 for r in result.tool_call_history if not r.success)
     lines = [
         f"{state}: stop_reason={result.stop_reason}, iterations={result.iterations}, "
@@ -71,9 +76,9 @@ def result_summary(state: str, result: ToolCallRunResult, detail: str = "") -> s
         f"tokens in/out={result.usage.input_tokens}/{result.usage.output_tokens}"
     ]
     if detail:
-        lines.append(f"reason: {one_line(detail, 200)}")
+        lines.append(f"reason: {one_line(detail, _width(cut, 200))}")
     if result.content:
-        lines.append(f"answer: {one_line(result.content, 200)}")
+        lines.append(f"answer: {one_line(result.content, _width(cut, 200))}")
     return "\n".join(lines)
 
 
@@ -88,6 +93,7 @@ def show_runs(client: SidecarClient, run_ids: Sequence[str], limit: int, out: Te
     (``ListRuns``); returns the exit status."""
     from cleveragents.client import SidecarRpcError
 
+    cut = out.isatty()
     try:
         if not run_ids:
             summaries = list_runs(client, limit)
@@ -102,24 +108,25 @@ def show_runs(client: SidecarClient, run_ids: Sequence[str], limit: int, out: Te
                 if exc.code.name != "NOT_FOUND":
                     raise
                 print(
-                    f"cleveragents-sidecar: no run {run_id!r} (unknown, or expired)",
+                    f"cleveragents-sidecar: no run {inline(repr(run_id))} (unknown, or expired)",
                     file=sys.stderr,
                 )
                 missing += 1
     except SidecarRpcError as exc:
-        print(f"cleveragents-sidecar: {exc}", file=sys.stderr)
+        print(f"cleveragents-sidecar: {problem(exc)}", file=sys.stderr)
         return 2
     if infos:
         out.write(runs_table(infos) + "\n")
-        failures = failed_calls(infos)
+        failures = failed_calls(infos, cut=cut)
         if failures:
             out.write("\n" + failures + "\n")
     return 1 if missing else 0
 
 
-def failed_calls(infos: Sequence[RunInfo]) -> str:
+def failed_calls(infos: Sequence[RunInfo], *, cut: bool = True) -> str:
     """The failed tool calls of the finished runs among ``infos``: which tool, its error kind
-    and message (``runs RUN_ID`` shows them beneath the table); empty when none failed."""
+    and message, cut to fit when ``cut`` (``runs RUN_ID`` shows them beneath the table);
+    empty when none failed."""
     rows = [("run id", "#", "iter", "tool", "call id", "kind", "error")]
     for info in infos:
         history = info.result.tool_call_history if info.result is not None else ()
@@ -127,8 +134,8 @@ def failed_calls(infos: Sequence[RunInfo]) -> str:
             if not r.success:
                 kind = str(r.error_kind) if r.error_kind is not None else "exception"
                 rows.append(
-                    (info.run_id, str(index), str(r.iteration), r.tool_name, r.call_id, kind,
-                     one_line(r.error or "", 100))
+                    (inline(info.run_id), str(index), str(r.iteration), inline(r.tool_name),
+                     inline(r.call_id), kind, one_line(r.error or "", _width(cut, 100)))
                 )  # fmt: skip
     if len(rows) == 1:
         return ""
@@ -147,7 +154,7 @@ def summaries_table(summaries: Sequence[RunSummary], now: float | None = None) -
         took = (run.finished_at if run.finished_at is not None else now) - run.started_at
         rows.append(
             (
-                run.run_id,
+                inline(run.run_id),
                 run.state,
                 str(run.stop_reason) if run.stop_reason is not None else "",
                 str(run.iterations),
@@ -168,7 +175,7 @@ def runs_table(infos: Sequence[RunInfo]) -> str:
         history = result.tool_call_history if result is not None else ()
         rows.append(
             (
-                info.run_id,
+                inline(info.run_id),
                 info.state,
                 str(result.stop_reason) if result is not None else "",
                 str(result.iterations) if result is not None else "",

@@ -2,19 +2,21 @@
 
 A line per tool call as its record arrives and per approval asked (with how to answer it) or
 decided, the model's text as it streams (its deltas), a progress line kept up to date in
-place (on a terminal), then a table of the records and the result.
+place (on a terminal), then a table of the records and the result. Every string of the run
+is shown with its control characters as escapes (``text.py``), and cut to fit only on a
+terminal.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TextIO, assert_never
 
-from cleveragents.sidecar.cli.tables import one_line, records_table, result_summary
+from cleveragents.sidecar.cli.tables import records_table, result_summary
+from cleveragents.sidecar.cli.text import inline, one_line, problem, visible
 from cleveragents.tool import (
     ApprovalDecided,
     ApprovalRequested,
@@ -37,16 +39,11 @@ if TYPE_CHECKING:  # the client is imported only by the commands that talk to a 
 
 __all__ = ["WatchView", "show_stream", "watch"]
 
-#: Control characters (C0, DEL, C1) other than a newline and a tab: the model's text could
-#: move the cursor, overwrite lines or send the terminal escape sequences with them.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_NAMED = {"\r": "\\r", "\x1b": "\\e"}
-
 
 def watch(client: SidecarClient, run_id: str, after: int, out: TextIO) -> int:
     """Follow ``run_id`` with ``client``, drawing it on ``out``; returns the exit status."""
     events = client.watch(run_id, after_sequence=after, stream_deltas=True)
-    return show_stream(events, out, f"watch run {run_id!r}")
+    return show_stream(events, out, f"watch run {inline(repr(run_id))}")
 
 
 def show_stream(
@@ -70,7 +67,7 @@ def show_stream(
             view.show(streamed)
     except SidecarRpcError as exc:
         view.clear_progress()
-        print(f"cleveragents-sidecar: cannot {doing}: {exc}", file=sys.stderr)
+        print(f"cleveragents-sidecar: cannot {doing}: {problem(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         view.clear_progress()
@@ -83,12 +80,6 @@ def show_stream(
         if close is not None:
             close()  # ends the call at once (a run started without detach is cancelled)
     return view.finish()
-
-
-def visible(text: str) -> str:
-    """``text`` with each control character but a newline and a tab shown as an escape
-    (``\\r``, ``\\e``, ``\\x07``): the model's text reaches the terminal as text."""
-    return _CONTROL.sub(lambda m: _NAMED.get(m[0]) or f"\\x{ord(m[0]):02x}", text)
 
 
 def _tick(view: WatchView, stop: threading.Event) -> None:
@@ -132,14 +123,14 @@ class WatchView:
         # clock, which is close enough): replayed events happened a while ago.
         at = time.monotonic() - max(0.0, time.time() - streamed.time)
         with self._lock:
-            self.run_id = streamed.run_id
+            self.run_id = inline(streamed.run_id)
             match event:
                 case RunStarted():
                     self.max_iterations = event.max_iterations
                     self._started = at
-                    tools = ", ".join(event.tool_names) or "none"
+                    tools = ", ".join(map(inline, event.tool_names)) or "none"
                     self._line(
-                        f"run {event.run_id}: up to {event.max_iterations} iterations, "
+                        f"run {inline(event.run_id)}: up to {event.max_iterations} iterations, "
                         f"tools: {tools}"
                     )
                 case IterationStarted():
@@ -147,13 +138,13 @@ class WatchView:
                 case ToolCallStarted():
                     self.iteration = max(self.iteration, event.iteration)
                     key = (event.call_id, event.iteration)
-                    self.running[key] = (event.tool_name, at)
+                    self.running[key] = (inline(event.tool_name), at)
                 case ToolCallCompleted():
                     record = event.record
                     self.running.pop((record.call_id, record.iteration), None)
                     self.records.append(record)
                     self.failed += not record.success
-                    self._line(_record_line(record))
+                    self._line(_record_line(record, cut=self.live))
                 case RunCompleted():
                     self._ended(event.result, "completed", "")
                 case RunFailed():
@@ -161,24 +152,25 @@ class WatchView:
                 case RunCancelled():
                     self._ended(event.result, "cancelled", event.reason)
                 case ApprovalRequested():
+                    how = inline(event.how_to_answer)
                     self._line(
-                        f"  approval? {event.tool_name} (call {event.call_id}): {event.reason}"
-                        + (f"\n            {event.how_to_answer}" if event.how_to_answer else "")
+                        f"  approval? {inline(event.tool_name)} (call {inline(event.call_id)}): "
+                        f"{inline(event.reason)}" + (f"\n            {how}" if how else "")
                     )
                 case ApprovalDecided():
                     verdict = "approved" if event.approved else "DENIED"
-                    why = f": {event.reason}" if event.reason else ""
-                    who = f" ({event.identity})" if event.identity else ""
-                    self._line(f"  {verdict} (call {event.call_id}) by {event.by}{who}{why}")
+                    why = f": {inline(event.reason)}" if event.reason else ""
+                    who = f" ({inline(event.identity)})" if event.identity else ""
+                    self._line(
+                        f"  {verdict} (call {inline(event.call_id)}) by {inline(event.by)}"
+                        f"{who}{why}"
+                    )
                 case RunResumed():
                     self.running.clear()  # each call in flight runs again or is closed
+                    interrupted = ", ".join(map(inline, event.interrupted_call_ids))
                     self._line(
-                        f"  resumed after event {event.after_sequence} ({event.reason})"
-                        + (
-                            f"; interrupted: {', '.join(event.interrupted_call_ids)}"
-                            if event.interrupted_call_ids
-                            else ""
-                        )
+                        f"  resumed after event {event.after_sequence} ({inline(event.reason)})"
+                        + (f"; interrupted: {interrupted}" if interrupted else "")
                     )
                 case ToolCallProgress():
                     pass  # the progress line shows iterations and calls
@@ -207,12 +199,13 @@ class WatchView:
             self._end_text()
             self._clear()
             records = list(self.result.tool_call_history) if self.result else self.records
-            self.out.write("\n" + records_table(records) + "\n")
+            self.out.write("\n" + records_table(records, cut=self.live) + "\n")
             if self.result is None:
                 self.out.write(f"\nrun {self.run_id}: the stream ended before the run did\n")
                 self.out.flush()
                 return 1
-            self.out.write("\n" + result_summary(self.outcome, self.result, self.detail) + "\n")
+            summary = result_summary(self.outcome, self.result, self.detail, cut=self.live)
+            self.out.write("\n" + summary + "\n")
             self.out.flush()
             return 0 if self.outcome == "completed" else 1
 
@@ -275,10 +268,11 @@ class WatchView:
         self._progress_shown = True
 
 
-def _record_line(record: ToolCallRecord) -> str:
+def _record_line(record: ToolCallRecord, *, cut: bool) -> str:
     status = "ok" if record.success else f"FAILED {record.error_kind or 'exception'}"
     iteration = f"[{record.iteration}]"
-    line = f"  {iteration:<5} {record.tool_name:<20} {record.duration_ms:>10.2f} ms  {status}"
+    name = inline(record.tool_name)
+    line = f"  {iteration:<5} {name:<20} {record.duration_ms:>10.2f} ms  {status}"
     if record.error:
-        line += f"  {one_line(record.error, 100)}"
+        line += f"  {one_line(record.error, 100 if cut else None)}"
     return line

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ _PROFILE_KEYS = {
 }
 _PROFILE_KEYS["openai"] |= {"stream", "strict_tools"}
 _PROFILE_KEYS["openai_responses"] = _PROFILE_KEYS["openai"]
-_PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"] | {"cache_prompt"}
+_PROFILE_KEYS["anthropic"] = _PROFILE_KEYS["openai"] | {"cache_prompt", "structured_output"}
 _PROFILE_KEYS["openai"] = _PROFILE_KEYS["openai"] | {"stream_usage"}  # Chat Completions only
 #: Settings that are tables or lists, each read on its own.
 _TABLES = (
@@ -39,6 +40,18 @@ _TABLES = (
     "policy", "policies", "python_path", "mcp_servers",
 )  # fmt: skip
 _SCALARS = {f.name: f for f in dataclasses.fields(SidecarConfig) if f.name not in _TABLES}
+_SETTINGS = tuple(f.name for f in dataclasses.fields(SidecarConfig))
+#: How a setting's type is named in a message.
+_KIND_NAMES = {
+    "int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string",
+}  # fmt: skip
+#: Settings that name a file: in the config file, a relative one is from the file's directory
+#: (as ``python_path``, a profile's ``script_file``, a client's ``token_file`` and an MCP
+#: server's ``command``, ``cwd`` and so ``args`` are). ``event_store`` as a URL is left alone.
+_PATH_SETTINGS = (
+    "auth_token_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "event_store",
+    "event_store_ca_file", "event_store_cert_file", "event_store_key_file", "ready_file",
+)  # fmt: skip
 
 
 def load_config(
@@ -64,6 +77,7 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
         base = Path(path).resolve().parent
+        _paths_from(raw, base)
     for name, spec in _SCALARS.items():
         value = env.get(ENV_PREFIX + name.upper())
         if value is not None:
@@ -82,6 +96,21 @@ def load_config(
     return config
 
 
+def _did_you_mean(name: str, known: Sequence[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``known`` to a misspelt ``name``, or ``""``."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _paths_from(raw: dict[str, Any], base: Path) -> None:
+    """Make the file's relative paths absolute from its directory ``base`` (those of
+    variables and flags stay relative to the working directory, as a shell's are)."""
+    for key in _PATH_SETTINGS:
+        value = raw.get(key)
+        if isinstance(value, str) and value and "://" not in value:
+            raw[key] = str(base / value)
+
+
 def _from_env(name: str, value: str, annotation: Any) -> Any:
     kind = str(annotation)
     try:
@@ -96,7 +125,9 @@ def _from_env(name: str, value: str, annotation: Any) -> Any:
                 return False
             raise ValueError(value)
     except ValueError:
-        raise ConfigError(f"{ENV_PREFIX}{name.upper()}={value!r} is not a valid {kind}") from None
+        raise ConfigError(
+            f"{ENV_PREFIX}{name.upper()}={value!r} is not {_KIND_NAMES.get(kind, kind)}"
+        ) from None
     return value
 
 
@@ -116,7 +147,7 @@ def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
         elif key == "mcp_servers":
             from cleveragents.sidecar.config.mcp import parse_mcp_servers
 
-            kwargs[key] = parse_mcp_servers(value)
+            kwargs[key] = parse_mcp_servers(value, base)
         elif key == "tool_limits":
             kwargs[key] = parse_tool_limits(value)
         elif key == "tool_modules":
@@ -134,7 +165,7 @@ def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
         elif key in _SCALARS:
             kwargs[key] = _typed(key, value, str(_SCALARS[key].type))
         else:
-            raise ConfigError(f"unknown setting {key!r}")
+            raise ConfigError(f"unknown setting {key!r}{_did_you_mean(key, _SETTINGS)}")
     return SidecarConfig(**kwargs)
 
 
@@ -146,7 +177,7 @@ def _typed(key: str, value: Any, kind: str) -> Any:
         "str": isinstance(value, str),
     }.get(kind, True)
     if not ok:
-        raise ConfigError(f"setting {key!r} must be a {kind}, got {value!r}")
+        raise ConfigError(f"setting {key!r} must be {_KIND_NAMES.get(kind, kind)}, got {value!r}")
     return float(value) if kind == "float" else value
 
 
@@ -164,9 +195,13 @@ def _profile(name: str, table: Any, base: Path) -> ProfileConfig:
         raise ConfigError(
             f"profiles.{name}.kind must be one of {', '.join(PROFILE_KINDS)}, got {kind!r}"
         )
-    unknown = set(table) - _PROFILE_KEYS[kind]
+    unknown = sorted(set(table) - _PROFILE_KEYS[kind])
     if unknown:
-        raise ConfigError(f"profiles.{name}: unknown key(s) {', '.join(sorted(unknown))}")
+        raise ConfigError(
+            f"profiles.{name}: unknown key(s) {', '.join(unknown)}"
+            f"{_did_you_mean(unknown[0], sorted(_PROFILE_KEYS[kind]))}; a profile of kind {kind} "
+            f"takes {', '.join(sorted(_PROFILE_KEYS[kind]))}"
+        )
     if kind in PROVIDER_KINDS:
         return _provider_profile(name, kind, table)
     script = None
@@ -209,6 +244,7 @@ def _provider_profile(name: str, kind: str, table: dict[str, Any]) -> ProfileCon
         strict_tools=typed("strict_tools", "bool", False),
         cache_prompt=typed("cache_prompt", "bool", False),
         stream_usage=typed("stream_usage", "bool", True),
+        structured_output=typed("structured_output", "str", "auto"),
     )
 
 

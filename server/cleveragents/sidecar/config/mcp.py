@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cleveragents.sidecar.errors import ConfigError
@@ -47,8 +48,10 @@ _MIN_MESSAGE_BYTES = 1024
 class McpServerConfig:
     """One MCP server: how to reach it and which of its tools runs get, under what names.
 
-    ``command``/``args``/``env``/``cwd`` start a stdio server; ``url``/``headers`` reach a
-    Streamable HTTP one (exactly one of ``command`` and ``url``). ``tool_prefix`` (``None``:
+    ``command``/``args``/``env``/``cwd`` start a stdio server (``cwd`` empty: in the
+    sidecar's working directory; from a config file it is never empty, see
+    ``parse_mcp_servers``); ``url``/``headers`` reach a Streamable HTTP one (exactly one of
+    ``command`` and ``url``). ``tool_prefix`` (``None``:
     ``"<name>_"``) is put before each tool's name; ``tools`` are globs over the server's own
     tool names (empty: all). ``timeout_s`` bounds each call (``None``: the sidecar's
     ``default_tool_timeout_s``). ``side_effects`` is ``annotations``, ``true`` or ``false``.
@@ -177,14 +180,18 @@ def expand_env(
     return {key: one(key, value) for key, value in values.items()}
 
 
-def parse_mcp_servers(value: Any) -> dict[str, McpServerConfig]:
-    """The ``mcp_servers`` table of ``[mcp_servers.NAME]`` tables."""
+def parse_mcp_servers(value: Any, base: Path) -> dict[str, McpServerConfig]:
+    """The ``mcp_servers`` table of ``[mcp_servers.NAME]`` tables, from the config file in the
+    directory ``base``: a stdio server runs in its ``cwd`` relative to ``base``, or in ``base``
+    itself when it has none (so its relative ``args`` are from the config file's directory
+    too), and a ``command`` with a ``/`` is a path from ``base``. A bare command is looked up
+    when the server starts (see ``mcp/commands.py``)."""
     if not isinstance(value, dict):
         raise ConfigError("mcp_servers must be a table of [mcp_servers.NAME] tables")
-    return {name: _server(name, table) for name, table in value.items()}
+    return {name: _server(name, table, base) for name, table in value.items()}
 
 
-def _server(name: str, table: Any) -> McpServerConfig:
+def _server(name: str, table: Any, base: Path) -> McpServerConfig:
     where = f"mcp_servers.{name}"
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must be a table")
@@ -215,12 +222,15 @@ def _server(name: str, table: Any) -> McpServerConfig:
         raise ConfigError(
             f'{where}.side_effects must be "annotations", true or false, got {side_effects!r}'
         )
+    command, cwd = table.get("command", ""), table.get("cwd", "")
+    if "/" in command:
+        command = str(base / command)
     return McpServerConfig(
         name,
-        command=table.get("command", ""),
+        command=command,
         args=tuple(table.get("args", [])),
         env=dict(table.get("env", {})),
-        cwd=table.get("cwd", ""),
+        cwd=str(base / cwd) if command or cwd else "",
         url=table.get("url", ""),
         headers=dict(table.get("headers", {})),
         tool_prefix=table.get("tool_prefix"),

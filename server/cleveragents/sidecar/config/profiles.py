@@ -14,10 +14,12 @@ from cleveragents.providers import RESERVED_PARAMS
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.tool import LLMResponse
 
-__all__ = ["PROFILE_KINDS", "PROVIDER_KINDS", "ProfileConfig"]
+__all__ = ["PROFILE_KINDS", "PROVIDER_KINDS", "STRUCTURED_OUTPUT_MODES", "ProfileConfig"]
 
 PROVIDER_KINDS = ("openai", "openai_responses", "anthropic")
 PROFILE_KINDS = ("scripted", "client", *PROVIDER_KINDS)
+#: How an Anthropic profile asks for a structured answer (``structured_output``).
+STRUCTURED_OUTPUT_MODES = ("auto", "native", "tool")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -33,7 +35,10 @@ class ProfileConfig:
     answer as it is generated (server-sent events); ``strict_tools`` marks tool schemas
     ``strict`` (every provider kind); ``cache_prompt`` adds Anthropic prompt-caching breakpoints.
     ``stream_usage`` (kind ``openai``) asks a stream for its usage with ``stream_options``;
-    false leaves that field out, for servers that refuse it.
+    false leaves that field out, for servers that refuse it. ``structured_output`` (kind
+    ``anthropic``) says how a run's output schema is asked for: ``auto`` (Anthropic's
+    structured outputs on a model that has them, else a forced answer tool), ``native`` or
+    ``tool``.
 
     ``stream_delay_s`` (scripted profiles): a number streams each scripted turn as deltas,
     that many seconds apart, as a provider would (``None``: each turn comes whole). The
@@ -54,9 +59,17 @@ class ProfileConfig:
     cache_prompt: bool = False
     stream_delay_s: float | None = None
     stream_usage: bool = True
+    structured_output: str = "auto"
 
     def __post_init__(self) -> None:
         where = f"profiles.{self.name}"
+        if self.structured_output not in STRUCTURED_OUTPUT_MODES:
+            raise ConfigError(f"{where}.structured_output must be one of "
+                              f"{', '.join(STRUCTURED_OUTPUT_MODES)}, got "
+                              f"{self.structured_output!r}")  # fmt: skip
+        if self.structured_output != "auto" and self.kind != "anthropic":
+            raise ConfigError(f"{where}.structured_output is for kind 'anthropic' (OpenAI's "
+                              "APIs take the schema natively); unset it here")  # fmt: skip
         if not self.stream_usage and self.kind != "openai":
             raise ConfigError(f"{where}.stream_usage is for kind 'openai' (only Chat "
                               "Completions sends stream_options); unset it here")  # fmt: skip

@@ -29,6 +29,7 @@ __all__ = [
 
 ENV_PREFIX = "CLEVERAGENTS_SIDECAR_"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MAX_PORT = 65535
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,10 @@ class SidecarConfig:
     watcher_stall_s: float = 30.0
     #: What a FollowRun watcher may have in flight unacknowledged, in bytes of messages.
     watch_window_bytes: int = 1024 * 1024
+    #: What one identity's FollowRun watchers together may have in flight unacknowledged (one
+    #: message always may go when none is in flight); a watcher that cannot send for
+    #: ``watcher_stall_s`` because of it is dropped with RESOURCE_EXHAUSTED.
+    watch_window_bytes_per_identity: int = 32 * 1024 * 1024
     #: Whether ``WatchRun`` is served: what a watcher that stops reading costs there is
     #: bounded only by the flow-control window its client grants. ``FollowRun`` stays.
     allow_unacknowledged_watch: bool = True
@@ -193,6 +198,9 @@ class SidecarConfig:
     python_path: tuple[str, ...] = ()
     #: MCP servers whose tools the sidecar offers (``[mcp_servers.NAME]``, see config/mcp.py).
     mcp_servers: Mapping[str, McpServerConfig] = field(default_factory=dict)
+    #: At most one warning per MCP server per this many seconds for lines it writes that are
+    #: not JSON-RPC (the rest counted, and the count logged with the next).
+    mcp_log_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
         _check_listen(self.listen)
@@ -221,6 +229,7 @@ class SidecarConfig:
             "watcher_stall_s",
             "auth_reject_log_interval_s",
             "event_store_lease_s",
+            "mcp_log_interval_s",
         ):
             if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
                 raise ConfigError(f"{name} must be a positive number of seconds")
@@ -245,6 +254,11 @@ class SidecarConfig:
             raise ConfigError("watcher_queue_size must be >= 1 and max_finished_runs >= 0")
         if self.watch_window_bytes < 4096:
             raise ConfigError("watch_window_bytes must be at least 4096")
+        if self.watch_window_bytes_per_identity < self.watch_window_bytes:
+            raise ConfigError(
+                "watch_window_bytes_per_identity must be at least watch_window_bytes (one "
+                "watcher's window)"
+            )
         if self.max_finished_run_bytes < 0:
             raise ConfigError("max_finished_run_bytes must be >= 0")
         if self.log_format not in ("json", "console"):
@@ -355,10 +369,16 @@ class SidecarConfig:
 
 
 def _check_listen(listen: str) -> None:
-    """A ``host:port`` or ``unix:`` address; a bare port gets the two likely meanings."""
+    """A ``host:port`` or ``unix:`` address; a bare port gets the two likely meanings. A port
+    past 65535 is refused: gRPC would take it modulo 65536 and listen somewhere else."""
     if listen.startswith("unix:"):
         return
     host, colon, port = listen.rpartition(":")
+    if colon and host and port.isdigit() and int(port) > _MAX_PORT:
+        raise ConfigError(
+            f"listen {listen!r}: port {int(port)} is out of range: a port is 0 to {_MAX_PORT} "
+            "(0 picks a free one)"
+        )
     if not colon or not host or not port.isdigit():
         hint = ""
         if listen.isdigit():

@@ -31,7 +31,9 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from cleveragents.sidecar.config.mcp import McpServerConfig, expand_env
+from cleveragents.sidecar.mcp.commands import locate_command
 from cleveragents.sidecar.mcp.stdio import MessageTooLarge, stdio_transport
+from cleveragents.sidecar.observability.throttle import LogThrottle
 from cleveragents.tool import ToolError
 
 __all__ = ["McpConnection", "ToolsListed"]
@@ -61,8 +63,12 @@ def _client_info() -> types.Implementation:
 class McpConnection:
     """The live session with one MCP server, or why there is none (``state``, ``problem``)."""
 
-    def __init__(self, config: McpServerConfig, on_tools: ToolsListed) -> None:
+    def __init__(
+        self, config: McpServerConfig, on_tools: ToolsListed, log_interval_s: float = 1.0
+    ) -> None:
         self.config = config
+        #: Its "not JSON-RPC" warnings: at most one per ``log_interval_s``, the rest counted.
+        self._skip_log = LogThrottle(log_interval_s)
         self.state = "starting"
         self.problem = ""
         #: Connections lost or failed, since the sidecar started (a metric).
@@ -209,7 +215,9 @@ class McpConnection:
         the SDK would skip it, and a call whose answer it was would wait for its timeout. The
         server is restarted instead, and the calls in flight fail at once saying why. Before
         that (a server printing a banner), and for a line that cannot be a response (it does
-        not start with ``{``), the line is logged and skipped.
+        not start with ``{``), the line is skipped and logged: at most one warning a
+        ``log_interval_s``, the others counted (``not_logged_since_last_line``), so that a
+        server writing such lines without end cannot flood the sidecar's log.
         """
         try:
             async with sink:
@@ -223,11 +231,13 @@ class McpConnection:
                         )
                         return
                     if isinstance(item, Exception) and self._skippable(item):
-                        log.warning(
-                            "mcp server wrote a line that is not JSON-RPC; skipped",
-                            server=self.config.name,
-                            problem=_malformed(item),
-                        )
+                        if (unlogged := self._skip_log.admit()) is not None:
+                            log.warning(
+                                "mcp server wrote a line that is not JSON-RPC; skipped",
+                                server=self.config.name,
+                                problem=_malformed(item),
+                                not_logged_since_last_line=unlogged,
+                            )
                         continue
                     if isinstance(item, Exception):
                         self._broken = f"it broke the protocol: {_malformed(item)}"
@@ -242,6 +252,12 @@ class McpConnection:
             pass
         finally:
             eof.set()
+            if unlogged := self._skip_log.flush():
+                log.warning(
+                    "mcp server's skipped lines not logged",
+                    server=self.config.name,
+                    not_logged_since_last_line=unlogged,
+                )
 
     def _too_large(self, exc: MessageTooLarge) -> str:
         return (
@@ -260,10 +276,11 @@ class McpConnection:
     async def _transport(self) -> AsyncIterator[Any]:
         config, where = self.config, f"mcp_servers.{self.config.name}"
         if config.command:
+            env = expand_env(config.env, f"{where}.env")
             async with stdio_transport(
-                config.command,
+                locate_command(config.command, env.get("PATH")),
                 config.args,
-                env=expand_env(config.env, f"{where}.env"),
+                env=env,
                 cwd=config.cwd or None,
                 max_message_bytes=config.max_message_bytes,
             ) as streams:

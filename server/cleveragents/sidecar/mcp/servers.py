@@ -42,7 +42,8 @@ class McpServers:
         self.config = config
         self.registry = registry
         self.connections = {
-            name: McpConnection(server, self._listed) for name, server in config.mcp_servers.items()
+            name: McpConnection(server, self._listed, config.mcp_log_interval_s)
+            for name, server in config.mcp_servers.items()
         }
         #: Offered tool name -> ``mcp:<server>``, for ``ListTools``.
         self.origins: dict[str, str] = {}

@@ -10,7 +10,8 @@ a line of ``THREAD_PARSE_BYTES`` or more is parsed in a worker thread. Everythin
 the SDK does: the server in a session (process group) of its own, with the SDK's default
 environment plus ``env``; its stderr passed through; one JSON line per message written; a line
 that does not parse sent down the read stream as the parser's exception; and on exit its
-stdin closed, then its group sent SIGTERM, then SIGKILL (no orphans). POSIX only.
+stdin closed, then its whole group sent SIGTERM (even when the server itself exited at EOF),
+then SIGKILL (no orphans). POSIX only.
 """
 
 from __future__ import annotations
@@ -199,13 +200,18 @@ async def _drain(process: Process) -> None:
 
 
 async def _stop(process: Process) -> None:
-    """Close its stdin, wait, then SIGTERM and SIGKILL its process group (the SDK's order)."""
+    """Close its stdin, wait, then SIGTERM and SIGKILL its process group (the SDK's order).
+
+    The group is signalled whether or not the server exited at EOF: a child it left in its
+    group (a worker, a helper it spawned) would otherwise outlive the sidecar. A group already
+    empty is not waited for.
+    """
     assert process.stdin is not None
     assert process.stdout is not None
     await _close(process.stdin)
-    if not await _exited(process, _EXIT_GRACE_S):
-        await terminate_posix_process_tree(process, _TERM_GRACE_S)
-        await _exited(process, _REAP_S)
+    await _exited(process, _EXIT_GRACE_S)
+    await terminate_posix_process_tree(process, _TERM_GRACE_S)
+    await _exited(process, _REAP_S)
     await _close(process.stdout)
     # A descendant holding a pipe open keeps asyncio's subprocess transport open; close it.
     transport = getattr(getattr(process, "_process", None), "_transport", None)

@@ -304,7 +304,12 @@ class _FleetCollector:
 def parse_listen(listen: str) -> tuple[str, int]:
     """``host:port`` (``[v6]:port`` too; port 0 picks a free one) as a host and a port."""
     host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if sep and host and port.isdigit() and int(port) > 65535:
+        raise ConfigError(
+            f"metrics_listen {listen!r}: port {int(port)} is out of range: a port is 0 to 65535 "
+            "(0 picks a free one)"
+        )
+    if not sep or not host or not port.isdigit():
         raise ConfigError(f"metrics_listen must be host:port, got {listen!r}")
     return host.removeprefix("[").removesuffix("]"), int(port)
 

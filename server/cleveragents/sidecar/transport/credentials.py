@@ -22,9 +22,11 @@ from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY, Identity, normal_subject
 from cleveragents.sidecar.transport.access import read_secret, read_token
 
-__all__ = ["Credentials", "read_credentials", "token_values"]
+__all__ = ["MIN_TOKEN_CHARS", "Credentials", "read_credentials", "token_values"]
 
 log = structlog.get_logger("cleveragents.sidecar.auth")
+#: A shorter token is accepted, with a warning at start: it can be guessed.
+MIN_TOKEN_CHARS = 16
 
 
 def _digest(header: bytes) -> bytes:
@@ -42,6 +44,14 @@ class Credentials:
     def required(self) -> bool:
         """Whether any credential is configured (else the sidecar does not authenticate)."""
         return bool(self.tokens or self.subjects)
+
+    def identities(self) -> dict[str, list[str]]:
+        """Each identity a credential stands for, by name, with its roles (for the log);
+        without credentials, every caller is the default identity."""
+        known = [identity for _, identity in self.tokens] + list(self.subjects.values())
+        if not known:
+            known = [DEFAULT_IDENTITY]
+        return {i.name: sorted(i.roles) for i in sorted(known, key=lambda i: i.name)}
 
     def by_token(self, header: bytes) -> Identity | None:
         """The identity whose ``Bearer <token>`` is ``header``, or ``None``."""
@@ -70,6 +80,14 @@ def read_credentials(config: SidecarConfig, env: Mapping[str, str] | None = None
     subjects: dict[frozenset[str], Identity] = {}
 
     def add(token: str, identity: Identity) -> None:
+        if len(token) < MIN_TOKEN_CHARS:
+            log.warning(
+                "a token is too short to resist guessing",
+                identity=identity.name,
+                characters=len(token),
+                advice=f"use at least {MIN_TOKEN_CHARS} random characters "
+                "(openssl rand -hex 32 makes 64)",
+            )
         digest = _digest(f"Bearer {token}".encode())
         if (other := owners.setdefault(digest, identity.name)) != identity.name:
             raise ConfigError(

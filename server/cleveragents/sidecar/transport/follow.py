@@ -5,6 +5,13 @@ HTTP/2 window has room, which the client sets. Here the bound is the server's ow
 acknowledges sequences, and the server keeps at most ``watch_window_bytes`` of unacknowledged
 messages in flight. A reader task takes the acks while the handler writes.
 
+One identity's watchers share a second bound, ``watch_window_bytes_per_identity``, on their
+unacknowledged bytes together (:class:`IdentityWindows`): without it, each of many stalled
+watchers of one observer held a message (240 of them, each a 4 MiB first event: +966 MiB). A
+message goes only when it fits both windows (or nothing is in flight in either); a watcher
+that cannot send for ``watcher_stall_s`` is dropped with ``RESOURCE_EXHAUSTED``, naming the
+bound it met.
+
 The server never ends a call while an ack it asked for is owed: a client that writes an ack
 after the status came gets the call failed locally (gRPC's ``INTERNAL``), losing the status
 and the messages before it. So the call ends when the owed ack comes (or the client closes its
@@ -23,6 +30,7 @@ import grpc
 
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.runs import LogCursor, Run
+from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import Context, abort, end_if_lost, read_start
 from cleveragents.sidecar.transport.dropped import dropped_reason
 from cleveragents.toolruntime.v1 import service_pb2
@@ -31,7 +39,7 @@ from cleveragents.wire import follow_message
 if TYPE_CHECKING:
     from cleveragents.sidecar.transport.service import ToolRuntimeService
 
-__all__ = ["AckWindow", "serve"]
+__all__ = ["AckWindow", "IdentityWindows", "SharedWindow", "serve"]
 
 #: What a response adds to its frames, at most: a tag byte per frame is counted apart, and
 #: ``ack_requested`` and ``window_bytes`` take up to 12 bytes.
@@ -42,11 +50,66 @@ _ASK_FOR_ACK = b"\x10\x01"
 _FINAL_ACK_STALLS = 10
 
 
-class AckWindow:
-    """The messages written to one watcher and not yet acknowledged, and waits on its acks."""
+class SharedWindow:
+    """The unacknowledged bytes of one identity's watchers together, and who waits for room."""
 
-    def __init__(self, window_bytes: int, after_sequence: int) -> None:
+    __slots__ = ("_waiting", "identity", "limit", "unacked", "watchers")
+
+    def __init__(self, identity: str, limit: int) -> None:
+        self.identity = identity
+        self.limit = limit
+        self.unacked = 0
+        #: The watchers sharing it (it is forgotten once none is left).
+        self.watchers = 0
+        self._waiting: set[AckWindow] = set()
+
+    def fits(self, size: int) -> bool:
+        """Whether ``size`` more bytes may go: one message always may when none is in flight."""
+        return self.unacked == 0 or self.unacked + size <= self.limit
+
+    def wait_for(self, window: AckWindow) -> None:
+        """Wake ``window`` once room is freed."""
+        self._waiting.add(window)
+
+    def free(self, size: int) -> None:
+        """``size`` bytes were acknowledged (or their watcher went): wake those waiting."""
+        self.unacked -= size
+        waiting, self._waiting = self._waiting, set()
+        for window in waiting:
+            window.wake()
+
+
+class IdentityWindows:
+    """Each identity's :class:`SharedWindow`, while it has watchers."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._windows: dict[str, SharedWindow] = {}
+
+    def join(self, identity: str) -> SharedWindow:
+        """The window a new watcher of ``identity`` shares (``leave`` it when it ends)."""
+        shared = self._windows.get(identity)
+        if shared is None:
+            shared = self._windows[identity] = SharedWindow(identity, self.limit)
+        shared.watchers += 1
+        return shared
+
+    def leave(self, shared: SharedWindow) -> None:
+        """A watcher sharing ``shared`` has ended (its bytes freed first: ``AckWindow.end``)."""
+        shared.watchers -= 1
+        if shared.watchers <= 0 and self._windows.get(shared.identity) is shared:
+            del self._windows[shared.identity]
+
+
+class AckWindow:
+    """The messages written to one watcher and not yet acknowledged, and waits on its acks;
+    ``shared`` is its identity's window, which it counts its bytes in too."""
+
+    def __init__(
+        self, window_bytes: int, after_sequence: int, shared: SharedWindow | None = None
+    ) -> None:
         self.window_bytes = window_bytes
+        self.shared = shared
         #: Bytes of the messages written but not wholly acknowledged.
         self.unacked = 0
         #: The newest sequence acknowledged, and the newest written (or skipped by the start).
@@ -60,14 +123,25 @@ class AckWindow:
         self._messages: deque[tuple[int, int]] = deque()  # (last sequence, bytes)
         self._changed = asyncio.Event()
 
-    def fits(self, size: int) -> bool:
-        """Whether a message of ``size`` bytes may go now: one always may, alone."""
+    def fits_own(self, size: int) -> bool:
+        """Whether a message of ``size`` bytes fits this watcher's window: one always may, alone."""
         return self.unacked == 0 or self.unacked + size <= self.window_bytes
+
+    def fits(self, size: int) -> bool:
+        """Whether a message of ``size`` bytes may go now: it fits this watcher's window and
+        its identity's."""
+        return self.fits_own(size) and (self.shared is None or self.shared.fits(size))
+
+    def wake(self) -> None:
+        """Something this watcher waits for has changed."""
+        self._changed.set()
 
     def wrote(self, last_sequence: int, size: int, *, asked: bool) -> None:
         """A message ending at ``last_sequence`` went out (``asked``: asking for an ack)."""
         self._messages.append((last_sequence, size))
         self.unacked += size
+        if self.shared is not None:
+            self.shared.unacked += size
         # Deltas go after their sequence, already sent: only an ack asked anew covers them.
         self.unasked_deltas = (self.unasked_deltas or last_sequence == self.sent) and not asked
         self.sent = last_sequence
@@ -85,10 +159,20 @@ class AckWindow:
             return
         # The same sequence again acknowledges the deltas (sequence 0) sent after it.
         self.acked = sequence
-        messages = self._messages
+        messages, freed = self._messages, 0
         while messages and messages[0][0] <= sequence:
-            self.unacked -= messages.popleft()[1]
+            freed += messages.popleft()[1]
+        self.unacked -= freed
+        if self.shared is not None and freed:
+            self.shared.free(freed)
         self._changed.set()
+
+    def end(self) -> None:
+        """The watcher has gone: what it had in flight no longer counts for its identity."""
+        self._messages.clear()
+        if self.shared is not None and self.unacked:
+            self.shared.free(self.unacked)
+        self.unacked = 0
 
     def close(self) -> None:
         """The client will send no more acks."""
@@ -99,6 +183,8 @@ class AckWindow:
         """Until a message of ``size`` bytes fits."""
         while not self.fits(size):
             self._changed.clear()
+            if self.shared is not None and not self.shared.fits(size):
+                self.shared.wait_for(self)
             await self._changed.wait()
 
     @property
@@ -123,7 +209,9 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
     if start.stream_deltas:
         run.log.stream_deltas(cursor)
     window = min(start.window_bytes or config.watch_window_bytes, config.watch_window_bytes)
-    follower = _Follower(service, context, run, cursor, AckWindow(window, start.after_sequence))
+    shared = service.follow_windows.join(current_caller().name)
+    flow = AckWindow(window, start.after_sequence, shared)
+    follower = _Follower(service, context, run, cursor, flow)
     dropped: str | None = None
     try:
         async with asyncio.TaskGroup() as group:
@@ -142,6 +230,8 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
         raise error from None
     finally:
         service.manager.watchers.unfollow(run, cursor)
+        flow.end()
+        service.follow_windows.leave(shared)
     await end_if_lost(run, context)
     if dropped is not None:
         await context.abort(
@@ -187,6 +277,17 @@ class _Follower:
                     # its call waits a while for the last ack.
                     watchers = self.service.manager.watchers
                     watchers.unfollow(self.run, cursor)
+                    shared = flow.shared
+                    if flow.fits_own(size) and shared is not None:
+                        watchers.count_dropped(
+                            self.run, f"identity {shared.identity!r} left its window unacknowledged"
+                        )
+                        return (
+                            f"the FollowRun watchers of identity {shared.identity!r} left "
+                            f"{shared.unacked} bytes unacknowledged together, and this one could "
+                            f"not send for over {self.stall_s:g} s (the sidecar's "
+                            f"watch_window_bytes_per_identity is {shared.limit})"
+                        )
                     watchers.count_dropped(self.run, "it left its window unacknowledged")
                     return (
                         f"this watcher left {flow.unacked} bytes unacknowledged (its window "

@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost
+from cleveragents.sidecar.output_schemas import prepare_output
+from cleveragents.sidecar.transport.run_specs import refuse_large_spec_output
 from cleveragents.tool import ToolSpec
 from cleveragents.tool.execution.schemacost import SchemaCostError, measure_schema
 from cleveragents.toolruntime.v1 import session_pb2
@@ -50,7 +52,8 @@ async def read_opening(
     ``workers`` is the sidecar's own pool for openings, not the loop's default one: sync tools
     run there, and a few stuck ones would otherwise keep every new session from opening.
     """
-    if sum(len(tool.input_schema) for tool in start.tools) <= _INLINE_SCHEMA_CHARS:
+    schemas = sum(len(tool.input_schema) for tool in start.tools)
+    if schemas + len(start.spec.output_schema.schema) <= _INLINE_SCHEMA_CHARS:
         return open_session(start, config, frame_limit)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(
@@ -75,10 +78,14 @@ def open_session(
             f"max_session_tools of {cap}"
         )
     _check_sizes(start, config.max_schema_bytes)
+    refuse_large_spec_output(start.spec, config)
     try:
         opening = session_opening_from_pb(start)
     except ValueError as exc:
         raise SidecarError.invalid(str(exc)) from None
+    if opening.request.output is not None:
+        pause()
+        prepare_output(opening.request.output, config)
     _check_timeouts(opening.tools, config.max_client_tool_timeout_s)
     costs = _check_costs(opening.tools, config, pause)
     host = ClientHost(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
@@ -25,7 +25,11 @@ from cleveragents.sidecar.transport.access import (
     server_credentials,
 )
 from cleveragents.sidecar.transport.auth import AuthInterceptor
-from cleveragents.sidecar.transport.credentials import read_credentials, token_values
+from cleveragents.sidecar.transport.credentials import (
+    Credentials,
+    read_credentials,
+    token_values,
+)
 from cleveragents.sidecar.transport.handlers import SERVICE_NAME, generic_handler
 from cleveragents.sidecar.transport.health import BoundedHealthServicer
 from cleveragents.sidecar.transport.rejections import Rejections
@@ -234,6 +238,7 @@ class Sidecar:
             tracing=self.tracing is not None,
             metrics_port=self.metrics_port,
             event_loop=running_loop_name(),
+            **_access_summary(self.config, identities, tls=credentials is not None),
         )
         return self.address
 
@@ -315,3 +320,19 @@ class Sidecar:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+
+def _access_summary(config: SidecarConfig, identities: Credentials, *, tls: bool) -> dict[str, Any]:
+    """Who may do what, for the start-up line: whether callers must authenticate (and how),
+    the identities with their roles, and the directories runs may name as ``sandbox_root``."""
+    ways = [
+        way
+        for way, on in (("token", identities.tokens), ("certificate", identities.subjects))
+        if on
+    ]
+    return {
+        "auth": " and ".join(ways) if ways else "off (every caller is 'default', with every role)",
+        "identities": identities.identities(),
+        "tls": ("mutual" if config.tls_client_ca_file else "on") if tls else "off",
+        "sandbox_roots": list(config.sandbox_roots) or "none (no run may name a sandbox_root)",
+    }

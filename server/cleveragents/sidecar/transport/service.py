@@ -32,9 +32,9 @@ from cleveragents.sidecar.transport.calls import (
     abort,
     bounded,
     end_if_lost,
-    request_of,
 )
 from cleveragents.sidecar.transport.dropped import end_if_dropped
+from cleveragents.sidecar.transport.run_specs import read_request
 from cleveragents.tool import Resumption, ToolRegistry, ToolSpec
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import (
@@ -77,6 +77,8 @@ class ToolRuntimeService:
         self.frame_limit = event_limit(config.max_message_bytes)
         #: The largest message a watcher is sent (unless one event is larger).
         self.watch_batch_bytes = min(self.batch_limit, WATCH_BATCH_BYTES)
+        #: What each identity's FollowRun watchers have in flight together, bounded.
+        self.follow_windows = follow.IdentityWindows(config.watch_window_bytes_per_identity)
         #: Starts the lazy MCP servers whose tools these names (all: none) may select, and
         #: waits for them; set by the sidecar when it has MCP servers.
         self.tools_wanted: Callable[[Sequence[str]], Awaitable[None]] | None = None
@@ -97,11 +99,12 @@ class ToolRuntimeService:
         self, request: service_pb2.RunToolLoopRequest, context: Context
     ) -> service_pb2.RunToolLoopResponse:
         try:
-            await self.want_tools(request.spec.tool_names)  # UNAVAILABLE: a server is down
-            await self.claim_id(request.spec.run_id)
-            run = self.start_run(
-                request_of(request.spec), context, spec_bytes=request.spec.ByteSize()
+            await self.want_tools(  # UNAVAILABLE: a server is down
+                request.spec.tool_names, no_server_tools=request.spec.no_server_tools
             )
+            await self.claim_id(request.spec.run_id)
+            accepted = await read_request(request.spec, self.config, self.openings)
+            run = self.start_run(accepted, context, spec_bytes=request.spec.ByteSize())
         except SidecarError as exc:
             await abort(context, exc)
         try:
@@ -200,10 +203,12 @@ class ToolRuntimeService:
     ) -> None:
         stream = FrameQueue()
         try:
-            await self.want_tools(request.spec.tool_names)  # UNAVAILABLE: a server is down
+            await self.want_tools(  # UNAVAILABLE: a server is down
+                request.spec.tool_names, no_server_tools=request.spec.no_server_tools
+            )
             await self.claim_id(request.spec.run_id)
             run = self.start_run(
-                request_of(request.spec),
+                await read_request(request.spec, self.config, self.openings),
                 context,
                 sink=stream,
                 spec_bytes=request.spec.ByteSize(),
@@ -254,9 +259,10 @@ class ToolRuntimeService:
 
     # -- shared with the Session handler -----------------------------------------------------
 
-    async def want_tools(self, tool_names: Sequence[str]) -> None:
-        """Start the lazy MCP servers a run offered ``tool_names`` (empty: all) may use."""
-        if self.tools_wanted is not None:
+    async def want_tools(self, tool_names: Sequence[str], *, no_server_tools: bool = False) -> None:
+        """Start the lazy MCP servers a run offered ``tool_names`` (empty: all) may use; a run
+        with ``no_server_tools`` uses none."""
+        if self.tools_wanted is not None and not no_server_tools:
             await self.tools_wanted(tool_names)
 
     async def claim_id(self, run_id: str) -> None:
@@ -372,16 +378,8 @@ class ToolRuntimeService:
         self, run_id: str, context: Context, access: Access = Access.READ
     ) -> tuple[Run, str]:
         """The run, and the id of the other sidecar sharing the store that runs it (empty: a
-        run of this sidecar's); ``NOT_FOUND`` as ``require``."""
+        run of this sidecar's); see ``shared_calls.locate``."""
         try:
-            return self.require(run_id, access), ""
-        except SidecarError as exc:
-            missing = exc
-        caller, shared = current_caller(), self.manager.shared  # another's log is never read:
-        try:  # the owner is checked on the run's hash first
-            found = await shared.get(run_id, lambda o: caller.may(access, o)) if shared else None
+            return await shared_calls.locate(self, run_id, access)
         except SidecarError as exc:
             await abort(context, exc)
-        if found is None:
-            await abort(context, missing)
-        return found

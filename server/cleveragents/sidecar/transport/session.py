@@ -62,7 +62,8 @@ async def serve(service: ToolRuntimeService, context: Context) -> None:
             opening, host = await read_opening(
                 start, service.config, service.frame_limit, service.openings
             )
-            await service.want_tools(opening.request.tool_names)
+            request = opening.request
+            await service.want_tools(request.tool_names, no_server_tools=request.no_server_tools)
             await service.claim_id(opening.request.run_id)
             run = service.start_run(
                 opening.request,

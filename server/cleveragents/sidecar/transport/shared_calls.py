@@ -1,6 +1,6 @@
-"""``DecideApproval``, ``ListRuns`` and where ``CancelRun`` goes: the calls whose runs may be
-another sidecar's on a shared store, kept out of ``service.py``. They raise ``SidecarError``;
-the service aborts."""
+"""Finding the run a call names, ``DecideApproval``, ``ListRuns`` and where ``CancelRun``
+goes: the calls whose runs may be another sidecar's on a shared store, kept out of
+``service.py``. They raise ``SidecarError``; the service aborts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from cleveragents.sidecar.approvals import own_run_refusal
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.sidecar.identity import Access
+from cleveragents.sidecar.identity import Access, roles_granting
 from cleveragents.sidecar.runs import Run
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.toolruntime.v1 import service_pb2
@@ -17,7 +17,54 @@ from cleveragents.wire import RunSummary, summary_to_pb
 if TYPE_CHECKING:
     from cleveragents.sidecar.transport.service import ToolRuntimeService
 
-__all__ = ["current", "decide", "list_runs"]
+__all__ = ["current", "decide", "list_runs", "locate"]
+
+
+async def locate(service: ToolRuntimeService, run_id: str, access: Access) -> tuple[Run, str]:
+    """The run ``run_id``, and the other sidecar sharing the store that runs it (``""``: this
+    one), if the caller may ``access`` it; else ``NOT_FOUND``, as for an unknown id, but
+    ``PERMISSION_DENIED`` for a run the caller may read (it knows the run exists) and not
+    cancel or decide."""
+    try:
+        return service.require(run_id, access), ""
+    except SidecarError as exc:
+        missing = exc
+    found = await _shared_run(service, run_id, access)
+    if found is not None:
+        return found
+    if access is not Access.READ and await _readable(service, run_id):
+        raise _not_allowed(current_caller().name, run_id, access)
+    raise missing
+
+
+async def _readable(service: ToolRuntimeService, run_id: str) -> bool:
+    """Whether the caller may read ``run_id``, here or on another sidecar."""
+    try:
+        service.require(run_id, Access.READ)
+    except SidecarError:
+        return await _shared_run(service, run_id, Access.READ) is not None
+    return True
+
+
+async def _shared_run(
+    service: ToolRuntimeService, run_id: str, access: Access
+) -> tuple[Run, str] | None:
+    """The run of another sidecar sharing the store, if the caller may ``access`` it."""
+    caller, shared = current_caller(), service.manager.shared  # another's log is never read:
+    if shared is None:  # the owner is checked on the run's hash first
+        return None
+    return await shared.get(run_id, lambda owner: caller.may(access, owner))
+
+
+def _not_allowed(caller: str, run_id: str, access: Access) -> SidecarError:
+    """Refusing an identity that may read a run what it may not do to it: it knows the run
+    exists, so ``NOT_FOUND`` would mislead it."""
+    doing = "cancel it" if access is Access.CONTROL else "decide its approvals"
+    roles = " or ".join(roles_granting(access))
+    return SidecarError.denied(
+        f"identity {caller!r} may read run {run_id!r} but not {doing}: that needs the {roles} "
+        "role, or owning the run"
+    )
 
 
 async def current(service: ToolRuntimeService, run: Run, sidecar: str) -> tuple[Run, str]:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import inspect
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
@@ -22,6 +23,8 @@ __all__ = ["RegisteredTool", "ToolHandler", "ToolRegistry", "UnknownToolError"]
 #: returns anything JSON-serialisable, directly or as an awaitable.
 ToolHandler = Callable[..., Any]
 F = TypeVar("F", bound=Callable[..., Any])
+#: How many known names an unknown-tool message lists (a sidecar may serve hundreds).
+_LISTED_TOOLS = 20
 
 
 class UnknownToolError(ToolRuntimeError, LookupError):
@@ -137,8 +140,18 @@ class ToolRegistry:
         wanted = list(dict.fromkeys(names))
         missing = [n for n in wanted if n not in self._tools]
         if missing:
-            raise UnknownToolError(f"unknown tool(s): {', '.join(missing)}")
+            raise UnknownToolError(f"unknown tool(s): {', '.join(missing)}{self._known(missing)}")
         return self._with(self._tools[n] for n in wanted)
+
+    def _known(self, missing: Sequence[str]) -> str:
+        """What to say after unknown names: the closest known name, and the known ones."""
+        known = sorted(self._tools)
+        close = difflib.get_close_matches(missing[0], known, n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        listed = ", ".join(known[:_LISTED_TOOLS]) or "none"
+        if len(known) > _LISTED_TOOLS:
+            listed += f" and {len(known) - _LISTED_TOOLS} more"
+        return f"{hint}; known: {listed}"
 
     def include(self, other: ToolRegistry) -> None:
         """Add every tool of ``other``; a name already here is a ``ValueError``."""
@@ -184,9 +197,21 @@ def _prepare(
         raise TypeError(f"expected a ToolSpec, got {type(spec).__name__}")
     if not callable(handler):
         raise TypeError(f"the handler of tool {spec.name!r} is not callable")
+    refused: list[str] = []
+
+    def never_fetch(uri: str) -> Any:
+        refused.append(uri)
+        raise ValueError(f"{uri} is not fetched")
+
     try:
-        validator = jsonschema_rs.validator_for(_plain(spec.input_schema))
+        validator = jsonschema_rs.validator_for(_plain(spec.input_schema), retriever=never_fetch)
     except (jsonschema_rs.ValidationError, ValueError) as exc:
+        if refused:  # a schema is never fetched from elsewhere: not by a client, not the sidecar
+            raise ValueError(
+                f"tool {spec.name!r} has an input_schema with a $ref to {refused[0]!r}, outside "
+                "the schema; only references inside it ('#/$defs/...', '#anchor') are allowed, "
+                "and nothing is fetched"
+            ) from None
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValueError(f"tool {spec.name!r} has an invalid input_schema: {first_line}") from exc
     return RegisteredTool(spec, handler, _is_async(handler), validator, keyword_names)

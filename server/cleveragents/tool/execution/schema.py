@@ -1,7 +1,10 @@
-"""Derive a tool's JSON Schema and description from a Python function's signature and docstring."""
+"""Derive a tool's JSON Schema and description from a Python function's signature and
+docstring, and a value's schema from a Python type (``schema_for_type``: what an output
+schema given as a dataclass or a ``TypedDict`` becomes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import inspect
 import re
@@ -12,7 +15,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from cleveragents.tool.spec import RESERVED_INPUT_KEYS
 
-__all__ = ["describe_function"]
+__all__ = ["describe_function", "schema_for_type"]
 
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters|Params)\s*:\s*$")
 _SECTION_HEADER = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
@@ -49,6 +52,34 @@ def describe_function(fn: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
     return summary, schema
 
 
+def schema_for_type(tp: Any) -> dict[str, Any]:
+    """The JSON Schema of values of ``tp``: scalars, ``Literal``, enums, unions, lists,
+    tuples, dicts, ``TypedDict``s and dataclasses (an object of its fields, those without a
+    default required, no others allowed), nested as the type nests. ``TypeError`` for a
+    dataclass that contains itself: give such a schema by hand."""
+    return _schema_for(tp)
+
+
+def _dataclass_schema(tp: type[Any], seen: frozenset[type[Any]]) -> dict[str, Any]:
+    if tp in seen:
+        raise TypeError(
+            f"dataclass {tp.__name__} contains itself: a recursive output type needs a "
+            "schema written by hand"
+        )
+    hints = get_type_hints(tp, include_extras=True)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for f in dataclasses.fields(tp):
+        properties[f.name] = _schema_for(hints.get(f.name, Any), seen | {tp})
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            required.append(f.name)
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    schema["additionalProperties"] = False
+    return schema
+
+
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     summary_lines: list[str] = []
     params: dict[str, str] = {}
@@ -81,8 +112,9 @@ def _is_json_literal(value: object) -> bool:
 _SCALARS: dict[type, str] = {str: "string", bool: "boolean", int: "integer", float: "number"}
 
 
-def _schema_for(tp: Any) -> dict[str, Any]:
-    """Map a type annotation to a JSON Schema fragment; unknown types accept anything."""
+def _schema_for(tp: Any, seen: frozenset[type[Any]] = frozenset()) -> dict[str, Any]:
+    """Map a type annotation to a JSON Schema fragment; unknown types accept anything.
+    ``seen`` holds the dataclasses being described, to refuse one that contains itself."""
     if tp is Any or tp is object:
         return {}
     if tp is type(None):
@@ -92,7 +124,7 @@ def _schema_for(tp: Any) -> dict[str, Any]:
     origin = get_origin(tp)
     args = get_args(tp)
     if origin is typing.Annotated:
-        inner = _schema_for(args[0])
+        inner = _schema_for(args[0], seen)
         for extra in args[1:]:
             if isinstance(extra, str):
                 inner["description"] = extra
@@ -100,35 +132,37 @@ def _schema_for(tp: Any) -> dict[str, Any]:
     if origin is Literal:
         return {"enum": list(args)}
     if origin in (Union, types.UnionType):
-        options = [_schema_for(arg) for arg in args]
+        options = [_schema_for(arg, seen) for arg in args]
         return options[0] if len(options) == 1 else {"anyOf": options}
     if inspect.isclass(tp) and issubclass(tp, enum.Enum):
         return {"enum": [member.value for member in tp]}
     if tp in (list, tuple, set, frozenset) or origin in (list, set, frozenset, Sequence):
         schema: dict[str, Any] = {"type": "array"}
         if args:
-            schema["items"] = _schema_for(args[0])
+            schema["items"] = _schema_for(args[0], seen)
         return schema
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return {"type": "array", "items": _schema_for(args[0])}
+            return {"type": "array", "items": _schema_for(args[0], seen)}
         return {
             "type": "array",
-            "prefixItems": [_schema_for(a) for a in args],
+            "prefixItems": [_schema_for(a, seen) for a in args],
             "minItems": len(args),
             "maxItems": len(args),
         }
     if tp is dict or origin in (dict, Mapping):
         schema = {"type": "object"}
         if len(args) == 2:
-            schema["additionalProperties"] = _schema_for(args[1])
+            schema["additionalProperties"] = _schema_for(args[1], seen)
         return schema
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _dataclass_schema(tp, seen)
     if typing.is_typeddict(tp):
         hints = get_type_hints(tp, include_extras=True)
         required_keys = getattr(tp, "__required_keys__", frozenset(hints))
         return {
             "type": "object",
-            "properties": {key: _schema_for(value) for key, value in hints.items()},
+            "properties": {key: _schema_for(value, seen) for key, value in hints.items()},
             "required": [key for key in hints if key in required_keys],
         }
     return {}

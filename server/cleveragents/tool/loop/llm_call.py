@@ -24,7 +24,8 @@ from cleveragents.tool.events import EventSink, LLMDelta
 from cleveragents.tool.llm import LLMCaller
 from cleveragents.tool.loop.checks import response_problem
 from cleveragents.tool.loop.run_state import RunState
-from cleveragents.tool.messages import LLMRequest, LLMResponse, ResponseDelta
+from cleveragents.tool.messages import LLMRequest, LLMResponse, ResponseDelta, StructuredRequest
+from cleveragents.tool.output import OutputSchema
 from cleveragents.tool.records import StopReason
 
 __all__ = ["DeltaRelay", "call_llm", "run_limit"]
@@ -83,14 +84,19 @@ async def call_llm(
     iteration: int,
     emit: EventSink,
     max_calls: int | None,
+    output: OutputSchema | None = None,
 ) -> LLMResponse:
-    """Make the ``iteration``-th LLM call, its deltas relayed to ``emit`` as they come.
+    """Make the ``iteration``-th LLM call, its deltas relayed to ``emit`` as they come;
+    ``output`` is the run's output schema, which the request carries to the caller.
 
     Raises ``LLMCallError`` when the caller raises or answers something that is not a
     usable response.
     """
     relay = DeltaRelay(emit, iteration)
-    request = LLMRequest(state.messages, tools, iteration, relay)
+    if output is None:
+        request = LLMRequest(state.messages, tools, iteration, relay)
+    else:
+        request = StructuredRequest(state.messages, tools, iteration, relay, output)
     try:
         if is_async:
             response: Any = await caller.call(request)  # type: ignore[misc]

@@ -22,9 +22,10 @@ from cleveragents.tool.events import (
     ToolCallStarted,
 )
 from cleveragents.tool.loop.batch import feedback
+from cleveragents.tool.loop.final import FinalAnswers, refused
 from cleveragents.tool.loop.run_state import RunState
-from cleveragents.tool.messages import LLMResponse, ToolCall
-from cleveragents.tool.records import StopReason, ToolCallRecord
+from cleveragents.tool.messages import LLMRefusal, LLMResponse, ToolCall
+from cleveragents.tool.records import StopReason, ToolCallRecord, ToolCallRunResult
 
 __all__ = ["INTERRUPTED", "PendingBatch", "Replayed", "Resumption", "replay"]
 
@@ -80,11 +81,13 @@ class PendingBatch:
 class Replayed:
     """Where the loop takes over: ``batch`` to finish first (``None``: the last response's
     calls all ended), ``stop`` when a limit had already stopped the loop, and ``final`` when
-    the log holds the run's last LLM response (the run only has to end)."""
+    the log holds the run's last LLM response (the run only has to end; ``settled`` is its
+    result when a refusal or the output schema decided it)."""
 
     batch: PendingBatch | None = None
     stop: StopReason | None = None
     final: str | None = None
+    settled: ToolCallRunResult | None = None
 
 
 def replay(
@@ -94,13 +97,15 @@ def replay(
     route: Callable[[ToolCall], ToolCall],
     budget: RunBudget,
     max_iterations: int,
+    answers: FinalAnswers | None = None,
 ) -> Replayed:
-    """Fold ``events`` into ``state`` (which already holds the opening messages)."""
+    """Fold ``events`` into ``state`` (which already holds the opening messages);
+    ``answers`` judges answers without tool calls as the live run did (its output schema)."""
     out = Replayed()
     for event in events:
         if isinstance(event, LLMResponded):
             _finish(state, out)
-            _responded(event, state, out, route, budget, max_iterations)
+            _responded(event, state, out, route, budget, max_iterations, answers)
         elif out.batch is None:
             continue
         elif isinstance(event, ToolCallStarted):
@@ -123,11 +128,23 @@ def _responded(
     route: Callable[[ToolCall], ToolCall],
     budget: RunBudget,
     max_iterations: int,
+    answers: FinalAnswers | None,
 ) -> None:
     state.iterations = event.iteration
     response = LLMResponse(event.content, list(event.tool_calls), event.usage, event.reasoning)
+    if event.refusal is not None:
+        response = LLMRefusal(event.content, (), event.usage, event.reasoning, event.refusal)
     state.add_response(response)
     if out.stop is not None or not event.tool_calls:  # a summary, or the final answer
+        if out.stop is None and answers is not None:
+            out.settled = answers.settle(state, response)
+            if out.settled is None:  # sent back to the model: the loop goes on
+                return
+        elif out.stop is None and response.refusal is not None:
+            out.settled = refused(state, response)
+        elif out.stop is not None and answers is not None:  # a summary that may validate
+            output_json = answers.summary(event.content)
+            out.settled = state.result(out.stop, content=event.content, output_json=output_json)
         out.final = event.content
         return
     calls = [route(call) for call in event.tool_calls]

@@ -41,8 +41,9 @@ async def resume_loop(
     route = runtime.router.route if runtime.router is not None else route_call
     budget = runtime.budget
     at = replay(
-        resume.events, state, route=route, budget=budget, max_iterations=runtime.max_iterations
-    )
+        resume.events, state, route=route, budget=budget, max_iterations=runtime.max_iterations,
+        answers=runtime.answers,
+    )  # fmt: skip
     pending = at.batch
     interrupted = [] if pending is None else interrupted_calls(pending, runtime.registry)
     rerun = [] if pending is None else [i for i in pending.in_flight() if i not in interrupted]
@@ -56,6 +57,8 @@ async def resume_loop(
         # The deadline or wall-clock budget passed while the sidecar was down: wait for the
         # runtime's timeout, already due, to end the run before anything runs again.
         await asyncio.Event().wait()
+    if at.settled is not None:
+        return at.settled
     if at.final is not None:
         return state.result(at.stop or StopReason.FINAL_ANSWER, content=at.final)
     if pending is not None:

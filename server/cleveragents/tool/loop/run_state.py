@@ -19,6 +19,7 @@ _LIMITS = frozenset(
         StopReason.TOOL_CALL_BUDGET,
         StopReason.TOKEN_BUDGET,
         StopReason.WALL_CLOCK_BUDGET,
+        StopReason.MAX_OUTPUT_RETRIES,
     }
 )
 
@@ -33,6 +34,7 @@ class RunState:
         "history",
         "iterations",
         "messages",
+        "output_retries",
         "run_id",
         "texts",
         "tool_calls",
@@ -48,6 +50,8 @@ class RunState:
         self.usage = Usage()
         self.iterations = 0
         self.tool_calls = 0
+        #: Invalid answers sent back to the model for another try (see ``final.py``).
+        self.output_retries = 0
         self.gate: CallGate | None = None
         #: The calls of the response being worked on, until their results are fed back.
         self.batch: ToolBatch | None = None
@@ -64,7 +68,13 @@ class RunState:
         self.history.extend(records)
         self.context.tool_call_history.extend(records)
 
-    def result(self, stop_reason: StopReason, content: str | None = None) -> ToolCallRunResult:
+    def result(
+        self,
+        stop_reason: StopReason,
+        content: str | None = None,
+        output_json: str = "",
+        output_error: str = "",
+    ) -> ToolCallRunResult:
         """The run's result so far; partial runs join the assistant texts with newlines."""
         return ToolCallRunResult(
             content="\n".join(self.texts) if content is None else content,
@@ -74,4 +84,6 @@ class RunState:
             usage=self.usage,
             stop_reason=stop_reason,
             run_id=self.run_id,
+            output_json=output_json,
+            output_error=output_error,
         )

@@ -33,13 +33,16 @@ from cleveragents.tool.loop.batch import ToolBatch, feedback
 from cleveragents.tool.loop.blocking import run_blocking
 from cleveragents.tool.loop.checks import check_prompt
 from cleveragents.tool.loop.event_channel import EventChannel
+from cleveragents.tool.loop.final import final_answers, settle
 from cleveragents.tool.loop.gate import CallGate
 from cleveragents.tool.loop.llm_call import call_llm, run_limit
 from cleveragents.tool.loop.resume import Resumption
 from cleveragents.tool.loop.resumed import resume_loop
 from cleveragents.tool.loop.run_state import RunState
+from cleveragents.tool.loop.summary import summarize
 from cleveragents.tool.loop.yield_timer import YieldTimer
 from cleveragents.tool.messages import LLMResponse, Message, Role, ToolCall
+from cleveragents.tool.output import DEFAULT_MAX_OUTPUT_RETRIES, OutputSchema
 from cleveragents.tool.policy import ApprovalRequest, Approver, AutomationProfile, Decision
 from cleveragents.tool.records import StopReason, ToolCallRunResult
 from cleveragents.tool.router import ToolCallRouter, route_call
@@ -67,6 +70,7 @@ class ToolCallingRuntime:
     the ``ApprovalRequested`` event's ``how_to_answer``) and which are not even offered;
     ``budget`` adds limits beyond ``max_iterations``. A response asking for more than
     ``max_calls_per_response`` calls fails the run (``LLMCallError``) before any of them runs.
+    ``output`` asks for a final answer of JSON valid against it (``final.py``, ``output.py``).
     """
 
     def __init__(
@@ -86,6 +90,8 @@ class ToolCallingRuntime:
         approval_help: Callable[[ApprovalRequest], str] | None = None,
         budget: RunBudget | None = None,
         max_calls_per_response: int | None = None,
+        output: OutputSchema | None = None,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
     ) -> None:
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
@@ -119,6 +125,8 @@ class ToolCallingRuntime:
         self.approval_help = approval_help
         self.budget = budget if budget is not None else RunBudget()
         self.max_calls_per_response = max_calls_per_response
+        self.answers = final_answers(output, max_output_retries)
+        self.output = output
         self._llm_is_async = inspect.iscoroutinefunction(llm_caller.call)
 
     def offered_specs(self) -> list[ToolSpec]:
@@ -313,12 +321,15 @@ class ToolCallingRuntime:
             response = await self._call_llm(state, tools, iteration, emit)
             state.iterations = iteration
             state.add_response(response)
-            content, reasoning = response.content, response.reasoning
-            emit(LLMResponded(iteration, content, response.tool_calls, response.usage, reasoning))
+            emit(LLMResponded.of(iteration, response))
             if not response.tool_calls:
-                return state.result(StopReason.FINAL_ANSWER, content=content)
+                if self.answers is None and response.refusal is None:
+                    return state.result(StopReason.FINAL_ANSWER, content=response.content)
+                if (final := settle(self.answers, state, response)) is not None:
+                    return final
+                continue
             calls = [route(call) for call in response.tool_calls]
-            state.messages.append(Message(Role.ASSISTANT, content, calls, "", False, reasoning))
+            state.messages.append(response.turn(calls))
             over = budget.check(state.usage.total_tokens, state.tool_calls, len(calls))
             allowed = len(calls) if over is None else over.allowed
             refusal = "" if over is None else over.refusal
@@ -340,27 +351,16 @@ class ToolCallingRuntime:
         self, state: RunState, stop: StopReason, emit: EventSink
     ) -> ToolCallRunResult:
         """One last LLM call, without tools, so the model can sum up what it has."""
-        iteration = state.iterations + 1
-        state.messages.append(
-            Message(
-                Role.USER,
-                f"The run has stopped ({stop.value.replace('_', ' ')}); no more tools can be "
-                "called. Summarise what you found and what is left to do.",
-            )
-        )
-        emit(IterationStarted(iteration))
-        response = await self._call_llm(state, (), iteration, emit)
-        state.iterations = iteration
-        state.add_response(response)
-        emit(LLMResponded(iteration, response.content, (), response.usage, response.reasoning))
-        return state.result(stop, content=response.content)
+        return await summarize(self._call_llm, state, stop, emit, self.answers)
 
     async def _call_llm(
         self, state: RunState, tools: Sequence[Mapping[str, Any]], iteration: int, emit: EventSink
     ) -> LLMResponse:
         """One LLM call; its streamed deltas reach ``emit`` as ``LLMDelta`` events."""
         caller, max_calls = self.llm_caller, self.max_calls_per_response
-        return await call_llm(caller, self._llm_is_async, state, tools, iteration, emit, max_calls)
+        return await call_llm(
+            caller, self._llm_is_async, state, tools, iteration, emit, max_calls, self.output
+        )
 
     async def _run_batch(
         self,
