@@ -157,7 +157,8 @@ bench: install redis-server
 # The regression gate (part of make test): the hot paths' instructions counted under callgrind
 # (bench/check.py), each against its baseline and tolerance in bench/baselines.json; fails when
 # one costs more. `$(BIN)/python bench/check.py --write` takes new baselines after a change
-# that is meant to cost more (or came out cheaper). About a minute on 2 cores.
+# that is meant to cost more (or came out cheaper). About a minute of CPU: 1.5 to 2.5 minutes
+# on a loaded 2-core machine.
 VALGRIND_INSTALL ?= apt-get install -y --no-install-recommends valgrind
 valgrind:
 	@command -v valgrind >/dev/null || { command -v apt-get >/dev/null && { if [ "$$(id -u)" = 0 ]; then $(VALGRIND_INSTALL); elif sudo -n true 2>/dev/null; then sudo -n $(VALGRIND_INSTALL); else false; fi; } >/dev/null; } || { echo "make bench-check (part of make test) needs valgrind for its instruction counts: install it (Debian: apt-get install valgrind)" >&2; exit 1; }
