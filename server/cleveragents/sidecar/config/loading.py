@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -98,6 +97,8 @@ def load_config(
 
 def _did_you_mean(name: str, known: Sequence[str]) -> str:
     """``"; did you mean 'x'?"`` for the closest of ``known`` to a misspelt ``name``, or ``""``."""
+    import difflib  # only when a name is wrong (2M instructions an import less)
+
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
     return f"; did you mean {close[0]!r}?" if close else ""
 
