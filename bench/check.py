@@ -105,7 +105,11 @@ class Callgrind:
 
     @staticmethod
     def env(**extra: str) -> dict[str, str]:
-        return dict(os.environ, PYTHONHASHSEED="0", **extra)
+        """The counted processes' environment: a fixed hash seed, and .pyc files written
+        (with ``PYTHONDONTWRITEBYTECODE`` an import compiles every module it loads, each time)."""
+        env = dict(os.environ, PYTHONHASHSEED="0", **extra)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        return env
 
     async def control(self, pid: int, *args: str) -> str:
         process = await asyncio.create_subprocess_exec(
@@ -353,7 +357,7 @@ async def import_paths(grind: Callgrind, statements: list[str]) -> list[Counted]
     """Each import's count: ``python -c STATEMENT`` less ``python -c "pass"``."""
     # Compiled once outside valgrind first, so that no count includes writing .pyc files.
     compiling = [grind.python, "-c", "; ".join(statements)]
-    await asyncio.to_thread(subprocess.run, compiling, check=True)
+    await asyncio.to_thread(subprocess.run, compiling, check=True, env=grind.env())
 
     async def total(code: str) -> int:
         process = await asyncio.create_subprocess_exec(*grind.whole("-c", code), env=grind.env())
