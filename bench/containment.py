@@ -31,7 +31,7 @@ from typing import Any
 import grpc
 
 from cleveragents.client import AsyncSidecarClient, RunFailedError
-from cleveragents.client._requests import run_spec
+from cleveragents.client.exchange import run_spec
 from cleveragents.toolruntime.v1 import service_pb2_grpc, session_pb2
 
 HERE = Path(__file__).resolve().parent

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from cleveragents.client import AsyncSidecarClient
-from cleveragents.client._requests import run_spec
+from cleveragents.client.exchange import run_spec
 from cleveragents.tool import (
     IterationStarted,
     LLMRequest,

@@ -45,7 +45,7 @@ def test_one_input(data: bytes) -> None:
             ASSEMBLER.assemble(
                 opening.request,
                 call_deadline_s=None,
-                host=ClientHost(CONFIG.default_tool_timeout_s),
+                host=ClientHost(CONFIG.limits.default_tool_timeout_s),
                 client_tools=opening.tools,
                 client_llm=opening.client_llm,
             )

@@ -4,8 +4,8 @@ Every fact on a row comes from the code: the TOML key and the type and default f
 dataclass fields, the environment variable and the flag from the ``serve`` command's parser
 (whose help names the variable), the meaning from the field's ``#:`` comment or else its
 flag's help. ``rows`` is the one place that knows how the configuration is laid out: it walks
-nested dataclasses too (a group ``[store]`` of fields becomes keys ``store.NAME``), so a
-refactor of ``SidecarConfig`` into groups changes this module's input, not its contract, and
+the groups of ``SidecarConfig`` too (``config.store.lease_s``), each setting under the one name
+users meet it by (its TOML key, here ``event_store_lease_s``: a group field's metadata), and
 ``tests/docs/test_reference.py`` checks each row against the real loader and parser.
 """
 
@@ -57,7 +57,7 @@ _ENV = re.compile(r"env (\w+)")
 class Setting:
     """One setting as a user meets it."""
 
-    key: str  #: the TOML key (dotted for a key inside a group)
+    key: str  #: the TOML key (the setting's name, also its variable's and its flag's)
     path: tuple[str, ...]  #: the attribute path on ``SidecarConfig``
     type: str
     default: str
@@ -84,7 +84,8 @@ def _walk(
         if dataclasses.is_dataclass(kind) and spec.name not in TABLE_PAGES:
             yield from _walk(typing.cast(type[Any], kind), path, flags)
             continue
-        action = flags.get("_".join(path)) or flags.get(".".join(path))
+        key = spec.metadata.get("key", ".".join(path))
+        action = flags.get(key)
         help_text = (action.help or "") if action else ""
         # The flag's help is written for users; a table's ``#:`` comment is all it has.
         doc = re.sub(r"\s*\(default: .*\)$", "", help_text) or _plain(
@@ -92,7 +93,7 @@ def _walk(
         )
         env = match.group(1) if (match := _ENV.search(help_text)) else ""
         yield Setting(
-            key=".".join(path),
+            key=key,
             path=path,
             type=_type_name(kind),
             default=_default(spec, bytes_="_bytes" in spec.name),

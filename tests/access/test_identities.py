@@ -385,8 +385,8 @@ async def test_start_run_knows_the_callers_name_and_policy_for_every_way_to_star
     sidecar = await start(
         clients=policies, policies={f"{n}-policy": Policy(f"{n}-policy") for n in ("alice", "bob")}
     )
-    recording = RecordingAssembler(sidecar.service.assembler)
-    sidecar.service.assembler = recording  # type: ignore[assignment]
+    recording = RecordingAssembler(sidecar.gateway.assembler)
+    sidecar.gateway.assembler = recording  # type: ignore[assignment]
     async with as_(sidecar, "alice") as alice, as_(sidecar, "bob") as bob:
         await alice.run_tool_loop("unary", script=[{"content": "a"}])
         [e async for e in bob.stream_tool_loop("stream", script=[{"content": "b"}])]

@@ -163,7 +163,7 @@ def test_the_pod_mounts_no_service_account_token() -> None:
 
 def test_the_token_comes_from_a_secret_that_the_config_names_and_the_app_sends() -> None:
     config = load_config_from_text(sidecar_toml())
-    mount, item_path = mount_of(sidecar(), config.auth_token_file)
+    mount, item_path = mount_of(sidecar(), config.auth.token_file)
     secret = volume(mount["name"])["secret"]
     [item] = [i for i in secret["items"] if i["path"] == item_path]
     sent = env_of(app())["CLEVERAGENTS_SIDECAR_TOKEN"]["secretKeyRef"]
@@ -181,7 +181,7 @@ def test_the_configmap_is_the_config_file_the_sidecar_reads() -> None:
     assert file_name in the("ConfigMap")["data"]
     assert "listen" not in load_config_text_keys(sidecar_toml())  # the env var's job
     config = load_config_from_text(sidecar_toml())
-    for path in (config.event_store, *(root.rstrip("*") for root in config.sandbox_roots)):
+    for path in (config.store.url, *(root.rstrip("*") for root in config.sandbox_roots)):
         assert mount_of(sidecar(), path)[0].get("readOnly") is not True, path
 
 
@@ -212,7 +212,7 @@ def the_container_below(base: Path) -> dict[str, str]:
     env = {k: here(v) for k, v in env_of(sidecar()).items() if isinstance(v, str)}
     Path(env["CLEVERAGENTS_SIDECAR_CONFIG"]).write_text(here(sidecar_toml()))
     config = load_config(env["CLEVERAGENTS_SIDECAR_CONFIG"], env={})
-    Path(config.auth_token_file).write_text("a-token-from-the-secret\n")
+    Path(config.auth.token_file).write_text("a-token-from-the-secret\n")
     return without_sidecar_settings({**env, "OPENAI_API_KEY": "unused-by-the-probes"})
 
 

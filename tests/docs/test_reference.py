@@ -5,7 +5,6 @@ has a comment, and every metric has help and documented labels."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from functools import reduce
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from cleveragents.sidecar.cli import build_parser
 from cleveragents.sidecar.config import SidecarConfig, load_config
+from cleveragents.sidecar.config.groups import setting_fields
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs"))
 
@@ -28,6 +28,7 @@ _SAMPLES = {"int": ("7", 7), "float": ("7.5", 7.5), "bool": ("true", True)}
 #: Values a setting's own checks accept (its default would not show a change).
 _VALID = {
     "listen": "127.0.0.1:7",
+    "console_listen": "127.0.0.1:8",
     "log_format": "console",
     "log_level": "debug",
     "default_profile": "client",
@@ -59,9 +60,9 @@ def _value(config: SidecarConfig, path: tuple[str, ...]) -> Any:
 
 def test_every_setting_of_sidecarconfig_has_a_row_with_a_meaning() -> None:
     keys = {row.key for row in SETTINGS}
-    fields = {f.name for f in dataclasses.fields(SidecarConfig)}
+    names = {name for name, _, _ in setting_fields(SidecarConfig)}
 
-    assert {key.split(".")[0] for key in keys} == fields
+    assert keys == names
     assert [row.key for row in SETTINGS if not row.doc.strip()] == []
 
 
@@ -90,7 +91,7 @@ def test_each_settings_variable_and_flag_set_it(row: settings.Setting) -> None:
     from_env = _value(load_config(env=env), row.path)
     flag = row.flag.split(", ")[0]
     argv = ["serve", flag] if row.type == "bool" else ["serve", flag, raw]
-    from_flag = getattr(build_parser().parse_args(argv), "_".join(row.path))
+    from_flag = getattr(build_parser().parse_args(argv), row.key)
 
     assert row.env.startswith("CLEVERAGENTS_SIDECAR_")
     if row.key == "python_path":  # relative to the config file's directory, else as given

@@ -45,7 +45,7 @@ def _starter(event_store: str) -> tuple[StartInProcess, list[Sidecar]]:
 
     async def start(**settings: object) -> Sidecar:
         settings.setdefault("sandbox_roots", (os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],))
-        config = SidecarConfig(listen="127.0.0.1:0", event_store=event_store, **settings)  # type: ignore[arg-type]
+        config = SidecarConfig(listen="127.0.0.1:0", event_store=event_store, **settings)
         sidecar = Sidecar(config)
         await sidecar.start()
         running.append(sidecar)

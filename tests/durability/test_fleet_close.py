@@ -1,7 +1,8 @@
-"""A sidecar's stop on a shared (Redis) store returns even when redis-py loses the cancel of a
-blocking ``XREAD`` (Python 3.11's ``asyncio.wait_for``, which redis-py writes commands under,
-drops a cancel that comes as the write ends): the cancelled read came back as if nothing
-happened, and a loop that relied on the cancel read on for ever (the stop never returned)."""
+"""A sidecar's stop in a fleet (a shared Redis store) returns even when redis-py loses the
+cancel of a blocking ``XREAD`` (Python 3.11's ``asyncio.wait_for``, which redis-py writes
+commands under, drops a cancel that comes as the write ends): the cancelled read came back as
+if nothing happened, and a loop that relied on the cancel read on for ever (the stop never
+returned)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import redis.asyncio
 
 from cleveragents.client import AsyncSidecarClient
 from cleveragents.sidecar import Sidecar, SidecarConfig
+from cleveragents.sidecar.fleet.control import Control
+from cleveragents.sidecar.fleet.fencing import Claims
+from cleveragents.sidecar.fleet.lease import Lease
+from cleveragents.sidecar.fleet.mirrors import HeldRun, Mirrors, RunHead
 from cleveragents.sidecar.runs.log import LogStats
-from cleveragents.sidecar.runs.redis_fleet import RedisFleet
-from cleveragents.sidecar.runs.shared import Control, SharedHead, SharedRun, SharedRuns
 from cleveragents.sidecar.runs.store import StoredRun
 from cleveragents.tool import ToolCallStarted
 
@@ -47,21 +50,35 @@ class LosesCancels:
         return []
 
 
-async def test_a_fleets_close_returns_though_its_control_reads_cancel_is_lost() -> None:
+class Reported:
+    """Where a lease reports (a fake of the run directory): nothing comes here."""
+
+    async def adopt(self, stored: list[StoredRun]) -> None:
+        raise AssertionError("nothing is adopted")
+
+    def lose(self, run_id: str, message: str) -> None:
+        raise AssertionError("nothing is lost")
+
+    async def obey(self, control: Control) -> None:
+        raise AssertionError("nothing is asked")
+
+
+async def test_a_leases_stop_returns_though_its_control_reads_cancel_is_lost() -> None:
     client = LosesCancels()
-    fleet = RedisFleet(cast("redis.asyncio.Redis", client), lease_s=30.0, sidecar_id="lossy")
-    fleet.start()
-    await client.reading.wait()  # the control loop is in its blocking read
-    await asyncio.wait_for(fleet.close(clean=False), 15)
+    lease = Lease(cast("redis.asyncio.Redis", client), Claims("lossy"), lease_s=30.0)
+
+    async def running() -> None:
+        async with lease.running(Reported()):
+            await client.reading.wait()  # the control loop is in its blocking read
+
+    await asyncio.wait_for(running(), 15)
     assert client.cancels_lost == 1
     assert client.reads == 1  # it read no more once told to stop
 
 
 class FollowedElsewhere:
-    """A shared store holding one live run of another sidecar, whose blocking read of the
+    """A fleet's store holding one live run of another sidecar, whose blocking read of the
     run's next frames loses its cancel as ``LosesCancels.xread`` does."""
-
-    sidecar_id = "here"
 
     def __init__(self, stored: StoredRun) -> None:
         self.stored = stored
@@ -70,11 +87,11 @@ class FollowedElsewhere:
         self.reading = asyncio.Event()
         self._never = asyncio.Event()
 
-    async def read_runs(self, run_ids: list[str]) -> list[SharedRun]:
-        return [SharedRun(self.stored, "there")]
+    async def read_runs(self, run_ids: list[str]) -> list[HeldRun]:
+        return [HeldRun(self.stored, "there")]
 
-    async def read_head(self, run_id: str) -> SharedHead | None:
-        return SharedHead(self.stored.owner, "there", "")
+    async def read_head(self, run_id: str) -> RunHead | None:
+        return RunHead(self.stored.owner, "there", "")
 
     async def recent_run_ids(self, limit: int) -> list[str]:
         return [self.stored.run_id]
@@ -89,15 +106,6 @@ class FollowedElsewhere:
         except asyncio.CancelledError:
             self.cancels_lost += 1
         return []
-
-    async def send_control(self, sidecar: str, control: Control) -> None:
-        raise AssertionError("nothing is sent")
-
-    async def ask_release(self, sidecar: str, run_id: str, identity: str) -> Control | None:
-        raise AssertionError("nothing is asked")
-
-    def lose(self, run_id: str, sidecar: str) -> None:
-        raise AssertionError("nothing is lost")
 
 
 async def _live_frames() -> StoredRun:
@@ -119,12 +127,12 @@ async def _live_frames() -> StoredRun:
 
 async def test_following_another_sidecars_run_stops_though_its_reads_cancel_is_lost() -> None:
     store = FollowedElsewhere(await _live_frames())
-    shared = SharedRuns(store, LogStats())
-    found = await shared.get("elsewhere")
+    mirrors = Mirrors(store, LogStats())
+    found = await mirrors.get("elsewhere")
     assert found is not None
     assert not found[0].finished
-    found[0].log.follow(len(store.stored.frames), 100)  # someone watches it: it is followed
+    found[0].log.cursor(len(store.stored.frames), 100)  # someone watches it: it is kept up
     await store.reading.wait()
-    await asyncio.wait_for(shared.close(), 15)
+    await asyncio.wait_for(mirrors.close(), 15)
     assert store.cancels_lost == 1
     assert store.reads == 1

@@ -14,8 +14,8 @@ import redis
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
 from cleveragents.sidecar import Sidecar, SidecarConfig
-from cleveragents.sidecar.runs.redis_fence import CLAIM
-from cleveragents.sidecar.runs.redis_keys import control_key, lease_key, log_key, meta_key
+from cleveragents.sidecar.fleet.fencing import CLAIM
+from cleveragents.sidecar.fleet.layout import control_key, lease_key, log_key, meta_key
 from cleveragents.tool import RunCancelled, RunCompleted, RunResumed, ToolCallStarted
 from cleveragents.wire import decode_frame
 from tests.conftest import ServeSidecar, captured_logs

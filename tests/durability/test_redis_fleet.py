@@ -34,7 +34,7 @@ NAP: list[dict[str, Any]] = [
 TERMINAL = (RunCompleted, RunFailed, RunCancelled)
 
 
-async def _start_napping(
+async def start_napping(
     address: str, run_id: str, script: list[dict[str, Any]] = NAP
 ) -> list[StreamedEvent]:
     """Start a detached run that naps in a tool; return its events up to the nap."""
@@ -59,7 +59,7 @@ async def test_another_sidecar_serves_get_list_and_a_live_watch_of_a_run_and_can
     serve_sidecar: ServeSidecar, redis_server: RedisServer
 ) -> None:
     alpha, beta = _two(serve_sidecar, redis_server)
-    seen = await _start_napping(alpha.address, "on-alpha")
+    seen = await start_napping(alpha.address, "on-alpha")
     async with AsyncSidecarClient(beta.address) as client:
         info = await client.get_run("on-alpha")
         listed = [summary.run_id for summary in await client.list_runs()]
@@ -145,7 +145,7 @@ async def test_the_id_of_a_run_another_sidecar_runs_is_refused_and_a_finished_on
     in_process: Callable[..., Awaitable[Any]],
 ) -> None:
     first, second = await in_process("first"), await in_process("second")
-    await _start_napping(first.address, "busy")
+    await start_napping(first.address, "busy")
     async with AsyncSidecarClient(first.address) as client:
         await client.run_tool_loop("go", script=[{"content": "old"}], run_id="done")
     async with AsyncSidecarClient(second.address) as client:
@@ -168,7 +168,7 @@ async def test_a_sidecar_that_starts_leaves_the_live_runs_of_a_live_one_alone(
 ) -> None:
     # The run naps on when the test ends: a short grace, so that alpha's stop need not wait it out.
     alpha = serve_sidecar(event_store=redis_server.url, sidecar_id="alpha", shutdown_grace_s=0.2)
-    seen = await _start_napping(alpha.address, "napping")
+    seen = await start_napping(alpha.address, "napping")
     beta = serve_sidecar(event_store=redis_server.url, sidecar_id="beta")
     async with AsyncSidecarClient(beta.address) as client:
         from_beta = await client.get_run("napping")

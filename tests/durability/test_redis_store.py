@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError
 from cleveragents.sidecar import ConfigError, Sidecar, SidecarConfig
-from cleveragents.sidecar.runs.redis_keys import (
+from cleveragents.sidecar.fleet.layout import (
     INDEX_KEY,
     QUARANTINE_KEY,
     lease_key,
@@ -24,7 +24,7 @@ from cleveragents.sidecar.runs.redis_keys import (
     quarantine_key,
     redacted,
 )
-from cleveragents.sidecar.runs.redis_store import RedisEventStore
+from cleveragents.sidecar.fleet.redis_store import RedisEventStore
 from cleveragents.tool import RunFailed, ToolCallStarted
 from tests.conftest import captured_logs
 from tests.redis_server import RedisServer, free_port
@@ -48,7 +48,7 @@ async def start_on(tmp_path: Any) -> AsyncIterator[Callable[..., Any]]:
 
     async def start(event_store: str, **settings: object) -> Sidecar:
         settings.setdefault("sandbox_roots", (os.environ["CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"],))
-        config = SidecarConfig(listen="127.0.0.1:0", event_store=event_store, **settings)  # type: ignore[arg-type]
+        config = SidecarConfig(listen="127.0.0.1:0", event_store=event_store, **settings)
         sidecar = Sidecar(config)
         await sidecar.start()
         running.append(sidecar)
@@ -235,12 +235,12 @@ async def test_a_lease_renewal_that_fails_is_logged_and_counted(
     sidecar = await start_on(server.url, sidecar_id="renewing")
     store = sidecar.manager.store
     assert isinstance(store, RedisEventStore)
-    fleet = store.fleet
-    assert await fleet.renew() is True
+    lease = store.lease
+    assert await lease.renew() is True
     server.kill()
     with captured_logs() as logs:
-        assert await fleet.renew() is False
-    assert fleet.renewal_failures == 1
+        assert await lease.renew() is False
+    assert lease.renewal_failures == 1
     [line] = [line for line in logs if line["event"] == "store lease renewal failed"]
     assert line["sidecar"] == "renewing"
     assert line["error"].startswith("ConnectionError")
@@ -248,8 +248,8 @@ async def test_a_lease_renewal_that_fails_is_logged_and_counted(
     with redis.Redis.from_url(server.url) as direct:
         direct.delete(lease_key("renewing"))  # as if it had expired
     with captured_logs() as logs:
-        assert await fleet.renew() is True
-    assert fleet.renewal_failures == 2
+        assert await lease.renew() is True
+    assert lease.renewal_failures == 2
     assert any(line["event"].startswith("store lease had expired") for line in logs)
     with redis.Redis.from_url(server.url) as direct:
         assert direct.pttl(lease_key("renewing")) > 0

@@ -1,7 +1,9 @@
 """A Session run on a sidecar killed with SIGKILL while it waits on its client's tool: once the
 dead sidecar's lease expires, another sidecar on the same Redis adopts the run and parks it;
-the client re-attaches to that sidecar (the first answers ``UNAVAILABLE`` until then, so it
-retries) and the run resumes from its log there, or nobody re-attaches and it fails."""
+the client re-attaches to that sidecar (the first answers that the run is not waiting for a
+client, attached on the dead sidecar, while that lease lives, then ``UNAVAILABLE`` until the
+adoption: the client retries both) and the run resumes from its log there, or nobody
+re-attaches and it fails."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 import grpc
 
 from cleveragents.client import AsyncSidecarClient, StreamedEvent
-from cleveragents.sidecar.runs.resume import ADOPTION_REASON
+from cleveragents.sidecar.runs.recovery import ADOPTION_REASON
 from cleveragents.tool import (
     RunCompleted,
     RunFailed,
@@ -31,7 +33,7 @@ Call = grpc.aio.StreamStreamCall[session_pb2.SessionRequest, session_pb2.Session
 Stub = service_pb2_grpc.ToolRuntimeServiceStub
 
 
-def _start(
+def session_start(
     tools: list[types_pb2.ToolSpec], run_id: str, script: list[dict[str, Any]], after: int = 0
 ) -> session_pb2.SessionRequest:
     spec = types_pb2.RunSpec(prompt="go", run_id=run_id)
@@ -42,7 +44,7 @@ def _start(
     return session_pb2.SessionRequest(start=start)
 
 
-def _calling(*names: str) -> list[dict[str, Any]]:
+def calling(*names: str) -> list[dict[str, Any]]:
     """A script that calls the tools ``names`` one turn each (ids r1, r2…), then ends."""
     turns: list[dict[str, Any]] = [
         {"tool_calls": [{"id": f"r{i}", "name": name, "arguments": {}}]}
@@ -51,7 +53,9 @@ def _calling(*names: str) -> list[dict[str, Any]]:
     return [*turns, {"content": "done"}]
 
 
-async def _read(call: Call, events: list[events_pb2.RunEvent]) -> session_pb2.ToolInvocation | None:
+async def read_to_invocation(
+    call: Call, events: list[events_pb2.RunEvent]
+) -> session_pb2.ToolInvocation | None:
     """Events into ``events`` until an invocation (returned) or the end (``None``)."""
     while (response := await call.read()) is not grpc.aio.EOF:
         assert isinstance(response, session_pb2.SessionResponse)
@@ -63,7 +67,7 @@ async def _read(call: Call, events: list[events_pb2.RunEvent]) -> session_pb2.To
     return None
 
 
-def _answer(call_id: str, output: str) -> session_pb2.SessionRequest:
+def tool_answer(call_id: str, output: str) -> session_pb2.SessionRequest:
     return session_pb2.SessionRequest(
         tool_result=session_pb2.ToolResult(call_id=call_id, output=output)
     )
@@ -78,7 +82,7 @@ async def _killed_mid_call(
     async with grpc.aio.insecure_channel(alpha.address) as channel:
         call: Call = Stub(channel).Session()
         await call.write(start)
-        invocation = await _read(call, events)
+        invocation = await read_to_invocation(call, events)
         assert invocation is not None
         watcher = asyncio.create_task(_watch(watch, start.start.spec.run_id))
         alpha.process.kill()  # SIGKILL: the call is in flight, sent and not answered
@@ -91,18 +95,19 @@ async def _reattach(
     start: session_pb2.SessionRequest,
     events: list[events_pb2.RunEvent],
 ) -> tuple[Call, session_pb2.ToolInvocation | None]:
-    """Re-attach as a client does: again while the sidecar answers ``UNAVAILABLE`` (the run
-    is still the dead sidecar's until its lease expires)."""
+    """Re-attach as a client does: again while the sidecar answers that the run is the dead
+    sidecar's (attached there while its lease lives; ``UNAVAILABLE`` until it is adopted)."""
     while True:
         call: Call = Stub(channel).Session()
         await call.write(start)
         try:
-            return call, await _read(call, events)
+            return call, await read_to_invocation(call, events)
         except grpc.aio.AioRpcError as exc:
             details = exc.details() or ""
-            if exc.code() is not grpc.StatusCode.UNAVAILABLE:
+            held = exc.code() is grpc.StatusCode.FAILED_PRECONDITION and "not waiting" in details
+            if exc.code() is not grpc.StatusCode.UNAVAILABLE and not held:
                 raise
-        assert "runs on sidecar 'alpha', not this one" in details
+        assert "sidecar 'alpha'" in details or "taken back by this sidecar" in details
         await asyncio.sleep(BACKOFF_S)  # the client's backoff between attempts
 
 
@@ -137,15 +142,15 @@ async def test_a_session_run_adopted_from_a_killed_sidecar_gets_its_owed_call_on
     alpha, beta = await _fleet(serve_sidecar, redis_server, 30.0)
     async with asyncio.timeout(LONG_S), AsyncSidecarClient(beta.address) as client:
         before, invocation, watcher = await _killed_mid_call(
-            alpha, _start(tools, "s", _calling("remote")), client
+            alpha, session_start(tools, "s", calling("remote")), client
         )
         async with grpc.aio.insecure_channel(beta.address) as channel:
             after: list[events_pb2.RunEvent] = []
-            start = _start(tools, "s", _calling("remote"), before[-1].sequence)
+            start = session_start(tools, "s", calling("remote"), before[-1].sequence)
             call, again = await _reattach(channel, start, after)
             assert again is not None
-            await call.write(_answer(again.call_id, '{"n": 1}'))
-            assert await _read(call, after) is None
+            await call.write(tool_answer(again.call_id, '{"n": 1}'))
+            assert await read_to_invocation(call, after) is None
             assert await call.code() is grpc.StatusCode.OK
         watched = await watcher
         log = await _watch(client, "s")
@@ -166,20 +171,22 @@ async def test_an_adopted_session_runs_call_not_idempotent_is_interrupted_its_la
     serve_sidecar: ServeSidecar, redis_server: RedisServer
 ) -> None:
     tools = [types_pb2.ToolSpec(name="remote"), types_pb2.ToolSpec(name="other")]
-    script = _calling("remote", "other")
+    script = calling("remote", "other")
     alpha, beta = await _fleet(serve_sidecar, redis_server, 30.0)
     async with asyncio.timeout(LONG_S), AsyncSidecarClient(beta.address) as client:
-        before, _, watcher = await _killed_mid_call(alpha, _start(tools, "p", script), client)
+        before, _, watcher = await _killed_mid_call(
+            alpha, session_start(tools, "p", script), client
+        )
         async with grpc.aio.insecure_channel(beta.address) as channel:
             after: list[events_pb2.RunEvent] = []
-            start = _start(tools, "p", script, before[-1].sequence)
+            start = session_start(tools, "p", script, before[-1].sequence)
             call, asked = await _reattach(channel, start, after)
             # The client's tool finished after all: its answer to r1 comes too late.
-            await call.write(_answer("r1", '{"late": true}'))
+            await call.write(tool_answer("r1", '{"late": true}'))
             assert asked is not None
             assert asked.call_id == "r2"  # r1 is not asked again
-            await call.write(_answer("r2", '{"n": 2}'))
-            assert await _read(call, after) is None
+            await call.write(tool_answer("r2", '{"n": 2}'))
+            assert await read_to_invocation(call, after) is None
             assert await call.code() is grpc.StatusCode.OK
         log = await _watch(client, "p")
         watched = await watcher
@@ -199,7 +206,7 @@ async def test_an_adopted_session_run_nobody_reattaches_to_fails_saying_so(
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
     alpha, beta = await _fleet(serve_sidecar, redis_server, 0.5)
     async with asyncio.timeout(LONG_S), AsyncSidecarClient(beta.address) as client:
-        start = _start(tools, "gone", _calling("remote"))
+        start = session_start(tools, "gone", calling("remote"))
         before, _, watcher = await _killed_mid_call(alpha, start, client)
         watched = await watcher  # beta adopts it, waits 0.5 s for the client, ends it
         info = await client.get_run("gone")
@@ -219,16 +226,16 @@ async def test_reattaching_to_another_sidecar_after_the_run_ended_sends_the_rest
     async with asyncio.timeout(LONG_S):
         async with grpc.aio.insecure_channel(alpha.address) as channel:
             call: Call = Stub(channel).Session()
-            await call.write(_start(tools, "ended", _calling("remote")))
-            invocation = await _read(call, events)
+            await call.write(session_start(tools, "ended", calling("remote")))
+            invocation = await read_to_invocation(call, events)
             assert invocation is not None
-            await call.write(_answer(invocation.call_id, "{}"))
-            assert await _read(call, events) is None
+            await call.write(tool_answer(invocation.call_id, "{}"))
+            assert await read_to_invocation(call, events) is None
         async with grpc.aio.insecure_channel(beta.address) as channel:
             call = Stub(channel).Session()
-            await call.write(_start(tools, "ended", _calling("remote"), 2))
+            await call.write(session_start(tools, "ended", calling("remote"), 2))
             rest: list[events_pb2.RunEvent] = []
-            assert await _read(call, rest) is None
+            assert await read_to_invocation(call, rest) is None
             assert await call.code() is grpc.StatusCode.OK
     assert [e.sequence for e in rest] == [e.sequence for e in events[2:]]
     assert rest[-1].HasField("run_completed")

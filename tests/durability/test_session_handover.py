@@ -1,18 +1,18 @@
 """A parked Session run handed over to the sidecar of a Redis fleet its client re-attaches to.
 
 Real sidecars on real sockets sharing one real Redis: a Session client drops on one sidecar
-(its run parks there) and re-attaches to another, which asks the first (its control stream)
-to hand the run over; the run resumes there as an adopted one does. A run attached to a live
-stream is refused, a sidecar that does not answer is ``UNAVAILABLE`` after a bounded wait,
-another identity's run is ``NOT_FOUND`` with nothing asked, and of two clients racing for the
-same run exactly one gets it."""
+(its run parks there, and its hash says so) and re-attaches to another, which takes the run
+with one compare-and-set on its hash; the run resumes there as an adopted one does, and the
+first stops its copy. A run attached to a live stream is refused, a run whose sidecar stalled
+is taken all the same (nothing is asked of it), another identity's run is ``NOT_FOUND`` with
+nothing read, and of two clients racing for the same run exactly one gets it."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 import grpc
 import pytest
@@ -20,8 +20,8 @@ import redis.asyncio
 
 from cleveragents.client import AsyncSidecarClient, StreamedEvent
 from cleveragents.sidecar import ClientConfig, Sidecar, SidecarConfig
-from cleveragents.sidecar.runs.redis_fence import CLAIM
-from cleveragents.sidecar.runs.redis_keys import control_key, lease_key, meta_key
+from cleveragents.sidecar.fleet.fencing import CLAIM, TAKE
+from cleveragents.sidecar.fleet.layout import control_key, lease_key, meta_key
 from cleveragents.tool import (
     RunCancelled,
     RunCompleted,
@@ -32,7 +32,14 @@ from cleveragents.tool import (
 )
 from cleveragents.toolruntime.v1 import events_pb2, session_pb2, types_pb2
 from tests.conftest import ServeSidecar
-from tests.durability.test_session_adoption import Call, Stub, _answer, _calling, _read, _start
+from tests.durability.test_session_adoption import (
+    Call,
+    Stub,
+    calling,
+    read_to_invocation,
+    session_start,
+    tool_answer,
+)
 from tests.redis_server import RedisServer
 from tests.sidecar.conftest import LaggingProxy
 
@@ -81,11 +88,19 @@ def _auth(who: str = "alice") -> tuple[tuple[str, str], ...]:
 
 
 async def _parked(sidecar: Sidecar, run_id: str) -> None:
-    """Until ``sidecar`` lets ``run_id`` wait for its client (it noticed the drop, or adopted)."""
+    """Until ``sidecar`` lets ``run_id`` wait for its client (it noticed the drop, or adopted)
+    and the store says so (any sidecar may take it then)."""
     parked = sidecar.manager.parked
     while parked.get(run_id) is None:
         parked.parked_one.clear()
         await parked.parked_one.wait()
+    await sidecar.directory.marked(run_id)
+
+
+async def _stopped(sidecar: Sidecar, run_id: str) -> None:
+    """Until ``sidecar`` no longer has a copy of ``run_id`` (it handed the run over)."""
+    while (run := sidecar.manager.get(run_id)) is not None:
+        await run.wait()
 
 
 async def _dropped(
@@ -96,7 +111,7 @@ async def _dropped(
     async with grpc.aio.insecure_channel(address) as channel:
         call: Call = Stub(channel).Session(metadata=_auth())
         await call.write(start)
-        invocation = await _read(call, events)
+        invocation = await read_to_invocation(call, events)
     assert invocation is not None
     return events, invocation
 
@@ -107,7 +122,7 @@ async def _refused(address: str, start: session_pb2.SessionRequest, who: str = "
         call: Call = Stub(channel).Session(metadata=_auth(who))
         await call.write(start)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await _read(call, [])
+            await read_to_invocation(call, [])
     return refused.value
 
 
@@ -130,19 +145,21 @@ async def test_a_run_parked_on_one_sidecar_resumes_on_the_sidecar_its_client_rea
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote", idempotent=idempotent)]
     async with asyncio.timeout(LONG_S):
-        before, invocation = await _dropped(alpha.address, _start(tools, "h", _calling("remote")))
+        before, invocation = await _dropped(
+            alpha.address, session_start(tools, "h", calling("remote"))
+        )
         await _parked(alpha, "h")
         after: list[events_pb2.RunEvent] = []
         async with grpc.aio.insecure_channel(beta.address) as channel:
             call: Call = Stub(channel).Session(metadata=_auth())
-            await call.write(_start(tools, "h", _calling("remote"), before[-1].sequence))
-            asked = await _read(call, after)
+            await call.write(session_start(tools, "h", calling("remote"), before[-1].sequence))
+            asked = await read_to_invocation(call, after)
             if asked is not None:
-                await call.write(_answer(asked.call_id, '{"n": 1}'))
-                assert await _read(call, after) is None
+                await call.write(tool_answer(asked.call_id, '{"n": 1}'))
+                assert await read_to_invocation(call, after) is None
             assert await call.code() is grpc.StatusCode.OK
+        await _stopped(alpha, "h")  # told by beta, alpha stops its copy and does not keep it
         log = await _log(alpha.address, "h")  # alpha reads the shared log now
-    assert alpha.manager.get("h") is None  # alpha's copy stopped, and is not kept
     assert [e.sequence for e in after] == list(range(len(before) + 1, len(log) + 1))
     _whole(log)
     [resumed] = [e.event for e in log if isinstance(e.event, RunResumed)]
@@ -167,7 +184,7 @@ async def test_a_run_adopted_from_a_killed_sidecar_is_handed_to_the_third_its_cl
     fleet: Start, serve_sidecar: ServeSidecar, redis_server: RedisServer
 ) -> None:
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
-    script = _calling("remote")
+    script = calling("remote")
     dead = serve_sidecar(
         event_store=redis_server.url, sidecar_id="dead", event_store_lease_s=1.0,
         session_reattach_s=30.0,
@@ -177,8 +194,8 @@ async def test_a_run_adopted_from_a_killed_sidecar_is_handed_to_the_third_its_cl
         events: list[events_pb2.RunEvent] = []
         async with grpc.aio.insecure_channel(dead.address) as channel:
             call: Call = Stub(channel).Session()
-            await call.write(_start(tools, "k", script))
-            assert await _read(call, events) is not None
+            await call.write(session_start(tools, "k", script))
+            assert await read_to_invocation(call, events) is not None
             dead.process.kill()  # SIGKILL, the call owed; no client, no lease from now on
             dead.process.wait(10)
         await _parked(beta, "k")  # beta adopted it
@@ -186,17 +203,17 @@ async def test_a_run_adopted_from_a_killed_sidecar_is_handed_to_the_third_its_cl
         after: list[events_pb2.RunEvent] = []
         async with grpc.aio.insecure_channel(gamma.address) as channel:
             call = Stub(channel).Session()
-            await call.write(_start(tools, "k", script, events[-1].sequence))
-            asked = await _read(call, after)
+            await call.write(session_start(tools, "k", script, events[-1].sequence))
+            asked = await read_to_invocation(call, after)
             assert asked is not None
             assert asked.call_id == "r1"
-            await call.write(_answer("r1", "{}"))
-            assert await _read(call, after) is None
+            await call.write(tool_answer("r1", "{}"))
+            assert await read_to_invocation(call, after) is None
             assert await call.code() is grpc.StatusCode.OK
+        await _stopped(beta, "k")
         async with AsyncSidecarClient(beta.address) as client:
             log = [e async for e in client.watch("k")]
     _whole(log)
-    assert beta.manager.get("k") is None
     # Adopted by beta (parked: no loop, nothing logged), then resumed on gamma.
     [resumed] = [e.event for e in log if isinstance(e.event, RunResumed)]
     assert (
@@ -213,40 +230,42 @@ async def test_a_run_attached_to_a_live_stream_on_its_sidecar_is_failed_precondi
     tools = [types_pb2.ToolSpec(name="remote")]
     async with asyncio.timeout(LONG_S), grpc.aio.insecure_channel(alpha.address) as channel:
         call: Call = Stub(channel).Session(metadata=_auth())
-        await call.write(_start(tools, "held", _calling("remote")))
+        await call.write(session_start(tools, "held", calling("remote")))
         events: list[events_pb2.RunEvent] = []
-        invocation = await _read(call, events)
+        invocation = await read_to_invocation(call, events)
         assert invocation is not None
-        refused = await _refused(beta.address, _start(tools, "held", _calling("remote"), 1))
-        await call.write(_answer(invocation.call_id, "{}"))  # the holder goes on, undisturbed
-        assert await _read(call, events) is None
+        refused = await _refused(beta.address, session_start(tools, "held", calling("remote"), 1))
+        await call.write(tool_answer(invocation.call_id, "{}"))  # the holder goes on, undisturbed
+        assert await read_to_invocation(call, events) is None
         assert await call.code() is grpc.StatusCode.OK
     assert refused.code() is grpc.StatusCode.FAILED_PRECONDITION
     assert "attached to another stream on sidecar 'alpha'" in (refused.details() or "")
     assert sum(e.HasField("run_completed") for e in events) == 1
 
 
-async def test_a_sidecar_that_does_not_answer_is_unavailable_naming_it_after_a_bounded_wait(
+async def test_a_parked_run_whose_sidecar_stalled_is_taken_without_asking_that_sidecar(
     fleet: Start, direct: redis.asyncio.Redis
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
-    tools = [types_pb2.ToolSpec(name="remote")]
+    tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
     async with asyncio.timeout(LONG_S):
-        before, _ = await _dropped(alpha.address, _start(tools, "stuck", _calling("remote")))
+        before, _ = await _dropped(alpha.address, session_start(tools, "stuck", calling("remote")))
         await _parked(alpha, "stuck")
-        # Its hash names a sidecar whose lease lives and whose control loop never reads.
+        # Its hash names a sidecar whose lease lives and which never reads anything.
         await direct.set(lease_key("ghost"), "1", px=60_000)
         await direct.hset(meta_key("stuck"), "sidecar", "ghost")
-        start = _start(tools, "stuck", _calling("remote"), before[-1].sequence)
-        waited = asyncio.get_running_loop().time()
-        refused = await _refused(beta.address, start)
-        waited = asyncio.get_running_loop().time() - waited
-        asks = await direct.xlen(control_key("ghost"))
-    assert refused.code() is grpc.StatusCode.UNAVAILABLE
-    details = refused.details() or ""
-    assert "runs on sidecar 'ghost', not this one and did not hand it over in time" in details
-    assert asks == 1
-    assert waited < 20  # bounded: min(event_store_lease_s, 5 s), generously
+        async with grpc.aio.insecure_channel(beta.address) as channel:
+            call: Call = Stub(channel).Session(metadata=_auth())
+            await call.write(session_start(tools, "stuck", calling("remote"), before[-1].sequence))
+            asked = await read_to_invocation(call, [])
+            assert asked is not None
+            await call.write(tool_answer(asked.call_id, "{}"))
+            assert await read_to_invocation(call, []) is None
+            assert await call.code() is grpc.StatusCode.OK
+        owner = await direct.hget(meta_key("stuck"), "sidecar")
+        log = await _log(beta.address, "stuck")
+    assert owner == b"beta"
+    _whole(log)
 
 
 async def test_another_identitys_parked_run_is_not_found_and_nothing_is_asked(
@@ -255,14 +274,16 @@ async def test_another_identitys_parked_run_is_not_found_and_nothing_is_asked(
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote")]
     async with asyncio.timeout(LONG_S):
-        before, _ = await _dropped(alpha.address, _start(tools, "mine", _calling("remote")))
+        before, _ = await _dropped(alpha.address, session_start(tools, "mine", calling("remote")))
         await _parked(alpha, "mine")
-        start = _start(tools, "mine", _calling("remote"), before[-1].sequence)
+        start = session_start(tools, "mine", calling("remote"), before[-1].sequence)
         refused = await _refused(beta.address, start, who="bob")
         asks = await direct.xlen(control_key("alpha"))
+        owner = await direct.hget(meta_key("mine"), "sidecar")
     assert refused.code() is grpc.StatusCode.NOT_FOUND
     assert asks == 0
     assert alpha.manager.parked.get("mine") is not None  # still alice's, waiting on alpha
+    assert owner == b"alpha"
 
 
 async def test_of_two_clients_racing_to_reattach_at_two_sidecars_exactly_one_gets_the_run(
@@ -270,11 +291,11 @@ async def test_of_two_clients_racing_to_reattach_at_two_sidecars_exactly_one_get
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
-    script = _calling("remote")
+    script = calling("remote")
     async with asyncio.timeout(LONG_S):
-        before, _ = await _dropped(alpha.address, _start(tools, "race", script))
+        before, _ = await _dropped(alpha.address, session_start(tools, "race", script))
         await _parked(alpha, "race")
-        start = _start(tools, "race", script, before[-1].sequence)
+        start = session_start(tools, "race", script, before[-1].sequence)
 
         channels = [grpc.aio.insecure_channel(s.address) for s in (alpha, beta)]
         calls: list[Call] = [Stub(channel).Session(metadata=_auth()) for channel in channels]
@@ -282,7 +303,7 @@ async def test_of_two_clients_racing_to_reattach_at_two_sidecars_exactly_one_get
         async def attempt(call: Call) -> session_pb2.ToolInvocation | grpc.StatusCode:
             await call.write(start)
             try:  # the winner is not answered until both attempts are decided
-                asked = await _read(call, [])
+                asked = await read_to_invocation(call, [])
             except grpc.aio.AioRpcError as exc:
                 return exc.code()
             assert asked is not None
@@ -294,8 +315,8 @@ async def test_of_two_clients_racing_to_reattach_at_two_sidecars_exactly_one_get
                 (call, got) for call, got in zip(calls, outcomes, strict=True)
                 if isinstance(got, session_pb2.ToolInvocation)
             ]  # fmt: skip
-            await winner.write(_answer(asked.call_id, "{}"))
-            assert await _read(winner, []) is None
+            await winner.write(tool_answer(asked.call_id, "{}"))
+            assert await read_to_invocation(winner, []) is None
             assert await winner.code() is grpc.StatusCode.OK
         finally:
             for channel in channels:
@@ -312,19 +333,19 @@ async def test_a_client_reattaching_at_the_old_sidecar_after_a_handover_is_faile
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
-    script = _calling("remote")
+    script = calling("remote")
     async with asyncio.timeout(LONG_S):
-        before, _ = await _dropped(alpha.address, _start(tools, "moved", script))
+        before, _ = await _dropped(alpha.address, session_start(tools, "moved", script))
         await _parked(alpha, "moved")
-        start = _start(tools, "moved", script, before[-1].sequence)
+        start = session_start(tools, "moved", script, before[-1].sequence)
         async with grpc.aio.insecure_channel(beta.address) as channel:
             call: Call = Stub(channel).Session(metadata=_auth())
             await call.write(start)
-            asked = await _read(call, [])  # handed over to beta, which holds it now
+            asked = await read_to_invocation(call, [])  # handed over to beta, which holds it now
             assert asked is not None
             refused = await _refused(alpha.address, start)
-            await call.write(_answer(asked.call_id, "{}"))
-            assert await _read(call, []) is None
+            await call.write(tool_answer(asked.call_id, "{}"))
+            assert await read_to_invocation(call, []) is None
         log = await _log(alpha.address, "moved")
     assert refused.code() is grpc.StatusCode.FAILED_PRECONDITION
     details = refused.details() or ""
@@ -340,23 +361,23 @@ async def test_a_run_handed_over_whose_answer_was_lost_is_taken_at_the_next_reat
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
-    script = _calling("remote")
+    script = calling("remote")
     async with asyncio.timeout(LONG_S):
-        before, _ = await _dropped(alpha.address, _start(tools, "lost", script))
+        before, _ = await _dropped(alpha.address, session_start(tools, "lost", script))
         await _parked(alpha, "lost")
         # alpha's claim for beta, and no answer (as if alpha died right after it).
         assert await direct.eval(CLAIM, 1, meta_key("lost"), "beta", "alpha")
         async with grpc.aio.insecure_channel(beta.address) as channel:
             call: Call = Stub(channel).Session(metadata=_auth())
-            await call.write(_start(tools, "lost", script, before[-1].sequence))
-            asked = await _read(call, [])
+            await call.write(session_start(tools, "lost", script, before[-1].sequence))
+            asked = await read_to_invocation(call, [])
             assert asked is not None
-            await call.write(_answer(asked.call_id, "{}"))
-            assert await _read(call, []) is None
+            await call.write(tool_answer(asked.call_id, "{}"))
+            assert await read_to_invocation(call, []) is None
             assert await call.code() is grpc.StatusCode.OK
         asks = await direct.xlen(control_key("alpha"))
         log = await _log(beta.address, "lost")
-    assert asks == 0  # beta claimed it again itself: the store said it was beta's
+    assert asks == 0  # beta took it itself: the store said it was beta's already
     _whole(log)
 
 
@@ -384,7 +405,7 @@ async def test_the_python_client_behind_a_balancer_gets_its_run_back_from_anothe
     try:
         async with AsyncSidecarClient(balancer.address) as client:
             session = client.session(
-                "go", tools=[remote], script=_calling("remote"), run_id="lb", reattach=True
+                "go", tools=[remote], script=calling("remote"), run_id="lb", reattach=True
             )
             async with asyncio.timeout(LONG_S):
                 async for streamed in session:
@@ -410,63 +431,73 @@ async def test_the_python_client_behind_a_balancer_gets_its_run_back_from_anothe
     assert resumed.interrupted_call_ids == ("r1",)
 
 
-async def _answer_to(direct: redis.asyncio.Redis, sidecar: str, call_id: str) -> dict[bytes, bytes]:
-    """The hand-over answer with ``call_id`` on ``sidecar``'s control stream (a blocking read:
-    the answer is the sign that the ask, and all before it, were handled)."""
-    last = "0-0"
-    while True:
-        read = await direct.xread({control_key(sidecar): last}, block=1000)
-        answer = cast("list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]", read)
-        for _, entries in answer or ():
-            for entry_id, fields in entries:
-                last = entry_id.decode()
-                if fields.get(b"call") == call_id.encode():
-                    return fields
-
-
-def _release(run_id: str, call_id: str, sender: str, identity: str = "alice") -> dict[Any, Any]:
-    """A ``release`` ask as a sidecar writes it on another's control stream."""
-    return {"op": "release", "run": run_id, "call": call_id, "identity": identity,
-            "from": sender, "token": "0"}  # fmt: skip
-
-
-async def test_a_release_for_another_identity_or_to_a_sidecar_without_a_lease_is_refused(
+async def test_the_compare_and_set_takes_only_a_parked_run_and_only_for_its_owner(
     fleet: Start, direct: redis.asyncio.Redis
 ) -> None:
     alpha, _ = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote")]
     async with asyncio.timeout(LONG_S):
-        await _dropped(alpha.address, _start(tools, "kept", _calling("remote")))
+        await _dropped(alpha.address, session_start(tools, "kept", calling("remote")))
         await _parked(alpha, "kept")
-        await direct.xadd(control_key("alpha"), _release("kept", "as-bob", "beta", "bob"))
-        as_bob = await _answer_to(direct, "beta", "as-bob")
-        await direct.xadd(control_key("alpha"), _release("kept", "no-lease", "nobody"))
-        no_lease = await _answer_to(direct, "nobody", "no-lease")
-        parked = alpha.manager.parked.get("kept")
+        as_bob = await direct.eval(TAKE, 1, meta_key("kept"), "beta", "bob", "default")
+        await direct.hset(meta_key("kept"), "parked", "")  # as if a client re-attached there
+        not_parked = await direct.eval(TAKE, 1, meta_key("kept"), "beta", "alice", "default")
         owner = await direct.hget(meta_key("kept"), "sidecar")
-    assert as_bob[b"op"] == b"refused"
-    assert no_lease[b"op"] == b"refused"
-    assert parked is not None  # still alice's, waiting on alpha
-    assert not parked.reserved
+    assert as_bob == [0, b"alpha"]
+    assert not_parked == [0, b"alpha"]
     assert owner == b"alpha"
-    assert alpha.manager.get("kept") is not None
+    assert alpha.manager.parked.get("kept") is not None  # still waiting on alpha
 
 
-async def test_a_released_answer_to_no_ask_of_the_sidecar_is_ignored(
+async def test_nothing_on_a_control_stream_moves_a_run_there(
     fleet: Start, direct: redis.asyncio.Redis
 ) -> None:
     alpha, beta = await fleet("alpha"), await fleet("beta")
     tools = [types_pb2.ToolSpec(name="remote")]
-    async with asyncio.timeout(LONG_S):
-        await _dropped(alpha.address, _start(tools, "theirs", _calling("remote")))
+    nap = [{"tool_calls": [{"id": "n", "name": "sleep", "arguments": {"seconds": 60}}]}]
+    async with (
+        asyncio.timeout(LONG_S),
+        AsyncSidecarClient(alpha.address, token=TOKENS["alice"]) as client,
+    ):
+        await _dropped(alpha.address, session_start(tools, "theirs", calling("remote")))
         await _parked(alpha, "theirs")
-        forged: dict[Any, Any] = {"op": "released", "run": "theirs", "token": "7"}
-        forged.update({"call": "never-asked", "from": "alpha"})
-        await direct.xadd(control_key("beta"), forged)
-        # Handled in order: once beta answers this ask, it has handled the forged answer.
-        await direct.xadd(control_key("beta"), _release("unknown", "after", "alpha"))
-        await _answer_to(direct, "alpha", "after")
+        witness = client.stream_tool_loop("nap", script=nap, run_id="witness", detach=True)
+        async for streamed in witness:
+            if isinstance(streamed.event, ToolCallStarted):
+                break
+        # A forged notice that beta took the run: alpha believes the store, not the notice.
+        await direct.xadd(control_key("alpha"), {"op": "taken", "run": "theirs", "from": "beta"})
+        # Read in order: once the witness is cancelled, the notice before it was handled.
+        await direct.xadd(control_key("alpha"), {"op": "cancel", "run": "witness"})
+        ended = [e async for e in client.watch("witness")][-1]
         owner = await direct.hget(meta_key("theirs"), "sidecar")
+    assert isinstance(ended.event, RunCancelled)
     assert beta.manager.get("theirs") is None
     assert alpha.manager.parked.get("theirs") is not None
     assert owner == b"alpha"
+
+
+async def test_a_reattach_refused_where_the_run_waits_leaves_it_for_another_sidecar_to_take(
+    fleet: Start,
+) -> None:
+    alpha, beta = await fleet("alpha"), await fleet("beta")
+    tools = [types_pb2.ToolSpec(name="remote", idempotent=True)]
+    script = calling("remote")
+    async with asyncio.timeout(LONG_S):
+        before, _ = await _dropped(alpha.address, session_start(tools, "again", script))
+        await _parked(alpha, "again")
+        wrong = session_start(
+            [types_pb2.ToolSpec(name="other")], "again", script, before[-1].sequence
+        )
+        refused = await _refused(alpha.address, wrong)  # held for it, then given back
+        await _parked(alpha, "again")
+        async with grpc.aio.insecure_channel(beta.address) as channel:
+            call: Call = Stub(channel).Session(metadata=_auth())
+            await call.write(session_start(tools, "again", script, before[-1].sequence))
+            asked = await read_to_invocation(call, [])
+            assert asked is not None
+            await call.write(tool_answer(asked.call_id, "{}"))
+            assert await read_to_invocation(call, []) is None
+        log = await _log(beta.address, "again")
+    assert refused.code() is grpc.StatusCode.INVALID_ARGUMENT
+    _whole(log)

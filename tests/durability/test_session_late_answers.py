@@ -19,7 +19,7 @@ from cleveragents.toolruntime.v1 import events_pb2, service_pb2_grpc, types_pb2
 from cleveragents.wire import LlmAnswer
 
 from .conftest import Spawn
-from .test_session_resume import _asked, _check, _llm_answer, _llm_start
+from .test_session_resume import asked_of, check_resumed, llm_answer, llm_session_start
 
 LONG_S = 60
 
@@ -35,10 +35,10 @@ async def test_a_late_llm_answer_and_the_answer_to_its_reasking_after_a_restart_
     async with asyncio.timeout(LONG_S):
         async with grpc.aio.insecure_channel(first.address) as channel:
             call = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
-            await call.write(_llm_start("m"))
-            asked = await _asked(call, before)
-            await call.write(_llm_answer(asked.request_id, "echo first", echo))
-            await _asked(call, before)  # llm_2, in flight when the sidecar dies
+            await call.write(llm_session_start("m"))
+            asked = await asked_of(call, before)
+            await call.write(llm_answer(asked.request_id, "echo first", echo))
+            await asked_of(call, before)  # llm_2, in flight when the sidecar dies
             first.kill()
         second = spawn(session_reattach_s="60")
         async with (
@@ -46,21 +46,21 @@ async def test_a_late_llm_answer_and_the_answer_to_its_reasking_after_a_restart_
             AsyncSidecarClient(second.address) as client,
         ):
             call = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
-            await call.write(_llm_start("m", before[-1].sequence))
+            await call.write(llm_session_start("m", before[-1].sequence))
             after: list[events_pb2.RunEvent] = []
-            again = await _asked(call, after)  # llm_2 asked again
+            again = await asked_of(call, after)  # llm_2 asked again
             # The old job's answer arrives first, then the answer to the re-sent invocation.
-            await call.write(_llm_answer(again.request_id, "late", again_echo))
-            await call.write(_llm_answer(again.request_id, "cached"))
-            last = await _asked(call, after)  # the run went on with the first answer
-            await call.write(_llm_answer(last.request_id, "done"))
+            await call.write(llm_answer(again.request_id, "late", again_echo))
+            await call.write(llm_answer(again.request_id, "cached"))
+            last = await asked_of(call, after)  # the run went on with the first answer
+            await call.write(llm_answer(last.request_id, "done"))
             while await call.read() is not grpc.aio.EOF:
                 pass
             assert await call.code() is grpc.StatusCode.OK
             log = [e async for e in client.watch("m")]
 
     assert (again.request_id, last.request_id) == ("llm_2", "llm_3")
-    _check(log, before)
+    check_resumed(log, before)
     responses = [e.event for e in log if isinstance(e.event, LLMResponded)]
     assert [r.content for r in responses] == ["echo first", "late", "done"]
     assert isinstance(log[-1].event, RunCompleted)

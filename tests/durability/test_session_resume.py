@@ -75,7 +75,7 @@ async def _killed_mid_call(
     return events, invocation
 
 
-def _check(log: list[StreamedEvent], before: list[events_pb2.RunEvent]) -> RunResumed:
+def check_resumed(log: list[StreamedEvent], before: list[events_pb2.RunEvent]) -> RunResumed:
     assert [e.sequence for e in log] == list(range(1, len(log) + 1))
     assert [e.sequence for e in log[: len(before)]] == [e.sequence for e in before]
     assert isinstance(log[-1].event, RunCompleted)
@@ -114,7 +114,7 @@ async def test_an_idempotent_call_owed_at_a_kill_is_invoked_again_once_after_the
 
     assert (again.call_id, again.idempotency_key) == ("r1", invocation.idempotency_key)
     assert [e.sequence for e in after] == list(range(len(before) + 1, len(log) + 1))
-    resumed = _check(log, before)
+    resumed = check_resumed(log, before)
     assert resumed.rerun_call_ids == ("r1",)
     records = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
     assert [(r.call_id, r.success, r.output) for r in records] == [("r1", True, {"n": 1})]
@@ -155,7 +155,7 @@ async def test_a_session_run_whose_own_tool_is_named_like_a_server_tool_resumes_
             log = [e async for e in client.watch("own")]
 
     assert sorted(before[0].run_started.spec.tool_names) == offered
-    _check(log, before)
+    check_resumed(log, before)
     records = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
     assert [(r.tool_name, r.output) for r in records] == [("echo", {"mine": True})]
 
@@ -177,14 +177,14 @@ async def test_a_call_owed_at_a_kill_of_a_tool_not_idempotent_gets_the_interrupt
             assert await _read(call, []) is None  # nothing more is asked of the client
             log = [e async for e in client.watch("p")]
 
-    resumed = _check(log, before)
+    resumed = check_resumed(log, before)
     assert resumed.interrupted_call_ids == ("r1",)
     (record,) = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
     assert not record.success
     assert "interrupted by a sidecar restart" in (record.error or "")
 
 
-def _llm_start(run_id: str, after: int = 0) -> session_pb2.SessionRequest:
+def llm_session_start(run_id: str, after: int = 0) -> session_pb2.SessionRequest:
     start = session_pb2.SessionStart(
         spec=types_pb2.RunSpec(prompt="go", run_id=run_id), client_llm=True
     )
@@ -193,7 +193,7 @@ def _llm_start(run_id: str, after: int = 0) -> session_pb2.SessionRequest:
     return session_pb2.SessionRequest(start=start)
 
 
-async def _asked(
+async def asked_of(
     call: grpc.aio.StreamStreamCall[session_pb2.SessionRequest, session_pb2.SessionResponse],
     events: list[events_pb2.RunEvent],
 ) -> session_pb2.LlmInvocation:
@@ -206,7 +206,7 @@ async def _asked(
     raise AssertionError("the session ended before its LLM was asked")
 
 
-def _llm_answer(
+def llm_answer(
     request_id: str, content: str = "", *calls: types_pb2.ToolCall
 ) -> session_pb2.SessionRequest:
     result = session_pb2.LlmResult(request_id=request_id, content=content, tool_calls=calls)
@@ -223,10 +223,10 @@ async def test_a_client_llm_call_in_flight_at_a_kill_is_asked_again_after_the_cl
     async with asyncio.timeout(LONG_S):
         async with grpc.aio.insecure_channel(first.address) as channel:
             call = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
-            await call.write(_llm_start("m"))
-            asked = await _asked(call, before)
-            await call.write(_llm_answer(asked.request_id, "echo first", echo))
-            in_flight = await _asked(call, before)  # after the echo: never answered
+            await call.write(llm_session_start("m"))
+            asked = await asked_of(call, before)
+            await call.write(llm_answer(asked.request_id, "echo first", echo))
+            in_flight = await asked_of(call, before)  # after the echo: never answered
             first.kill()
         second = spawn(session_reattach_s="60")
         async with (
@@ -234,10 +234,10 @@ async def test_a_client_llm_call_in_flight_at_a_kill_is_asked_again_after_the_cl
             AsyncSidecarClient(second.address) as client,
         ):
             call = service_pb2_grpc.ToolRuntimeServiceStub(channel).Session()
-            await call.write(_llm_start("m", before[-1].sequence))
+            await call.write(llm_session_start("m", before[-1].sequence))
             after: list[events_pb2.RunEvent] = []
-            again = await _asked(call, after)
-            await call.write(_llm_answer(again.request_id, "done"))
+            again = await asked_of(call, after)
+            await call.write(llm_answer(again.request_id, "done"))
             while await call.read() is not grpc.aio.EOF:
                 pass
             assert await call.code() is grpc.StatusCode.OK
@@ -246,7 +246,7 @@ async def test_a_client_llm_call_in_flight_at_a_kill_is_asked_again_after_the_cl
     assert (asked.request_id, in_flight.request_id, again.request_id) == ("llm_1", "llm_2", "llm_2")
     assert list(again.messages) == list(in_flight.messages)  # the conversation rebuilt
     assert in_flight.messages[-1].tool_call_id == "e1"
-    resumed = _check(log, before)
+    resumed = check_resumed(log, before)
     assert (resumed.rerun_call_ids, resumed.interrupted_call_ids) == ((), ())
     responses = [e.event for e in log if isinstance(e.event, LLMResponded)]
     assert [r.content for r in responses] == ["echo first", "done"]
@@ -297,7 +297,7 @@ async def test_the_python_client_hosting_its_llm_reattaches_to_a_restarted_sidec
         log = [e async for e in client.watch("py")]
 
     assert [e.sequence for e in seen] == [e.sequence for e in log]
-    resumed = _check(log, [])
+    resumed = check_resumed(log, [])
     assert resumed.rerun_call_ids == ("r1",)
     assert ran == [1]  # asked again, answered from what the client kept
     # The restarted sidecar sent the whole conversation again; the client took it whole.

@@ -326,8 +326,8 @@ def test_the_unattended_wait_comes_from_the_environment_and_must_not_be_negative
     from cleveragents.sidecar import ConfigError, load_config
 
     env = {"CLEVERAGENTS_SIDECAR_APPROVAL_TIMEOUT_UNATTENDED_S": "30"}
-    assert load_config(env=env).approval_timeout_unattended_s == 30.0
-    assert load_config(env={}).approval_timeout_unattended_s == 0.0
+    assert load_config(env=env).approvals.unattended_timeout_s == 30.0
+    assert load_config(env={}).approvals.unattended_timeout_s == 0.0
     with pytest.raises(ConfigError, match="approval_timeout_unattended_s must be 0"):
         SidecarConfig(approval_timeout_unattended_s=-1)
 

@@ -1,4 +1,4 @@
-"""Watchers whose client stopped reading (a SIGSTOPped process) cost a bounded number of bytes
+"""WatchCursors whose client stopped reading (a SIGSTOPped process) cost a bounded number of bytes
 each, are dropped with RESOURCE_EXHAUSTED and the sequence to resume from, and resume with no
 gap. A FollowRun watcher's bound is the sidecar's own window; a WatchRun watcher's is the
 HTTP/2 window its client grants."""

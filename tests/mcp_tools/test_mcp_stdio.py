@@ -52,7 +52,7 @@ def test_an_unfinished_line_keeps_the_chunks_as_they_came_and_joins_them_once() 
 
     for chunk in chunks:
         assert splitter.feed(chunk) == []
-    kept = list(splitter._pieces)
+    kept = splitter.pending
     [line] = splitter.feed(b"end\n")
 
     # The very chunk objects, not copies grown at every chunk (what made the SDK quadratic).
@@ -78,8 +78,8 @@ def test_a_line_over_the_limit_is_reported_once_as_soon_as_it_is_and_dropped_to_
     assert over[0].limit == 100
     assert rest == [[]] * 5  # nothing kept, nothing reported again
     assert after == [b"next"]
-    assert splitter._size == 0
-    assert splitter._pieces == []
+    assert splitter.pending_bytes == 0
+    assert splitter.pending == []
 
 
 def test_a_line_that_ends_in_the_chunk_that_makes_it_too_long_is_reported() -> None:

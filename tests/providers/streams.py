@@ -95,47 +95,47 @@ GEMINI_TEXT = (
 )
 
 
-def _event(name: str, data: dict[str, Any]) -> bytes:
+def event(name: str, data: dict[str, Any]) -> bytes:
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return f"event: {name}\ndata: {text}\n\n".encode()
 
 
 #: A Messages stream: text, a ping, a tool_use block whose input arrives in fragments.
 ANTHROPIC_TOOLS = (
-    _event("message_start", {"type": "message_start", "message": {
+    event("message_start", {"type": "message_start", "message": {
         "id": "msg_01XFDUDYJgAACzvnptvVoYEL", "type": "message", "role": "assistant",
         "content": [], "model": "claude-sonnet-4-5-20250929", "stop_reason": None,
         "stop_sequence": None, "usage": {"input_tokens": 472, "cache_creation_input_tokens": 0,
                                          "cache_read_input_tokens": 0, "output_tokens": 2}}})
-    + _event("content_block_start", {"type": "content_block_start", "index": 0,
+    + event("content_block_start", {"type": "content_block_start", "index": 0,
                                      "content_block": {"type": "text", "text": ""}})
     + b'event: ping\ndata: {"type": "ping"}\n\n'
-    + _event("content_block_delta", {"type": "content_block_delta", "index": 0,
+    + event("content_block_delta", {"type": "content_block_delta", "index": 0,
                                      "delta": {"type": "text_delta", "text": "Na\u00efve "}})
-    + _event("content_block_delta", {"type": "content_block_delta", "index": 0,
+    + event("content_block_delta", {"type": "content_block_delta", "index": 0,
                                      "delta": {"type": "text_delta", "text": "sum."}})
-    + _event("content_block_stop", {"type": "content_block_stop", "index": 0})
-    + _event("content_block_start", {"type": "content_block_start", "index": 1,
+    + event("content_block_stop", {"type": "content_block_stop", "index": 0})
+    + event("content_block_start", {"type": "content_block_start", "index": 1,
                                      "content_block": {"type": "tool_use",
                                                        "id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
                                                        "name": "add", "input": {}}})
-    + _event("content_block_delta", {"type": "content_block_delta", "index": 1,
+    + event("content_block_delta", {"type": "content_block_delta", "index": 1,
                                      "delta": {"type": "input_json_delta", "partial_json": ""}})
-    + _event("content_block_delta", {"type": "content_block_delta", "index": 1,
+    + event("content_block_delta", {"type": "content_block_delta", "index": 1,
                                      "delta": {"type": "input_json_delta",
                                                "partial_json": '{"a": 2, "b"'}})
-    + _event("content_block_delta", {"type": "content_block_delta", "index": 1,
+    + event("content_block_delta", {"type": "content_block_delta", "index": 1,
                                      "delta": {"type": "input_json_delta",
                                                "partial_json": ": 3}"}})
-    + _event("content_block_stop", {"type": "content_block_stop", "index": 1})
-    + _event("message_delta", {"type": "message_delta",
+    + event("content_block_stop", {"type": "content_block_stop", "index": 1})
+    + event("message_delta", {"type": "message_delta",
                                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
                                "usage": {"output_tokens": 89}})
-    + _event("message_stop", {"type": "message_stop"})
+    + event("message_stop", {"type": "message_stop"})
 )  # fmt: skip
 
 #: The error event the Messages API ends a stream with when it is overloaded.
-OVERLOADED_EVENT = _event(
+OVERLOADED_EVENT = event(
     "error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
 )
 #: A Messages stream that the API ends with an error event (it was overloaded).
@@ -218,11 +218,11 @@ def responses_stream(final: dict[str, Any]) -> bytes:
     its text or arguments in two deltas, done, then ``response.completed``."""
     seq = iter(range(10_000))
     start = {**final, "status": "in_progress", "output": [], "usage": None}
-    out = _event(
+    out = event(
         "response.created",
         {"type": "response.created", "sequence_number": next(seq), "response": start},
     )
-    out += _event(
+    out += event(
         "response.in_progress",
         {"type": "response.in_progress", "sequence_number": next(seq), "response": start},
     )
@@ -233,7 +233,7 @@ def responses_stream(final: dict[str, Any]) -> bytes:
             added = {**item, "status": "in_progress", "arguments": ""}
         else:
             added = item
-        out += _event(
+        out += event(
             "response.output_item.added",
             {
                 "type": "response.output_item.added",
@@ -246,7 +246,7 @@ def responses_stream(final: dict[str, Any]) -> bytes:
             text = item["content"][0]["text"]
             common = {"item_id": item["id"], "output_index": index, "content_index": 0}
             for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
-                out += _event(
+                out += event(
                     "response.output_text.delta",
                     {
                         "type": "response.output_text.delta",
@@ -256,7 +256,7 @@ def responses_stream(final: dict[str, Any]) -> bytes:
                         "logprobs": [],
                     },
                 )
-            out += _event(
+            out += event(
                 "response.output_text.done",
                 {
                     "type": "response.output_text.done",
@@ -269,7 +269,7 @@ def responses_stream(final: dict[str, Any]) -> bytes:
         if item["type"] == "function_call":
             arguments = item["arguments"]
             for piece in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
-                out += _event(
+                out += event(
                     "response.function_call_arguments.delta",
                     {
                         "type": "response.function_call_arguments.delta",
@@ -279,7 +279,7 @@ def responses_stream(final: dict[str, Any]) -> bytes:
                         "delta": piece,
                     },
                 )
-            out += _event(
+            out += event(
                 "response.function_call_arguments.done",
                 {
                     "type": "response.function_call_arguments.done",
@@ -289,7 +289,7 @@ def responses_stream(final: dict[str, Any]) -> bytes:
                     "arguments": arguments,
                 },
             )
-        out += _event(
+        out += event(
             "response.output_item.done",
             {
                 "type": "response.output_item.done",
@@ -298,7 +298,7 @@ def responses_stream(final: dict[str, Any]) -> bytes:
                 "item": item,
             },
         )
-    return out + _event(
+    return out + event(
         "response.completed",
         {"type": "response.completed", "sequence_number": next(seq), "response": final},
     )
@@ -356,24 +356,24 @@ def anthropic_tool_stream(
 ) -> bytes:
     """A Messages stream whose only block is a call of tool ``name``, its input arriving in
     ``fragments`` (a forced tool choice's answer: no text before it)."""
-    out = _event("message_start", {"type": "message_start", "message": {
+    out = event("message_start", {"type": "message_start", "message": {
         "id": "msg_01Aq9w8mT7YXxkzuUo3PeCdB", "type": "message", "role": "assistant",
         "content": [], "model": model, "stop_reason": None, "stop_sequence": None,
         "usage": {"input_tokens": 389, "output_tokens": 1}}})  # fmt: skip
-    out += _event("content_block_start", {"type": "content_block_start", "index": 0,
+    out += event("content_block_start", {"type": "content_block_start", "index": 0,
                                           "content_block": {"type": "tool_use",
                                                             "id": "toolu_01Lk8Rh2uYqQ3f",
                                                             "name": name,
                                                             "input": {}}})  # fmt: skip
     for piece in ("", *fragments):
-        out += _event("content_block_delta", {"type": "content_block_delta", "index": 0,
+        out += event("content_block_delta", {"type": "content_block_delta", "index": 0,
                                               "delta": {"type": "input_json_delta",
                                                         "partial_json": piece}})  # fmt: skip
-    out += _event("content_block_stop", {"type": "content_block_stop", "index": 0})
-    out += _event("message_delta", {"type": "message_delta",
+    out += event("content_block_stop", {"type": "content_block_stop", "index": 0})
+    out += event("message_delta", {"type": "message_delta",
                                     "delta": {"stop_reason": "tool_use", "stop_sequence": None},
                                     "usage": {"output_tokens": 41}})  # fmt: skip
-    return out + _event("message_stop", {"type": "message_stop"})
+    return out + event("message_stop", {"type": "message_stop"})
 
 
 def openai_refusal_stream(refusal: str) -> bytes:

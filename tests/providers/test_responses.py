@@ -147,7 +147,7 @@ async def test_a_failed_streamed_response_names_the_api_error_code(
     }
     stream = streams.responses_stream(streams.responses_body("Half"))
     head = stream.split(b"event: response.output_text.done")[0]
-    provider.queue(sse(head + streams._event("response.failed", failed)))
+    provider.queue(sse(head + streams.event("response.failed", failed)))
 
     with pytest.raises(ProviderError) as caught:
         await make_caller(stream=True).call(LLMRequest([Message(Role.USER, "hi")], [], 1))

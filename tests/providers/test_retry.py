@@ -6,8 +6,7 @@ import email.utils
 
 import pytest
 
-from cleveragents.providers import ProviderError, RetryPolicy
-from cleveragents.providers._retry import is_retryable_status, retry_after_s
+from cleveragents.providers import ProviderError, RetryPolicy, is_retryable_status, retry_after_s
 from cleveragents.tool import ToolRuntimeError
 
 

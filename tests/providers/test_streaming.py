@@ -13,10 +13,10 @@ import pytest
 from cleveragents.providers import (
     AnswerTooLargeError,
     AnthropicMessagesCaller,
+    HTTPCaller,
     OpenAIChatCaller,
     ProviderError,
 )
-from cleveragents.providers._caller import HTTPCaller
 from cleveragents.sidecar.status import status_of
 from cleveragents.tool import (
     LLMRequest,
@@ -282,15 +282,12 @@ async def test_an_in_stream_error_that_would_recur_fails_failed_precondition(
 
 
 async def test_an_event_larger_than_the_bound_is_refused_not_buffered(
-    provider: FakeProvider, make_caller: Factory, monkeypatch: pytest.MonkeyPatch
+    provider: FakeProvider, make_caller: Factory
 ) -> None:
-    from cleveragents.providers import _stream
-
-    monkeypatch.setattr(_stream, "MAX_EVENT_BYTES", 1000)
     provider.queue(sse(b"data: " + b"x" * 5000))
 
     with pytest.raises(ProviderError) as caught:
-        await make_caller().call(request())
+        await make_caller(max_event_bytes=1000).call(request())
 
     assert "unusable stream: Server-sent event exceeded the 1000 byte limit" in str(caught.value)
     assert status_of(caught.value) is grpc.StatusCode.FAILED_PRECONDITION

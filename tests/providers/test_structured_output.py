@@ -12,11 +12,12 @@ import pytest
 
 from cleveragents.providers import (
     AnthropicMessagesCaller,
+    HTTPCaller,
     OpenAIChatCaller,
     OpenAIResponsesCaller,
+    anthropic_has_structured_outputs,
+    strict_problem,
 )
-from cleveragents.providers._caller import HTTPCaller
-from cleveragents.providers._output import anthropic_has_structured_outputs, strict_problem
 from cleveragents.tool import (
     LLMDelta,
     Message,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cleveragents.sandbox import file_tools
 from cleveragents.sandbox.paths import Sandbox
-from cleveragents.sandbox.tools import _write
+from cleveragents.sandbox.tools import write_atomically
 from cleveragents.tool import ErrorKind, ToolActorContext, ToolCall, ToolRunner
 
 from .conftest import CallTool
@@ -115,7 +115,7 @@ class _ReadOnlyTemporaries(Sandbox):
 def test_a_failed_write_leaves_no_temporary_file(root: Path) -> None:
     sandbox = _ReadOnlyTemporaries(str(root))
     try:
-        _write(sandbox, "notes.txt", b"new text", create_dirs=False)
+        write_atomically(sandbox, "notes.txt", b"new text", create_dirs=False)
     except OSError:
         pass
     else:  # pragma: no cover - the write must fail for this test to mean anything

@@ -13,6 +13,7 @@ import pytest
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
 from cleveragents.sidecar import Sidecar
+from cleveragents.sidecar.identity import DEFAULT_IDENTITY
 from cleveragents.tool import (
     ErrorKind,
     RunCancelled,
@@ -452,21 +453,11 @@ async def test_leaving_a_client_session_cancels_the_run(client: AsyncSidecarClie
     assert only_record(terminal(events)).error_kind is ErrorKind.CANCELLED
 
 
-class _CallContext:
-    """What the service reads of the call that starts a run: no deadline, no metadata."""
-
-    def time_remaining(self) -> float | None:
-        return None
-
-    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        return ()
-
-
 async def test_a_run_cancelled_before_its_first_step_logs_run_started_then_run_cancelled(
     sidecar: Sidecar, server_tools: ServerTools
 ) -> None:
     request = RunRequest("go", llm=LlmChoice(script=json.dumps([turn("", call("h1", "hang"))])))
-    run = sidecar.service.start_run(request, _CallContext())  # type: ignore[arg-type]
+    run = await sidecar.gateway.start(DEFAULT_IDENTITY, request, deadline_s=None)
     sidecar.manager.cancel(run, "at once")  # the run's task has not taken a step yet
 
     async with asyncio.timeout(WAIT_S):

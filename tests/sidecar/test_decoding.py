@@ -6,7 +6,7 @@ import time
 
 from cleveragents import wire as convert
 from cleveragents.client import AsyncSidecarClient
-from cleveragents.client._requests import EventDecoder
+from cleveragents.client.exchange import EventDecoder
 from cleveragents.tool import (
     ErrorKind,
     LLMResponded,

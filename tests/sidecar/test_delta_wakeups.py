@@ -46,9 +46,9 @@ async def test_a_watcher_without_stream_deltas_is_not_woken_by_a_calls_deltas(
         await _until(live, "iteration_started")
         # Both watchers have read the log so far; until both sleep on a release (the server
         # has no event to wait on for that), look at its state.
-        while sum(not w.done() for w in run.log._release_waiters) < 2:  # noqa: ASYNC110
+        while len(run.log.sleeping()) < 2:  # noqa: ASYNC110
             await asyncio.sleep(0.001)
-        asleep = [w for w in run.log._release_waiters if not w.done()]
+        asleep = run.log.sleeping()
 
         for index in range(DELTAS):
             delta = session_pb2.LlmResultDelta(request_id=request_id, index=index, text="x")

@@ -60,14 +60,14 @@ def test_an_unknown_event_loop_is_a_config_error() -> None:
 def test_the_event_loop_comes_from_the_environment() -> None:
     config = load_config(env={"CLEVERAGENTS_SIDECAR_EVENT_LOOP": "asyncio"})
 
-    assert config.event_loop == "asyncio"
+    assert config.process.event_loop == "asyncio"
 
 
 def test_the_event_loop_comes_from_the_config_file(tmp_path: Path) -> None:
     path = tmp_path / "sidecar.toml"
     path.write_text('event_loop = "asyncio"\n', encoding="utf-8")
 
-    assert load_config(path, env={}).event_loop == "asyncio"
+    assert load_config(path, env={}).process.event_loop == "asyncio"
 
 
 def test_the_cli_exits_2_when_asked_for_uvloop_it_cannot_import(

@@ -197,8 +197,8 @@ async def test_a_watcher_waiting_for_its_identitys_room_goes_once_a_sibling_is_a
 
     assert blocked
     assert other.fits(100)
-    assert first.shared is not None
-    assert first.shared.unacked == 0
+    assert first.together is not None
+    assert first.together.unacked == 0
 
 
 def test_a_watcher_that_ends_frees_what_it_held_for_its_identity() -> None:

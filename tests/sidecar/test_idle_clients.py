@@ -166,7 +166,7 @@ def test_client_timeouts_must_be_positive_and_consistent(settings: dict[str, Any
 
 def test_the_client_llm_timeout_comes_from_the_environment() -> None:
     config = load_config(env={"CLEVERAGENTS_SIDECAR_CLIENT_LLM_TIMEOUT_S": "12.5"})
-    assert config.client_llm_timeout_s == 12.5
+    assert config.limits.client_llm_timeout_s == 12.5
 
 
 async def test_a_late_llm_answer_after_a_cancelled_call_is_ignored_once() -> None:

@@ -63,8 +63,8 @@ def largest_accepted() -> int:
         try:
             measure_schema(
                 doubling(levels + 1, items=True),
-                max_depth=DEFAULTS.max_schema_depth,
-                max_expansion=DEFAULTS.max_schema_expansion,
+                max_depth=DEFAULTS.limits.max_schema_depth,
+                max_expansion=DEFAULTS.limits.max_schema_expansion,
             )
         except SchemaCostError:
             return levels
@@ -185,11 +185,12 @@ async def _refusal(stub: Any, schema_text: str) -> str:
 
 
 async def test_a_schema_over_max_schema_bytes_is_refused_unparsed(stub: Any) -> None:
-    padding = "x" * DEFAULTS.max_schema_bytes
+    cap = DEFAULTS.limits.max_schema_bytes
+    padding = "x" * cap
     details = await _refusal(stub, json.dumps({"type": "object", "description": padding}))
     assert details == (
-        f"start.tools[0] ('t') has an input_schema of {DEFAULTS.max_schema_bytes + 37} bytes, "
-        f"more than this sidecar's max_schema_bytes of {DEFAULTS.max_schema_bytes}"
+        f"start.tools[0] ('t') has an input_schema of {cap + 37} bytes, "
+        f"more than this sidecar's max_schema_bytes of {cap}"
     )
 
 
@@ -224,7 +225,7 @@ def test_the_schema_limits_are_settings_checked_when_built() -> None:
         "CLEVERAGENTS_SIDECAR_MAX_VALIDATION_STEPS": "500",
     }
     config = load_config(env=env)
-    assert (config.max_schema_expansion, config.max_validation_steps) == (50, 500)
+    assert (config.limits.max_schema_expansion, config.limits.max_validation_steps) == (50, 500)
 
 
 async def test_configured_limits_apply_to_schemas_and_arguments(make_sidecar: Any) -> None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.metadata
 import json
 import os
@@ -18,6 +17,7 @@ from cleveragents.sidecar import ConfigError, SidecarConfig
 from cleveragents.sidecar.cli import build_parser
 from cleveragents.sidecar.cli.flags import LIST_FLAGS, TABLE_SETTINGS, add_setting_flags, overrides
 from cleveragents.sidecar.config import load_config
+from cleveragents.sidecar.config.groups import setting_fields
 from cleveragents.sidecar.tool_sources import default_registry
 
 TOOLS = '''
@@ -45,8 +45,8 @@ def test_a_bare_port_asks_which_address_was_meant() -> None:
 
 
 def test_every_setting_but_the_tables_has_a_flag() -> None:
-    flags = {a.dest for a in serve_parser()._actions}
-    settings = {f.name for f in dataclasses.fields(SidecarConfig)}
+    flags = set(vars(serve_parser().parse_args([])))
+    settings = {name for name, _, _ in setting_fields(SidecarConfig)}
 
     assert settings - set(TABLE_SETTINGS) <= flags
 
@@ -78,12 +78,12 @@ def test_flags_set_the_settings_that_had_none(tmp_path: Path) -> None:
     )  # fmt: skip
     config = load_config(None, env={}, overrides=overrides(args))
 
-    assert config.event_store == str(tmp_path / "runs.sqlite")
-    assert config.auth_token_env == "MY_TOKEN"
+    assert config.store.url == str(tmp_path / "runs.sqlite")
+    assert config.auth.token_env == "MY_TOKEN"
     assert config.builtin_tools is False
     assert config.tool_modules == ("a:registry", "b")
-    assert config.default_tool_timeout_s == 5.0
-    assert set(LIST_FLAGS) <= {f.name for f in dataclasses.fields(SidecarConfig)}
+    assert config.limits.default_tool_timeout_s == 5.0
+    assert set(LIST_FLAGS) <= {name for name, _, _ in setting_fields(SidecarConfig)}
 
 
 def test_tool_modules_import_from_the_config_files_directory(
@@ -139,11 +139,11 @@ def test_relative_paths_in_the_config_file_are_from_its_directory(
 
     config = load_config(project / "sidecar.toml", env={})
 
-    assert config.event_store == str(project / "runs.sqlite")
-    assert config.ready_file == str(project / "run" / "ready.json")
-    assert config.auth_token_file == str(project / "secrets" / "token")
-    assert config.tls_cert_file == str(project / "tls" / "cert.pem")
-    assert config.tls_key_file == "/etc/absolute.key"
+    assert config.store.url == str(project / "runs.sqlite")
+    assert config.process.ready_file == str(project / "run" / "ready.json")
+    assert config.auth.token_file == str(project / "secrets" / "token")
+    assert config.tls.cert_file == str(project / "tls" / "cert.pem")
+    assert config.tls.key_file == "/etc/absolute.key"
 
 
 def test_relative_paths_from_variables_and_flags_stay_from_the_working_directory(
@@ -154,13 +154,13 @@ def test_relative_paths_from_variables_and_flags_stay_from_the_working_directory
 
     config = load_config(tmp_path / "sidecar.toml", env=env, overrides={"event_store": "a.db"})
 
-    assert (config.ready_file, config.event_store) == ("ready.json", "a.db")
+    assert (config.process.ready_file, config.store.url) == ("ready.json", "a.db")
 
 
 def test_a_redis_event_store_in_the_config_file_is_left_as_it_is(tmp_path: Path) -> None:
     (tmp_path / "sidecar.toml").write_text('event_store = "unix:///run/redis.sock?db=2"\n')
 
-    assert load_config(tmp_path / "sidecar.toml", env={}).event_store == (
+    assert load_config(tmp_path / "sidecar.toml", env={}).store.url == (
         "unix:///run/redis.sock?db=2"
     )
 

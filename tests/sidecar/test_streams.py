@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from cleveragents.sidecar.runs.readers import FrameQueue, LogCursor
+from cleveragents.sidecar.runs.readers import StreamQueue, WatchCursor
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2
 from cleveragents.wire.frames import (
     Message,
@@ -29,7 +29,7 @@ def invocation(call_id: str) -> Message:
 
 
 class Log:
-    """A hand-written ``FollowedLog``: frames, a release mark and an end."""
+    """A hand-written ``ReadableLog``: frames, a release mark and an end."""
 
     def __init__(self, count: int) -> None:
         self.frames = [frame(event(i)) for i in range(1, count + 1)]
@@ -94,7 +94,7 @@ def test_session_messages_put_events_before_the_invocation_that_follows() -> Non
 
 
 async def test_a_subscriber_hands_out_what_waits_up_to_max_bytes() -> None:
-    queue = FrameQueue()
+    queue = StreamQueue()
     frames = [frame(event(i)) for i in range(1, 5)]
     for item in frames:
         queue.push(item)
@@ -108,7 +108,7 @@ async def test_a_subscriber_hands_out_what_waits_up_to_max_bytes() -> None:
 
 
 async def test_a_subscriber_gives_one_frame_even_above_max_bytes() -> None:
-    queue = FrameQueue()
+    queue = StreamQueue()
     queue.push(frame(event(1, "y" * 500)))
 
     assert len(await queue.get_many(0)) == 1
@@ -116,7 +116,7 @@ async def test_a_subscriber_gives_one_frame_even_above_max_bytes() -> None:
 
 async def test_a_follower_reads_the_log_in_place_and_waits_for_more() -> None:
     log = Log(3)
-    follower = LogCursor(log, 1, limit=100)
+    follower = WatchCursor(log, 1, limit=100)
 
     assert await follower.get_many(10**6) == log.frames[1:3]
     pending = asyncio.ensure_future(follower.get_many(10**6))
@@ -128,7 +128,7 @@ async def test_a_follower_reads_the_log_in_place_and_waits_for_more() -> None:
 
 async def test_a_follower_takes_at_most_max_bytes_but_always_one_frame() -> None:
     log = Log(5)
-    follower = LogCursor(log, 0, limit=100)
+    follower = WatchCursor(log, 0, limit=100)
     two = len(log.frames[0]) + len(log.frames[1])
 
     assert await follower.get_many(two) == log.frames[:2]
@@ -138,7 +138,7 @@ async def test_a_follower_takes_at_most_max_bytes_but_always_one_frame() -> None
 
 async def test_a_follower_that_joined_mid_log_sizes_its_batches_from_its_cursor() -> None:
     log = Log(3)
-    follower = LogCursor(log, 2, limit=100)
+    follower = WatchCursor(log, 2, limit=100)
     log.add(4)  # frames of growing sizes
     pending = sum(map(len, log.frames[2:]))
 
@@ -149,7 +149,7 @@ async def test_a_follower_that_joined_mid_log_sizes_its_batches_from_its_cursor(
 
 async def test_a_follower_past_the_live_end_sizes_its_batches_once_it_is_reached() -> None:
     log = Log(2)
-    follower = LogCursor(log, 4, limit=100)
+    follower = WatchCursor(log, 4, limit=100)
     first = asyncio.ensure_future(follower.get_many(0))
     log.add(3)
     log.add(2)
@@ -163,7 +163,7 @@ async def test_a_follower_past_the_live_end_sizes_its_batches_once_it_is_reached
 async def test_a_follower_of_a_finished_log_ends_after_its_last_frame() -> None:
     log = Log(2)
     log.finished = True
-    follower = LogCursor(log, 0, limit=100)
+    follower = WatchCursor(log, 0, limit=100)
 
     assert await follower.get_many(10**6) == log.frames
     assert await follower.get_many(10**6) == []
@@ -171,7 +171,7 @@ async def test_a_follower_of_a_finished_log_ends_after_its_last_frame() -> None:
 
 def test_a_follower_counts_only_live_frames_as_lag() -> None:
     log = Log(50)  # already there when it subscribes: a replay, not lag
-    follower = LogCursor(log, 0, limit=10)
+    follower = WatchCursor(log, 0, limit=10)
     log.add(12)
 
     assert follower.lag == 12
@@ -181,7 +181,7 @@ def test_a_follower_counts_only_live_frames_as_lag() -> None:
 
 async def test_a_dropped_follower_reads_nothing_more() -> None:
     log = Log(4)
-    follower = LogCursor(log, 0, limit=1)
+    follower = WatchCursor(log, 0, limit=1)
     follower.dropped = True
 
     assert await follower.get_many(10**6) == []

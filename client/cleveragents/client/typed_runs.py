@@ -1,13 +1,13 @@
 """``run_tool_loop`` of both clients, typed by its ``output_type``: a ``TypedResult`` of the
 type given, a plain ``ToolCallRunResult`` without one. Each client sends the spec
-(``_run_spec``); this builds it and parses the answer."""
+(``run_spec``); this builds it and parses the answer."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, TypeVar, Unpack, overload
 
-from cleveragents.client._requests import RunOptions, run_spec
+from cleveragents.client.exchange import RunOptions, run_spec
 from cleveragents.client.output import OutputSpec, OutputType, TypedResult, output_type_of
 from cleveragents.tool import OutputSchema, ToolCallRunResult
 from cleveragents.toolruntime.v1 import types_pb2

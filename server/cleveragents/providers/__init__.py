@@ -13,9 +13,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from cleveragents.providers._retry import AnswerTooLargeError, ProviderError, RetryPolicy
+from cleveragents.providers._retry import (
+    AnswerTooLargeError,
+    ProviderError,
+    RetryPolicy,
+    is_retryable_status,
+    retry_after_s,
+)
 
 if TYPE_CHECKING:
+    from cleveragents.providers._caller import HTTPCaller
+    from cleveragents.providers._http import new_client
+    from cleveragents.providers._output import anthropic_has_structured_outputs, strict_problem
     from cleveragents.providers.anthropic import AnthropicMessagesCaller
     from cleveragents.providers.openai import OpenAIChatCaller
     from cleveragents.providers.openai_responses import OpenAIResponsesCaller
@@ -24,10 +33,16 @@ __all__ = [
     "RESERVED_PARAMS",
     "AnswerTooLargeError",
     "AnthropicMessagesCaller",
+    "HTTPCaller",
     "OpenAIChatCaller",
     "OpenAIResponsesCaller",
     "ProviderError",
     "RetryPolicy",
+    "anthropic_has_structured_outputs",
+    "is_retryable_status",
+    "new_client",
+    "retry_after_s",
+    "strict_problem",
 ]
 
 #: Request fields the callers write themselves; generation parameters may not set them.
@@ -35,6 +50,10 @@ RESERVED_PARAMS = frozenset({"model", "messages", "tools", "system", "stream", "
 
 _LAZY = {
     "AnthropicMessagesCaller": "cleveragents.providers.anthropic",
+    "HTTPCaller": "cleveragents.providers._caller",
+    "new_client": "cleveragents.providers._http",
+    "anthropic_has_structured_outputs": "cleveragents.providers._output",
+    "strict_problem": "cleveragents.providers._output",
     "OpenAIChatCaller": "cleveragents.providers.openai",
     "OpenAIResponsesCaller": "cleveragents.providers.openai_responses",
 }

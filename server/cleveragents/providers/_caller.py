@@ -25,7 +25,7 @@ from cleveragents.providers._assembly import (
 from cleveragents.providers._http import Reply, Transport, describe_error
 from cleveragents.providers._output import strict_problem
 from cleveragents.providers._retry import AnswerTooLargeError, ProviderError, RetryPolicy
-from cleveragents.providers._stream import post_stream
+from cleveragents.providers._stream import MAX_EVENT_BYTES, post_stream
 from cleveragents.tool import (
     LLMRequest,
     LLMResponse,
@@ -76,6 +76,7 @@ class HTTPCaller:
         strict_tools: bool = False,
         max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS,
         max_answer_setting: str = "max_answer_chars",
+        max_event_bytes: int = MAX_EVENT_BYTES,
     ) -> None:
         if not model:
             raise ValueError(f"{self.provider}: a model name is required")
@@ -85,6 +86,8 @@ class HTTPCaller:
             raise ValueError(f"{self.provider}: the API key holds characters a header cannot")
         if max_answer_chars < 1:
             raise ValueError(f"{self.provider}: max_answer_chars must be at least 1")
+        #: The largest server-sent event a streamed answer may hold (one more ends the call).
+        self.max_event_bytes = max_event_bytes
         params = dict(params or {})
         if reserved := sorted(RESERVED_PARAMS & set(params)):
             raise ValueError(f"{self.provider}: params may not set {', '.join(reserved)}")
@@ -186,8 +189,9 @@ class HTTPCaller:
 
         try:
             reply = await post_stream(
-                self._transport, self.url, self._headers, self.stream_body(body), on_event
-            )
+                self._transport, self.url, self._headers, self.stream_body(body), on_event,
+                self.max_event_bytes,
+            )  # fmt: skip
         except ProviderError as error:
             if assembler.events:
                 error.partial = assembler.partial()

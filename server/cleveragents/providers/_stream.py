@@ -54,7 +54,12 @@ class _Broken(Exception):
 
 
 async def post_stream(
-    transport: Transport, url: str, headers: Mapping[str, str], body: Any, sink: EventSink
+    transport: Transport,
+    url: str,
+    headers: Mapping[str, str],
+    body: Any,
+    sink: EventSink,
+    max_event_bytes: int = MAX_EVENT_BYTES,
 ) -> Reply:
     """POST ``body`` and hand each server-sent event of the answer to ``sink``, in order.
 
@@ -62,7 +67,8 @@ async def post_stream(
     with the JSON object of a server that answered with a whole body instead of a stream (some
     OpenAI-compatible servers ignore ``stream``). Raises ``ProviderError``: after the retries
     for a failure before the first event; at once (``retryable``) for a stream that breaks,
-    stalls past the timeout or ends early after it; and whatever ``sink`` raises.
+    stalls past the timeout or ends early after it; and whatever ``sink`` raises. An event
+    over ``max_event_bytes`` ends the call.
     """
     content = _encode(body).encode()
     headers = {**headers, "accept": "text/event-stream"}
@@ -70,7 +76,7 @@ async def post_stream(
     while True:
         attempt += 1
         try:
-            return await _attempt(transport, url, headers, content, sink)
+            return await _attempt(transport, url, headers, content, sink, max_event_bytes)
         except _Broken as broken:
             broken.error.attempts = attempt
             raise broken.error from None
@@ -87,7 +93,12 @@ class _Retry(Exception):
 
 
 async def _attempt(
-    transport: Transport, url: str, headers: Mapping[str, str], content: bytes, sink: EventSink
+    transport: Transport,
+    url: str,
+    headers: Mapping[str, str],
+    content: bytes,
+    sink: EventSink,
+    max_event_bytes: int,
 ) -> Reply:
     events = 0
     status: int | None = None
@@ -120,7 +131,7 @@ async def _attempt(
             slack = transport.timeout_s * _IDLE_SLACK
             try:
                 async with asyncio.timeout(transport.timeout_s + slack) as idle:
-                    source = httpx2.EventSource(response, max_event_size=MAX_EVENT_BYTES)
+                    source = httpx2.EventSource(response, max_event_size=max_event_bytes)
                     rearm_at = loop.time() + slack
                     async for event in source:
                         events += 1

@@ -15,7 +15,13 @@ from cleveragents.sandbox.paths import Sandbox
 from cleveragents.sandbox.search import MAX_SEARCH_RESULTS, search_tree
 from cleveragents.tool import ToolDeniedError, ToolError, ToolRegistry
 
-__all__ = ["MAX_READ_BYTES", "MAX_SEARCH_RESULTS", "MAX_WRITE_BYTES", "file_tools"]
+__all__ = [
+    "MAX_READ_BYTES",
+    "MAX_SEARCH_RESULTS",
+    "MAX_WRITE_BYTES",
+    "file_tools",
+    "write_atomically",
+]
 
 MAX_READ_BYTES = 1024 * 1024
 MAX_WRITE_BYTES = 1024 * 1024
@@ -48,7 +54,7 @@ def _read(sandbox: Sandbox, path: str, limit: int) -> bytes:
             os.close(fd)
 
 
-def _write(sandbox: Sandbox, path: str, data: bytes, *, create_dirs: bool) -> None:
+def write_atomically(sandbox: Sandbox, path: str, data: bytes, *, create_dirs: bool) -> None:
     """Write atomically: a temporary file in the same directory, renamed over the target.
 
     A file that existed keeps its permission bits (a 0600 secret stays private, a script stays
@@ -109,7 +115,7 @@ def file_tools() -> ToolRegistry:
             create_dirs: Create missing parent directories.
         """
         data = content.encode("utf-8")
-        _write(_sandbox(sandbox_root), path, data, create_dirs=create_dirs)
+        write_atomically(_sandbox(sandbox_root), path, data, create_dirs=create_dirs)
         return {"path": path, "bytes": len(data)}
 
     @registry.tool(side_effects=True)
@@ -137,7 +143,9 @@ def file_tools() -> ToolRegistry:
             raise ToolError(
                 f"old_text occurs {count} times in {path!r}; set replace_all or widen it"
             )
-        _write(sandbox, path, text.replace(old_text, new_text).encode("utf-8"), create_dirs=False)
+        write_atomically(
+            sandbox, path, text.replace(old_text, new_text).encode("utf-8"), create_dirs=False
+        )
         return {"path": path, "replacements": count}
 
     @registry.tool(idempotent=True)

@@ -23,7 +23,7 @@ from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.hosted import ClientHost, ClientLLMCaller
 from cleveragents.sidecar.llm_profiles import profile_name, resolve_llm
 from cleveragents.sidecar.output_schemas import prepare_output
-from cleveragents.sidecar.runs.resume import ResumeInfo, responses_logged
+from cleveragents.sidecar.runs.recovery import ResumeInfo, responses_logged
 from cleveragents.sidecar.sandbox_roots import SandboxRoots
 from cleveragents.sidecar.secrets import RedactingRunner
 from cleveragents.tool import (
@@ -103,7 +103,7 @@ class RunAssembler:
             raise SidecarError.invalid("spec.prompt must not be empty")
         if request.max_iterations < 0:
             raise SidecarError.invalid("spec.max_iterations must be 0 (the default) or more")
-        cap = config.max_iterations_cap
+        cap = config.limits.max_iterations_cap
         if request.max_iterations > cap:
             raise SidecarError.invalid(
                 f"spec.max_iterations {request.max_iterations} exceeds this sidecar's cap of {cap}"
@@ -131,9 +131,9 @@ class RunAssembler:
         if request.max_wall_clock_s is not None:
             budget = dataclasses.replace(budget, max_wall_clock_s=request.max_wall_clock_s)
         approvals = ApprovalBroker(
-            timeout_s=config.approval_timeout_s,
-            approve_on_timeout=config.approve_on_timeout,
-            unattended_timeout_s=config.approval_timeout_unattended_s,
+            timeout_s=config.approvals.timeout_s,
+            approve_on_timeout=config.approvals.approve_on_timeout,
+            unattended_timeout_s=config.approvals.unattended_timeout_s,
             self_approval=policy.self_approval,
             policy=policy.where,
         )
@@ -142,15 +142,13 @@ class RunAssembler:
             origin = f"client:{principal}"
             limits = limits.for_origins({spec.name: origin for spec in client_tools})
         # Redaction wraps every call of a run: a sidecar that knows no secret skips it.
+        timeout_s = config.limits.default_tool_timeout_s
         runner = (
             RedactingRunner(
-                registry,
-                secrets=self.secrets,
-                default_timeout_s=config.default_tool_timeout_s,
-                limits=limits,
+                registry, secrets=self.secrets, default_timeout_s=timeout_s, limits=limits
             )
             if self.secrets
-            else ToolRunner(registry, default_timeout_s=config.default_tool_timeout_s, limits=limits)
+            else ToolRunner(registry, default_timeout_s=timeout_s, limits=limits)
         )
         runtime = ToolCallingRuntime(
             registry,
@@ -160,11 +158,11 @@ class RunAssembler:
             router,
             profile=automation,
             approver=approvals,
-            approval_timeout_s=config.approval_timeout_s,
-            approve_on_timeout=config.approve_on_timeout,
+            approval_timeout_s=config.approvals.timeout_s,
+            approve_on_timeout=config.approvals.approve_on_timeout,
             approval_help=approvals.how_to_answer,
             budget=budget,
-            max_calls_per_response=config.max_calls_per_response,
+            max_calls_per_response=config.limits.max_calls_per_response,
             output=request.output,
             max_output_retries=(
                 DEFAULT_MAX_OUTPUT_RETRIES

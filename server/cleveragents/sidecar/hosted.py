@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import grpc
 
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.sidecar.runs.readers import FrameQueue, FrameSink
+from cleveragents.sidecar.runs.readers import FrameSink, StreamQueue
 from cleveragents.tool import (
     DeltaSink,
     LLMRequest,
@@ -48,7 +48,7 @@ __all__ = ["ClientHost", "ClientLLMCaller", "ClientToolError"]
 _EXPIRED_MEMORY = 4096
 
 
-class OrderedLog(Protocol):
+class InvocationLog(Protocol):
     """A run's log, which hands a sink an item only after the events logged before it."""
 
     def push_in_order(self, sink: FrameSink, item: bytes) -> None: ...
@@ -117,7 +117,7 @@ class ClientHost:
         llm_timeout_s: float = 300.0,
         max_message_bytes: int = 0,
     ) -> None:
-        self.outbox = FrameQueue()
+        self.outbox = StreamQueue()
         #: The largest invocation one message may carry (0: no limit); a larger one is not
         #: sent, and its call (or LLM turn) fails saying why, instead of the whole stream.
         self.max_message_bytes = max_message_bytes
@@ -265,11 +265,11 @@ class ClientHost:
         if future is not None and not future.done():
             future.set_exception(SidecarError.quota(why))
 
-    def attach(self, log: OrderedLog) -> None:
+    def attach(self, log: InvocationLog) -> None:
         """Deliver messages through the run's ``log``, after the events logged before them."""
         self._deliver = functools.partial(log.push_in_order, self.outbox)
 
-    def rebind(self, log: OrderedLog, frames: Sequence[bytes]) -> None:
+    def rebind(self, log: InvocationLog, frames: Sequence[bytes]) -> None:
         """A client re-attached: its outbox gets ``frames`` (the events it missed), then
         every invocation still owed, in the order sent, after the events logged before."""
         self.outbox.clear()

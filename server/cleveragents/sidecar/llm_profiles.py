@@ -25,7 +25,7 @@ from cleveragents.wire import LlmChoice
 if TYPE_CHECKING:
     import httpx2
 
-    from cleveragents.providers._caller import HTTPCaller
+    from cleveragents.providers import HTTPCaller
 
 __all__ = ["DEFAULT_API_KEY_ENV", "close_provider_clients", "profile_name", "resolve_llm"]
 
@@ -69,12 +69,12 @@ def resolve_llm(
             raise SidecarError.invalid(
                 f"llm.script is honoured only by scripted profiles; {name!r} is {profile.kind!r}"
             )
-        caller = _provider_caller(profile, selection.model, config.max_message_bytes)
+        caller = _provider_caller(profile, selection.model, config.limits.max_message_bytes)
         return profile, caller, caller.router
     if selection.script:
         try:
             turns = parse_script(
-                selection.script, "llm.script", max_calls=config.max_calls_per_response
+                selection.script, "llm.script", max_calls=config.limits.max_calls_per_response
             )
         except ValueError as exc:
             raise SidecarError.invalid(str(exc)) from None
@@ -177,7 +177,7 @@ class _ClientPool:
         key = (profile.name, profile.base_url)
         client = clients.get(key)
         if client is None or client.is_closed:
-            from cleveragents.providers._http import new_client
+            from cleveragents.providers import new_client
 
             client = clients[key] = new_client()
         return client

@@ -41,10 +41,10 @@ CHEAP_EXPANSION = 32
 
 def refuse_large_output(size: int, config: SidecarConfig) -> None:
     """``INVALID_ARGUMENT`` for an output schema of ``size`` bytes over ``max_schema_bytes``."""
-    if size > config.max_schema_bytes:
+    if size > config.limits.max_schema_bytes:
         raise SidecarError.invalid(
             f"spec.output_schema.schema is {size} bytes, more than this sidecar's "
-            f"max_schema_bytes of {config.max_schema_bytes}"
+            f"max_schema_bytes of {config.limits.max_schema_bytes}"
         )
 
 
@@ -54,14 +54,14 @@ def prepare_output(output: OutputSchema, config: SidecarConfig) -> OutputSchema:
     try:
         cost = measure_schema(
             output.schema,
-            max_depth=config.max_schema_depth,
-            max_expansion=config.max_schema_expansion,
+            max_depth=config.limits.max_schema_depth,
+            max_expansion=config.limits.max_schema_expansion,
         )
     except SchemaCostError as exc:
         limit = exc.limit
-        why = f" (this sidecar's {limit} is {getattr(config, limit)})" if limit else ""
+        why = f" (this sidecar's {limit} is {config.setting(limit)})" if limit else ""
         raise SidecarError.invalid(f"spec.output_schema.schema {exc}{why}") from None
-    steps = config.max_validation_steps
+    steps = config.limits.max_validation_steps
     cap = steps // cost.expansion if cost.expansion > CHEAP_EXPANSION else None
     try:
         return output.prepare(max_values=cap)

@@ -39,7 +39,7 @@ class SandboxRoots:
         #: Each entry as path components to match, its literal part resolved once, here.
         self._wanted = [_components(pattern) for pattern in self.patterns]
         self.cwd = os.path.realpath(cwd if cwd is not None else os.getcwd())
-        own = [config.auth_token_file, config.tls_key_file, config.event_store]
+        own = [config.auth.token_file, config.tls.key_file, config.store.url]
         own += [client.token_file for client in config.clients.values()]
         self.own_files = tuple(os.path.realpath(path) for path in own if path)
 

@@ -8,9 +8,9 @@ default and its environment variable. Table settings (``profiles``, ``clients``,
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Any
 
+from cleveragents.sidecar.config.groups import setting_fields
 from cleveragents.sidecar.config.settings import ENV_PREFIX, SidecarConfig
 from cleveragents.sidecar.eventloop import EVENT_LOOPS
 
@@ -85,6 +85,8 @@ _HELP = {
     "sandbox_roots": "a directory or pattern a run's sandbox_root must be inside (repeatable)",
     "max_health_watchers": "health Watch streams open at once",
     "metrics_require_token": "with a token, GET /metrics needs it too",
+    "console_listen": "serve the run console in the browser at http://HOST:PORT/",
+    "console_max_streams": "live console streams (runs lists, run pages) open at once",
     "event_loop": "the event loop to serve on (auto: uvloop if installed)",
     "exit_with_parent": "exit (runs cancelled, store flushed) when the parent process dies",
     "parent_pid": "exit when this process dies (0: none; implies --exit-with-parent)",
@@ -97,8 +99,7 @@ _HELP = {
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per non-table setting; a flag left out leaves the setting to the file/env."""
-    for spec in dataclasses.fields(SidecarConfig):
-        name = spec.name
+    for name, _, spec in setting_fields(SidecarConfig):
         if name in TABLE_SETTINGS:
             continue
         env = ENV_PREFIX + name.upper()
@@ -127,9 +128,9 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the flags set (``None``: not given)."""
     return {
-        spec.name: getattr(args, spec.name, None)
-        for spec in dataclasses.fields(SidecarConfig)
-        if spec.name not in TABLE_SETTINGS
+        name: getattr(args, name, None)
+        for name, _, _ in setting_fields(SidecarConfig)
+        if name not in TABLE_SETTINGS
     }
 
 

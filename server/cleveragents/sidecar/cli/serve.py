@@ -51,7 +51,7 @@ def serve(args: argparse.Namespace) -> int:
     """Load the settings, then serve; the exit status (2: the settings are wrong)."""
     try:
         config = load_config(args.config, overrides=overrides(args))
-        _, new_loop = loop_factory(config.event_loop)
+        _, new_loop = loop_factory(config.process.event_loop)
         configure_logging(config.log_format, config.log_level)
     except (ConfigError, ValueError) as exc:
         print(f"cleveragents-sidecar: {exc}", file=sys.stderr)
@@ -108,8 +108,8 @@ async def _serve(sidecar: Sidecar) -> None:
     # Handlers first: a supervisor may signal as soon as it reads the listening line.
     config = sidecar.config
     parent = None
-    if config.exit_with_parent or config.parent_pid:
-        parent = ParentWatch(config.parent_pid or os.getppid())
+    if config.process.exit_with_parent or config.process.parent_pid:
+        parent = ParentWatch(config.process.parent_pid or os.getppid())
     stop = _Stop(sidecar, parent)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -120,17 +120,19 @@ async def _serve(sidecar: Sidecar) -> None:
     threads = _CountingExecutor(thread_name_prefix="tool")
     loop.set_default_executor(threads)  # where sync tools and LLM callers run
     address = await sidecar.start()
-    ready = announcement(address, sidecar.metrics_port)
+    ready = announcement(address, sidecar.metrics_port, sidecar.console_url)
     try:
-        if config.ready_file:
-            write_ready_file(config.ready_file, ready)
-        if config.ready_fd:
-            write_ready_fd(config.ready_fd, ready)
+        if config.process.ready_file:
+            write_ready_file(config.process.ready_file, ready)
+        if config.process.ready_fd:
+            write_ready_fd(config.process.ready_fd, ready)
         # A stable line (parents may read it), after the ready file is in place.
         print(f"cleveragents-sidecar listening on {address}", flush=True)
         if sidecar.metrics_port is not None:
-            host = config.metrics_listen.rpartition(":")[0]
+            host = config.metrics.listen.rpartition(":")[0]
             print(f"metrics at http://{host}:{sidecar.metrics_port}/metrics", flush=True)
+        if sidecar.console_url:
+            print(f"console at {sidecar.console_url}", flush=True)
         async with asyncio.TaskGroup() as tasks:
             watcher = tasks.create_task(stop.watch_parent(), name="parent-watch")
             await stop.requested.wait()
@@ -139,8 +141,8 @@ async def _serve(sidecar: Sidecar) -> None:
         await sidecar.stop(0.0)  # a ready file that cannot be written: store still flushed
         raise
     finally:
-        if config.ready_file:
-            remove_ready_file(config.ready_file, ready)
+        if config.process.ready_file:
+            remove_ready_file(config.process.ready_file, ready)
     await sidecar.stop(stop.grace_s)
     await _leave_stuck_threads(threads)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from cleveragents.sidecar.config.clients import parse_clients
 from cleveragents.sidecar.config.governance import parse_automation_profiles, parse_tool_limits
+from cleveragents.sidecar.config.groups import setting_fields
 from cleveragents.sidecar.config.policies import parse_policies
 from cleveragents.sidecar.config.scripts import parse_script
 from cleveragents.sidecar.config.settings import (
@@ -38,8 +39,8 @@ _TABLES = (
     "profiles", "tool_modules", "sandbox_roots", "automation_profiles", "tool_limits", "clients",
     "policy", "policies", "python_path", "mcp_servers",
 )  # fmt: skip
-_SCALARS = {f.name: f for f in dataclasses.fields(SidecarConfig) if f.name not in _TABLES}
-_SETTINGS = tuple(f.name for f in dataclasses.fields(SidecarConfig))
+_SCALARS = {key: f for key, _, f in setting_fields(SidecarConfig) if key not in _TABLES}
+_SETTINGS = tuple(key for key, _, _ in setting_fields(SidecarConfig))
 #: How a setting's type is named in a message.
 _KIND_NAMES = {
     "int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string",

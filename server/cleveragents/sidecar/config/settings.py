@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from cleveragents.sidecar.config.groups import (
+    GROUPS,
+    ApprovalSettings,
+    AuthSettings,
+    ConsoleSettings,
+    MetricsSettings,
+    ProcessSettings,
+    Retention,
+    RunLimits,
+    StoreSettings,
+    TlsSettings,
+    WatchSettings,
+    setting_fields,
+)
 from cleveragents.sidecar.config.policies import Policy, check_deciders
 from cleveragents.sidecar.config.profiles import PROFILE_KINDS, PROVIDER_KINDS, ProfileConfig
 from cleveragents.sidecar.errors import ConfigError
@@ -72,90 +87,36 @@ class ClientConfig:
             raise ConfigError(f"{where}.subjects must be certificate subjects like 'CN=alice'")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class SidecarConfig:
-    """Every setting of the sidecar, with production defaults."""
+    """Every setting of the sidecar, with production defaults, the related ones in groups
+    (``groups.py``: ``config.store.lease_s``, ``config.limits.max_message_bytes``...).
+
+    It is built from settings by their names, as the TOML file, the environment and the
+    flags name them: ``SidecarConfig(event_store="runs.sqlite", watcher_stall_s=5)``; a
+    group may be given whole too (``store=StoreSettings(...)``), and settings by name then
+    change it. ``setting(name)`` reads one by its name.
+    """
 
     listen: str = "127.0.0.1:50051"
     log_format: str = "json"
     log_level: str = "info"
-    max_concurrent_runs: int = 1000
-    max_message_bytes: int = 16 * 1024 * 1024
-    max_iterations_cap: int = 1000
-    #: Tools one Session may declare, and tool calls one LLM response may ask for: what one
-    #: message can make the sidecar do at once (10^5 tools stalled every run for 2.5 s).
-    max_session_tools: int = 1024
-    max_calls_per_response: int = 256
-    #: What one client tool's JSON Schema may cost (see tool/execution/schemacost.py): a 2 KB
-    #: schema doubling through $ref/allOf froze every run for 25 s before these bounds.
-    max_schema_bytes: int = 256 * 1024
-    max_schema_depth: int = 64
-    max_schema_expansion: int = 10_000
-    #: Schema nodes times argument values one call's validation may visit (about 25 ms).
-    max_validation_steps: int = 1_000_000
-    default_tool_timeout_s: float = 60.0
-    #: How long a Session's run waits for its client to answer an LLM invocation, and the
-    #: longest timeout a client may declare for its tools: a silent client frees its run slot.
-    client_llm_timeout_s: float = 300.0
-    max_client_tool_timeout_s: float = 3600.0
-    finished_run_ttl_s: float = 900.0
-    max_finished_runs: int = 1000
-    #: The finished runs kept together may hold this many bytes of logs; oldest go first.
-    max_finished_run_bytes: int = 256 * 1024 * 1024
-    watcher_queue_size: int = 16384
-    #: A watcher whose write gRPC has not taken for this long (its client stopped reading) is
-    #: dropped with RESOURCE_EXHAUSTED.
-    watcher_stall_s: float = 30.0
-    #: What a FollowRun watcher may have in flight unacknowledged, in bytes of messages.
-    watch_window_bytes: int = 1024 * 1024
-    #: What one identity's FollowRun watchers together may have in flight unacknowledged (one
-    #: message always may go when none is in flight); a watcher that cannot send for
-    #: ``watcher_stall_s`` because of it is dropped with RESOURCE_EXHAUSTED.
-    watch_window_bytes_per_identity: int = 32 * 1024 * 1024
-    #: Whether ``WatchRun`` is served: what a watcher that stops reading costs there is
-    #: bounded only by the flow-control window its client grants. ``FollowRun`` stays.
-    allow_unacknowledged_watch: bool = True
-    shutdown_grace_s: float = 10.0
+    limits: RunLimits = field(default_factory=RunLimits)
+    retention: Retention = field(default_factory=Retention)
+    watching: WatchSettings = field(default_factory=WatchSettings)
     builtin_tools: bool = True
     file_tools: bool = True
     tool_modules: tuple[str, ...] = ()
     default_profile: str = "scripted"
     profiles: Mapping[str, ProfileConfig] = field(default_factory=dict)
-    event_store: str = ""
-    #: With a durable ``event_store``: whether the detached, server-hosted runs that were live
-    #: when the sidecar stopped resume from their logs at start (false: they end with
-    #: ``run_failed``, as before resuming existed).
-    resume_runs: bool = True
-    #: The environment variable holding the Redis password, for an ``event_store`` URL
-    #: that carries none (a password in the URL wins); never logged.
-    event_store_password_env: str = ""
-    #: With a shared (Redis) store: this sidecar's id among those sharing it (empty: a random
-    #: one per start). A sidecar restarted with the same id takes its live runs back at once;
-    #: ids must be unique among the sidecars running at one time.
-    sidecar_id: str = ""
-    #: With a shared store: how long a sidecar's lease lasts unrenewed (renewed three times a
-    #: lease); once it expires, another sidecar adopts its live runs.
-    event_store_lease_s: float = 10.0
-    #: With a ``rediss://`` (TLS) ``event_store``: the CA certificate file (PEM) that the
-    #: Redis server's certificate must chain to (empty: the system's trusted CAs).
-    event_store_ca_file: str = ""
-    #: With a ``rediss://`` ``event_store`` whose server asks for client certificates (Redis's
-    #: ``tls-auth-clients``): this sidecar's certificate and its private key (PEM), both or
-    #: neither (empty: no client certificate).
-    event_store_cert_file: str = ""
-    event_store_key_file: str = ""
+    store: StoreSettings = field(default_factory=StoreSettings)
     #: How long a Session run whose client went away (its stream ended, or the sidecar
     #: restarted on a durable store with ``resume_runs``) waits for the client to re-attach
     #: (``SessionStart.reattach_run_id``) before it fails; 0: no wait (it is cancelled, or
     #: fails at a restart, at once).
     session_reattach_s: float = 30.0
     default_automation_profile: str = "supervised"
-    approval_timeout_s: float = 300.0
-    approve_on_timeout: bool = False
-    #: How long a call waits for approval when nobody follows its run (no Session that
-    #: handles approvals, no StreamToolLoop caller, no watcher): 0 applies the default at once
-    #: rather than hang a unary RunToolLoop for ``approval_timeout_s`` with no one to ask.
-    approval_timeout_unattended_s: float = 0.0
+    approvals: ApprovalSettings = field(default_factory=ApprovalSettings)
     automation_profiles: Mapping[str, AutomationProfile] = field(default_factory=dict)
     #: Limits per tool name, counted per origin: the sidecar's own tool, or each principal's
     #: client-hosted tool of that name.
@@ -163,36 +124,18 @@ class SidecarConfig:
     #: Governance: the global ``[policy]`` and the named ``[policies.NAME]`` (see policies.py).
     policy: Policy = field(default_factory=Policy)
     policies: Mapping[str, Policy] = field(default_factory=dict)
-    metrics_listen: str = ""
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
     tracing: bool = False
-    auth_token_env: str = ""
-    auth_token_file: str = ""
-    tls_cert_file: str = ""
-    tls_key_file: str = ""
-    tls_client_ca_file: str = ""
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)
     #: Named client identities (``[clients.NAME]``); the shared token, if set, is one more,
     #: ``default``, with every role.
     clients: Mapping[str, ClientConfig] = field(default_factory=dict)
-    #: At most one ``rejected credentials`` warning per this many seconds (the rest counted).
-    auth_reject_log_interval_s: float = 10.0
     #: Directories (or glob patterns, ``*`` matching one path component) a run's
     #: ``sandbox_root`` must resolve inside; empty: no run may name one (see sandbox_roots.py).
     sandbox_roots: tuple[str, ...] = ()
-    #: Health ``Watch`` streams open at once, authenticated or not; more is RESOURCE_EXHAUSTED.
-    max_health_watchers: int = 256
-    #: With an auth token, ``GET /metrics`` must carry ``Authorization: Bearer <token>`` too.
-    metrics_require_token: bool = True
-    #: ``auto`` (uvloop if installed), ``asyncio`` or ``uvloop``; used by ``cleveragents-sidecar
-    #: serve``. An embedding program runs the sidecar on its own loop.
-    event_loop: str = "auto"
-    #: Exit (live runs cancelled, store flushed) when the process that started ``serve``
-    #: dies, even by ``kill -9`` (see cli/lifecycle.py); ``parent_pid`` watches another one.
-    exit_with_parent: bool = False
-    parent_pid: int = 0
-    #: Once listening, ``serve`` writes a one-line JSON ``{"address", "pid", "version",
-    #: "metrics_port"}`` to this file (atomically) and/or this inherited descriptor (0: none).
-    ready_file: str = ""
-    ready_fd: int = 0
+    process: ProcessSettings = field(default_factory=ProcessSettings)
     #: Directories searched for ``tool_modules`` before ``sys.path`` (relative ones from the
     #: config file's directory); the config file's directory and the working directory always are.
     python_path: tuple[str, ...] = ()
@@ -202,9 +145,45 @@ class SidecarConfig:
     #: not JSON-RPC (the rest counted, and the count logged with the next).
     mcp_log_interval_s: float = 1.0
 
+    def __init__(self, **settings: Any) -> None:
+        given: dict[str, Any] = {}
+        changes: dict[str, dict[str, Any]] = {}
+        for name, value in settings.items():
+            if (place := _PLACES.get(name)) is not None:
+                changes.setdefault(place[0], {})[place[1]] = value
+            elif name in _FIELDS:
+                given[name] = value
+            else:
+                import difflib  # only when a name is wrong (2M instructions an import less)
+
+                known = [*_PLACES, *_FIELDS]
+                close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise TypeError(f"SidecarConfig got an unknown setting {name!r}{hint}")
+        for group, values in changes.items():
+            given[group] = dataclasses.replace(given.get(group) or GROUPS[group](), **values)
+        for spec in dataclasses.fields(SidecarConfig):
+            if spec.name in given:
+                value = given[spec.name]
+            elif spec.default_factory is not dataclasses.MISSING:
+                value = spec.default_factory()
+            else:
+                value = spec.default
+            object.__setattr__(self, spec.name, value)
+        self.__post_init__()
+
+    def setting(self, name: str) -> Any:
+        """The value of the setting called ``name`` (its TOML key); ``KeyError`` if none is."""
+        if (place := _PLACES.get(name)) is not None:
+            return getattr(getattr(self, place[0]), place[1])
+        if name in _FIELDS and name not in GROUPS:
+            return getattr(self, name)
+        raise KeyError(name)
+
     def __post_init__(self) -> None:
         _check_listen(self.listen)
-        if self.parent_pid < 0 or self.ready_fd < 0:
+        setting, store, tls = self.setting, self.store, self.tls
+        if self.process.parent_pid < 0 or self.process.ready_fd < 0:
             raise ConfigError("parent_pid and ready_fd must be 0 (none) or a positive number")
         for name in (
             "max_concurrent_runs",
@@ -217,8 +196,9 @@ class SidecarConfig:
             "max_schema_expansion",
             "max_validation_steps",
             "max_health_watchers",
+            "console_max_streams",
         ):
-            if getattr(self, name) < 1:
+            if setting(name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
         for name in (
             "default_tool_timeout_s",
@@ -231,43 +211,43 @@ class SidecarConfig:
             "event_store_lease_s",
             "mcp_log_interval_s",
         ):
-            if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
+            if not (setting(name) > 0 and math.isfinite(setting(name))):
                 raise ConfigError(f"{name} must be a positive number of seconds")
-        if self.max_client_tool_timeout_s < self.default_tool_timeout_s:
+        if self.limits.max_client_tool_timeout_s < self.limits.default_tool_timeout_s:
             raise ConfigError(
                 "max_client_tool_timeout_s must be at least default_tool_timeout_s, which "
                 "client tools without their own timeout get"
             )
-        if self.event_store_ca_file and not self.event_store.startswith("rediss://"):
+        if store.ca_file and not store.url.startswith("rediss://"):
             raise ConfigError("event_store_ca_file is for a rediss:// event_store (Redis over TLS)")
-        if bool(self.event_store_cert_file) != bool(self.event_store_key_file):
+        if bool(store.cert_file) != bool(store.key_file):
             raise ConfigError(
                 "event_store_cert_file and event_store_key_file go together: set both or neither"
             )
-        if self.event_store_cert_file and not self.event_store.startswith("rediss://"):
+        if store.cert_file and not store.url.startswith("rediss://"):
             raise ConfigError(
                 "event_store_cert_file is for a rediss:// event_store (Redis over TLS)"
             )
         if not (self.session_reattach_s >= 0 and math.isfinite(self.session_reattach_s)):
             raise ConfigError("session_reattach_s must be 0 (no wait) or a number of seconds")
-        if self.watcher_queue_size < 1 or self.max_finished_runs < 0:
+        if self.watching.queue_size < 1 or self.retention.max_runs < 0:
             raise ConfigError("watcher_queue_size must be >= 1 and max_finished_runs >= 0")
-        if self.watch_window_bytes < 4096:
+        if self.watching.window_bytes < 4096:
             raise ConfigError("watch_window_bytes must be at least 4096")
-        if self.watch_window_bytes_per_identity < self.watch_window_bytes:
+        if self.watching.window_bytes_per_identity < self.watching.window_bytes:
             raise ConfigError(
                 "watch_window_bytes_per_identity must be at least watch_window_bytes (one "
                 "watcher's window)"
             )
-        if self.max_finished_run_bytes < 0:
+        if self.retention.max_bytes < 0:
             raise ConfigError("max_finished_run_bytes must be >= 0")
         if self.log_format not in ("json", "console"):
             raise ConfigError(f"log_format must be 'json' or 'console', not {self.log_format!r}")
         if self.default_profile not in self.all_profiles():
             raise ConfigError(f"default_profile {self.default_profile!r} is not a known profile")
-        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+        if bool(tls.cert_file) != bool(tls.key_file):
             raise ConfigError("tls_cert_file and tls_key_file go together: set both or neither")
-        if self.tls_client_ca_file and not self.tls_cert_file:
+        if tls.client_ca_file and not tls.cert_file:
             raise ConfigError(
                 "tls_client_ca_file (mutual TLS) needs tls_cert_file and tls_key_file"
             )
@@ -276,14 +256,16 @@ class SidecarConfig:
                 f"default_automation_profile {self.default_automation_profile!r} is not a known "
                 "automation profile"
             )
-        if not (self.approval_timeout_s > 0 and math.isfinite(self.approval_timeout_s)):
+        if not (self.approvals.timeout_s > 0 and math.isfinite(self.approvals.timeout_s)):
             raise ConfigError("approval_timeout_s must be a positive number of seconds")
-        unattended = self.approval_timeout_unattended_s
+        unattended = self.approvals.unattended_timeout_s
         if not (unattended >= 0 and math.isfinite(unattended)):
             raise ConfigError(
                 "approval_timeout_unattended_s must be 0 (decide at once) or more seconds"
             )
-        check_event_loop(self.event_loop)
+        if self.console.listen:
+            _check_console_listen(self.console.listen)
+        check_event_loop(self.process.event_loop)
         for root in self.sandbox_roots:
             if not isinstance(root, str) or not root.startswith("/") or "\x00" in root:
                 raise ConfigError(f"sandbox_roots entries must be absolute paths, got {root!r}")
@@ -293,21 +275,21 @@ class SidecarConfig:
                     f"sandbox_roots entry {root!r} would allow every top-level directory (or "
                     "'/', the whole file system): begin it with a fixed directory"
                 )
-        if self.auth_token_env and self.auth_token_file:
+        if self.auth.token_env and self.auth.token_file:
             raise ConfigError("set auth_token_env or auth_token_file, not both")
         self._check_clients()
         self._check_policies()
         for name, server in self.mcp_servers.items():
             if server.name != name:
                 raise ConfigError(f"mcp_servers.{name} is named {server.name!r}")
-            server.check_max_timeout(self.default_tool_timeout_s)
+            server.check_max_timeout(self.limits.default_tool_timeout_s)
 
     def _check_clients(self) -> None:
         subjects: dict[frozenset[str], str] = {}
         for name, client in self.clients.items():
             if client.name != name:
                 raise ConfigError(f"clients.{name} is named {client.name!r}")
-            if client.subjects and not self.tls_client_ca_file:
+            if client.subjects and not self.tls.client_ca_file:
                 raise ConfigError(
                     f"clients.{name}.subjects needs mutual TLS: set tls_client_ca_file"
                 )
@@ -343,7 +325,7 @@ class SidecarConfig:
                         "a run that names none gets: add it, or change that setting"
                     )
         identities = {c.name: (c.policy, c.roles) for c in self.clients.values()}
-        if self.auth_token_env or self.auth_token_file or not self.clients:
+        if self.auth.token_env or self.auth.token_file or not self.clients:
             identities["default"] = ("", frozenset({"approver", "admin"}))  # every role
         check_deciders({"": self.policy, **self.policies}, identities)
 
@@ -366,6 +348,24 @@ class SidecarConfig:
         }
         profiles.update(self.profiles)
         return profiles
+
+
+#: Where each grouped setting lives: its group's field on ``SidecarConfig``, and its own.
+_PLACES: dict[str, tuple[str, str]] = {
+    key: (path[0], path[1]) for key, path, _ in setting_fields(SidecarConfig) if len(path) == 2
+}
+#: The fields of ``SidecarConfig`` itself (the groups among them).
+_FIELDS = frozenset(spec.name for spec in dataclasses.fields(SidecarConfig))
+
+
+def _check_console_listen(listen: str) -> None:
+    """``HOST:PORT`` (a browser cannot reach a unix socket)."""
+    host, colon, port = listen.rpartition(":")
+    if not (colon and host and port.isdigit() and int(port) <= _MAX_PORT):
+        hint = f": did you mean 127.0.0.1:{listen}?" if listen.isdigit() else ""
+        raise ConfigError(
+            f"console_listen must be HOST:PORT (port 0 picks a free one), got {listen!r}{hint}"
+        )
 
 
 def _check_listen(listen: str) -> None:

@@ -121,9 +121,9 @@ class McpServers:
         offered = offered_specs(
             server,
             tools,
-            max_schema_bytes=self.config.max_schema_bytes,
-            max_schema_depth=self.config.max_schema_depth,
-            max_schema_expansion=self.config.max_schema_expansion,
+            max_schema_bytes=self.config.limits.max_schema_bytes,
+            max_schema_depth=self.config.limits.max_schema_depth,
+            max_schema_expansion=self.config.limits.max_schema_expansion,
         )
         kept: list[str] = []
         for name, (spec, remote) in offered.items():

@@ -78,6 +78,16 @@ class LineSplitter:
         self._size = 0
         self._dropping = False
 
+    @property
+    def pending(self) -> list[bytes]:
+        """The pieces of the line not ended yet, as they came (joined once it ends)."""
+        return list(self._pieces)
+
+    @property
+    def pending_bytes(self) -> int:
+        """How many bytes of the line not ended yet it keeps."""
+        return self._size
+
     def feed(self, chunk: bytes) -> list[bytes | MessageTooLarge]:
         """The lines (and oversized lines) that ``chunk`` ends or overflows, in order."""
         out: list[bytes | MessageTooLarge] = []

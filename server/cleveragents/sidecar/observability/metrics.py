@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, Protocol, assert_never
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -43,11 +43,20 @@ from cleveragents.tool import (
 
 if TYPE_CHECKING:
     from cleveragents.sidecar.runs import Run, RunManager
-    from cleveragents.sidecar.transport.rejections import Rejections
 
-__all__ = ["MetricsObserver", "MetricsServer", "parse_listen"]
+__all__ = ["MetricsObserver", "MetricsServer", "Rejected", "parse_listen"]
 
 log = structlog.get_logger("cleveragents.sidecar.metrics")
+
+
+class Rejected(Protocol):
+    """The calls refused for their credentials (the transport counts them)."""
+
+    @property
+    def count(self) -> int:
+        """How many since start-up."""
+        ...
+
 
 #: Tool calls take from microseconds (echo) to minutes (a build); LLM calls up to minutes.
 TOOL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -105,7 +114,7 @@ class MetricsObserver:
         self._llm_children: dict[str, tuple[Histogram, Counter, Counter]] = {}
         self._llm_started: dict[Run, float] = {}
 
-    def track(self, manager: RunManager, rejections: Rejections | None = None) -> None:
+    def track(self, manager: RunManager, rejections: Rejected | None = None) -> None:
         """Expose the gauges read from ``manager`` (and the count of calls refused for their
         credentials, from ``rejections``) at scrape time."""
         self.registry.register(_ManagerCollector(manager, rejections))
@@ -182,7 +191,7 @@ class MetricsObserver:
 class _ManagerCollector:
     """The gauges that are the manager's state, read when Prometheus scrapes."""
 
-    def __init__(self, manager: RunManager, rejections: Rejections | None = None) -> None:
+    def __init__(self, manager: RunManager, rejections: Rejected | None = None) -> None:
         self.manager = manager
         self.rejections = rejections
 

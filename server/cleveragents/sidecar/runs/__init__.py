@@ -4,19 +4,18 @@ admits and keeps runs, recovery from a store, and the stores.
 - ``run``: a run's lifecycle; ``Run.emit`` is where its events become frames.
 - ``log``: the log of one run, handing frames to sinks and cursors once stored.
 - ``readers``: the queue of the stream that started a run, and a watcher's cursor.
-- ``manager``: admission, cancellation, drain at shutdown, retention.
+- ``manager``: admission, a run's loop to its end, cancellation, drain at shutdown, retention.
 - ``recovery``: the runs a store kept, taken back at start-up.
-- ``store``, ``sqlite_store`` and ``redis_store``: where logs live; ``stores`` picks one from
-  ``event_store`` (``sqlite_store`` and ``redis_store`` are imported only then, with sqlite3
-  or redis-py).
+- ``store`` and ``sqlite_store``: where logs live (the Redis store is the fleet's: ``fleet``);
+  ``sqlite_store`` is imported, with sqlite3, only when first asked for.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.manager import RunManager
-from cleveragents.sidecar.runs.readers import FrameQueue, FrameSink, LogCursor
-from cleveragents.sidecar.runs.run import Run, RunObserver
+from cleveragents.sidecar.runs.readers import FrameSink, StreamQueue, WatchCursor
+from cleveragents.sidecar.runs.run import Run, RunObserver, RunPhase
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
 
 if TYPE_CHECKING:
@@ -24,17 +23,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EventStore",
-    "FrameQueue",
     "FrameSink",
-    "LogCursor",
     "LogStats",
     "MemoryEventStore",
     "Run",
     "RunLog",
     "RunManager",
     "RunObserver",
+    "RunPhase",
     "SqliteEventStore",
     "StoredRun",
+    "StreamQueue",
+    "WatchCursor",
 ]
 
 

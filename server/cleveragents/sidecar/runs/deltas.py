@@ -2,7 +2,7 @@
 asked for deltas (``stream_deltas``).
 
 Deltas are not logged: the run keeps the deltas of its latest two LLM calls, and of any
-older call a stream that reads deltas has not passed yet, and each stream's ``DeltaReader``
+older call a stream that reads deltas has not passed yet, and each stream's ``DeltaCursor``
 remembers only where it is and how many of its call's deltas it has sent. So a stream that
 joins mid-call, or that was busy writing while deltas came, gets every delta it has not sent
 joined into as few messages as their kinds allow (``cleveragents.wire.coalesce``), and no
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from cleveragents.tool import LLMDelta
 from cleveragents.wire import coalesce, delta_frames
 
-__all__ = ["DeltaReader", "LiveDeltas"]
+__all__ = ["DeltaCursor", "LiveDeltas"]
 
 #: The calls a run keeps deltas of for streams yet to join: the current one and the one
 #: before (older ones only while a reading stream has not passed them).
@@ -55,7 +55,7 @@ class LiveDeltas:
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self._calls: collections.deque[_Call] = collections.deque()
-        self.readers: list[DeltaReader] = []
+        self.readers: list[DeltaCursor] = []
         self.closed = False
 
     def add(self, after: int, delta: LLMDelta) -> None:
@@ -99,14 +99,14 @@ class LiveDeltas:
         if not self.readers:
             self._calls.clear()
 
-    def reader(self, wake: Callable[[], None], position: int) -> DeltaReader:
+    def reader(self, wake: Callable[[], None], position: int) -> DeltaCursor:
         """A new stream's reader, which has sent the events up to ``position``; ``wake`` is
         called when a delta comes (``drop`` it after)."""
-        reader = DeltaReader(self, wake, position)
+        reader = DeltaCursor(self, wake, position)
         self.readers.append(reader)
         return reader
 
-    def drop(self, reader: DeltaReader) -> None:
+    def drop(self, reader: DeltaCursor) -> None:
         """Stop waking ``reader``."""
         if reader in self.readers:
             self.readers.remove(reader)
@@ -135,7 +135,7 @@ class LiveDeltas:
         return items
 
 
-class DeltaReader:
+class DeltaCursor:
     """One stream's place in its run's deltas: the call it is at and how many it has sent."""
 
     __slots__ = ("_after", "_live", "_pending", "_sent", "position", "wake")

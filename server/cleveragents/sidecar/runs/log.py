@@ -17,7 +17,7 @@ import structlog
 
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY
 from cleveragents.sidecar.runs.deltas import LiveDeltas
-from cleveragents.sidecar.runs.readers import FrameQueue, FrameSink, LogCursor
+from cleveragents.sidecar.runs.readers import FrameSink, StreamQueue, WatchCursor
 from cleveragents.sidecar.runs.store import EventStore
 
 __all__ = ["LogStats", "RunLog"]
@@ -82,7 +82,7 @@ class RunLog:
         #: The size of the released frames together: a cursor sizes its batch from it.
         self.released_bytes = 0
         self.sinks: list[FrameSink] = []
-        self.cursors: list[LogCursor] = []
+        self.cursors: list[WatchCursor] = []
         self.closed = False
         self._release_waiters: list[asyncio.Future[None]] = []
         self._held: collections.deque[tuple[int, FrameSink, bytes]] = collections.deque()
@@ -118,25 +118,29 @@ class RunLog:
         self.released = len(frames)
         self.released_bytes = sum(map(len, frames))
 
-    def follow(self, after_sequence: int, limit: int) -> LogCursor:
+    def attach(self, sink: FrameSink) -> None:
+        """Push ``sink`` every frame released from now on (``close`` once the log ends)."""
+        self.sinks.append(sink)
+
+    def cursor(self, after_sequence: int, limit: int) -> WatchCursor:
         """A watcher's cursor, from the frame after ``after_sequence`` on."""
-        cursor = LogCursor(self, after_sequence, limit)
+        cursor = WatchCursor(self, after_sequence, limit)
         if not self.closed:
             self.cursors.append(cursor)
         return cursor
 
-    def stream_deltas(self, reader: FrameQueue | LogCursor) -> None:
+    def stream_deltas(self, reader: StreamQueue | WatchCursor) -> None:
         """Give ``reader`` the run's live deltas as well as its frames."""
-        if isinstance(reader, FrameQueue):
+        if isinstance(reader, StreamQueue):
             reader.deltas = self.live.reader(reader.wake, reader.position)
         else:
             reader.deltas = self.live.reader(reader.wake, reader.cursor)
 
-    def unsubscribe(self, reader: FrameSink | LogCursor) -> None:
+    def unsubscribe(self, reader: FrameSink | WatchCursor) -> None:
         """Stop handing frames (and deltas) to ``reader``."""
         if (deltas := getattr(reader, "deltas", None)) is not None:
             self.live.drop(deltas)
-        if isinstance(reader, LogCursor):
+        if isinstance(reader, WatchCursor):
             if reader in self.cursors:
                 self.cursors.remove(reader)
         elif reader in self.sinks:
@@ -150,6 +154,10 @@ class RunLog:
         waiter = asyncio.get_running_loop().create_future()
         waiters.append(waiter)
         return waiter
+
+    def sleeping(self) -> list[asyncio.Future[None]]:
+        """The waits of the readers asleep until the next release (or the log's end)."""
+        return [waiter for waiter in self._release_waiters if not waiter.done()]
 
     def push_in_order(self, sink: FrameSink, item: bytes) -> None:
         """Give ``sink`` ``item`` after every frame logged so far, once those are stored.

@@ -1,8 +1,12 @@
-"""``RunManager``: admits runs, finds them by id, cancels them, drains at shutdown and forgets
-finished ones in time (by count, total size and age).
+"""``RunManager``: admits runs, drives each one's loop to its terminal event, finds them by
+id, cancels them, drains at shutdown and forgets finished ones in time (by count, total size
+and age).
 
-When the store fails to write, every live run ends with ``run_failed`` (``UNAVAILABLE``,
-naming the store's error) and new runs are refused, until the store writes again.
+A new run is refused while the sidecar stops or its store cannot write, when the sidecar is
+full, and for a run id too long or taken. When the store fails to write, every live run ends
+with ``run_failed`` (``UNAVAILABLE``, naming the store's error) and new runs are refused,
+until the store writes again. Every way out of a run's loop logs a terminal event: the
+loop's own, or one written here when the loop never got to it.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -18,32 +23,40 @@ import structlog
 
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY
-from cleveragents.sidecar.runs.admission import refuse_unless_open, refuse_when_full
-from cleveragents.sidecar.runs.drive import drain_live, drive
 from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.parked import ParkedRuns
 from cleveragents.sidecar.runs.quotas import RunQuotas
 from cleveragents.sidecar.runs.readers import FrameSink
-from cleveragents.sidecar.runs.recovery import crashed, partial_result, restore, settle
-from cleveragents.sidecar.runs.resume import (
+from cleveragents.sidecar.runs.recovery import (
     ADOPTION_REASON,
     RESTART_REASON,
     ResumeInfo,
     Resumer,
+    crashed,
+    partial_result,
+    restore,
     resumption_of,
+    settle,
 )
 from cleveragents.sidecar.runs.retained import RetainedRuns
-from cleveragents.sidecar.runs.run import Run, RunObserver
+from cleveragents.sidecar.runs.run import Launchable, Run, RunObserver, RunPhase
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
-from cleveragents.sidecar.runs.watchers import Watchers
-from cleveragents.tool import Resumption, RunFailed
+from cleveragents.sidecar.runs.watchers import WatchCursors
+from cleveragents.tool import (
+    LLMCallError,
+    Resumption,
+    RunCancelled,
+    RunFailed,
+    RunStarted,
+    StopReason,
+    ToolCallingRuntime,
+    ToolCallRunResult,
+)
 
 if TYPE_CHECKING:
-    from cleveragents.sidecar.assembly import AssembledRun
     from cleveragents.sidecar.config import Policy
-    from cleveragents.sidecar.runs.shared import SharedRuns  # a fleet's only (runs/stores.py)
 
-__all__ = ["RunManager"]
+__all__ = ["MAX_RUN_ID", "RunManager"]
 
 log = structlog.get_logger("cleveragents.sidecar.runs")
 
@@ -85,8 +98,10 @@ class RunManager:
         self.store_changed = asyncio.Event()
         self._hurry = asyncio.Event()
         self._live: dict[str, Run] = {}
+        #: The loops of runs lost to another sidecar, still ending (awaited at the drain).
+        self._stopping: set[asyncio.Task[None]] = set()
         #: The watchers' cursors (``follow``, ``unfollow``, ``drop_stalled``).
-        self.watchers = Watchers(self.stats, watcher_queue_size)
+        self.watchers = WatchCursors(self.stats, watcher_queue_size)
         #: Finished runs kept for GetRun and WatchRun.
         self._finished = RetainedRuns(
             self.store,
@@ -98,12 +113,10 @@ class RunManager:
         #: The governance policy a stored run names (``None``: gone): a run taken back counts
         #: against its owner's quotas under it.
         self._policy_of = policy_of
-        #: Other sidecars' runs, with a store they share (see ``stores.share``).
-        self.shared: SharedRuns | None = None
         self._resumer: Resumer | None = None
         #: Session runs waiting for their client to re-attach (see ``parked``).
         self.parked = ParkedRuns(session_reattach_s)
-        self.store.watch(self._store_changed)
+        self.store.listen(self)
 
     # -- the store -----------------------------------------------------------------------------
 
@@ -181,7 +194,7 @@ class RunManager:
         return True
 
     def resume_parked(
-        self, run: Run, assembled: AssembledRun, sink: FrameSink, resume: Resumption, answers: bool
+        self, run: Run, assembled: Launchable, sink: FrameSink, resume: Resumption, answers: bool
     ) -> None:
         """Go on with the Session run ``run`` (parked at a restart) now that its client
         re-attached, sending its frames and invocations to ``sink``."""
@@ -200,11 +213,20 @@ class RunManager:
         gave each crashed run (see ``recovery.settle``)."""
         await settle(self._finished.runs(), timeout_s)
 
-    async def close(self) -> None:
-        """Stop following other sidecars' runs; let the store write what it holds, close it."""
-        if self.shared is not None:
-            await self.shared.close()
-        await self.store.close()
+    async def close(self, *, clean: bool = True) -> None:
+        """Let the store write what it holds, and close it (``clean``: every run ended; see
+        ``EventStore.close``)."""
+        await self.store.close(clean=clean)
+
+    async def abandon(self, message: str) -> int:
+        """Stop every live run here without logging its end (as a crash would: they stay
+        live in the store, to be taken back); returns how many there were, once their loops
+        have ended."""
+        runs = list(self._live.values())
+        for run in runs:
+            self.lose(run.run_id, message)
+        await asyncio.gather(*self._stopping, return_exceptions=True)
+        return len(runs)
 
     @property
     def live_count(self) -> int:
@@ -237,7 +259,7 @@ class RunManager:
 
     def start(
         self,
-        assembled: AssembledRun,
+        assembled: Launchable,
         *,
         sink: FrameSink | None = None,
         metadata: Mapping[str, str] | None = None,
@@ -294,14 +316,13 @@ class RunManager:
     def _launch(
         self,
         run: Run,
-        assembled: AssembledRun,
+        assembled: Launchable,
         sink: FrameSink | None,
         answering: FrameSink | None,
         metadata: Mapping[str, str],
         resume: Resumption | None = None,
     ) -> None:
         """Make ``run`` live and start its loop (from its log, with ``resume``)."""
-        run.approvals = assembled.approvals
         run_log, run_id = run.log, run.run_id
 
         def attended() -> bool:
@@ -313,9 +334,10 @@ class RunManager:
         for observer in self.observers:
             observer.run_started(run, metadata)
         if sink is not None:
-            run.log.sinks.append(sink)
+            run.log.attach(sink)
         self._live[run_id] = run
-        run.task = asyncio.create_task(self._drive(run, assembled, resume), name=f"run-{run_id}")
+        task = asyncio.create_task(self._drive(run, assembled, resume), name=f"run-{run_id}")
+        run.started(task, assembled.approvals)
 
     def cancel(self, run: Run, reason: str) -> None:
         """Cancel a live run; it ends with ``run_cancelled`` carrying ``reason``."""
@@ -325,7 +347,7 @@ class RunManager:
             if self.parked.get(run.run_id) is not None:
                 self._give_up(run, f"cancelled while waiting for its client: {reason}")
             return
-        if run.begun:
+        if run.phase is not RunPhase.STARTING:
             run.task.cancel(reason)
         else:
             # Not one step yet: cancelling now would keep its body (and run_started) from
@@ -336,7 +358,7 @@ class RunManager:
         """End a live run now with ``run_failed`` (``UNAVAILABLE``, ``message``) and stop it."""
         if run.ended or run.task is None:
             return
-        if not run.begun:  # its first step logs run_started: fail it right after
+        if run.phase is RunPhase.STARTING:  # its first step logs run_started: fail it after
             asyncio.get_running_loop().call_soon(self.fail, run, message)
             return
         error = SidecarError(grpc.StatusCode.UNAVAILABLE, message)
@@ -348,10 +370,14 @@ class RunManager:
         run = self._live.get(run_id) or self._finished.get(run_id)
         if run is None or not run.lose(message):
             return
-        # Retained (its loop ended, its end not stored): forgotten; parked: no loop to end.
-        if self._finished.pop(run_id) is None and run.task is None:
-            self.parked.unpark(run_id)
-            self._retire(run)
+        # Forgotten at once (it is another's now): retained (its loop ended, its end not
+        # stored) or live; a loop still running ends on its own, awaited at the drain.
+        self.parked.unpark(run_id)
+        self._finished.pop(run_id)
+        self._retire(run)
+        if run.task is not None and not run.task.done():
+            self._stopping.add(run.task)
+            run.task.add_done_callback(self._stopping.discard)
 
     def hurry(self) -> None:
         """End a drain's grace period now (a second Ctrl-C): its live runs are cancelled."""
@@ -362,16 +388,24 @@ class RunManager:
         self.accepting = False
         self.parked.close()
         await drain_live(self._live, self._hurry, grace_s, self.cancel)
+        await asyncio.gather(*self._stopping, return_exceptions=True)
 
     async def _drive(
-        self, run: Run, assembled: AssembledRun, resume: Resumption | None = None
+        self, run: Run, assembled: Launchable, resume: Resumption | None = None
     ) -> None:
         try:
             await drive(run, assembled, resume)
         finally:
             self._retire(run)
 
-    def _store_changed(self, failure: str | None) -> None:
+    # -- what the store tells (``StoreListener``) -----------------------------------------------
+
+    def run_taken(self, run_id: str, message: str) -> None:
+        """The store refused a frame of ``run_id``: another sidecar owns it now."""
+        self.lose(run_id, message)
+
+    def health_changed(self, failure: str | None) -> None:
+        """The store failed to write (every live run ends), or writes again."""
         self.store_failure = failure
         self.store_changed.set()
         if failure is not None:
@@ -380,8 +414,112 @@ class RunManager:
                 self.fail(run, message)
 
     def _retire(self, run: Run) -> None:
-        self._live.pop(run.run_id, None)
+        if self._live.get(run.run_id) is not run:  # retired already (lost, its loop ending)
+            return
+        del self._live[run.run_id]
         self.quotas.release(run)
         if self.max_finished_runs > 0 and run.lost is None:  # a lost run is another's now
             self._finished.keep(run)
         self._finished.expire()
+
+
+# -- admission and a run's loop -------------------------------------------------------------
+
+#: The longest run id a client may choose.
+MAX_RUN_ID = 128
+
+
+def refuse_unless_open(accepting: bool, store_failure: str | None, run_id: str) -> None:
+    """``UNAVAILABLE`` while the sidecar stops or its store cannot write; ``INVALID_ARGUMENT``
+    for a run id longer than ``MAX_RUN_ID``."""
+    if not accepting:
+        raise SidecarError(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
+    if store_failure is not None:
+        raise SidecarError(
+            grpc.StatusCode.UNAVAILABLE,
+            f"the run store cannot write ({store_failure}); new runs are refused "
+            "until it works again: retry later",
+        )
+    if len(run_id) > MAX_RUN_ID:
+        raise SidecarError.invalid(f"run_id is longer than {MAX_RUN_ID} characters")
+
+
+def refuse_when_full(live: int, limit: int, stats: LogStats) -> None:
+    """``RESOURCE_EXHAUSTED`` (counted and logged) when ``live`` runs fill ``limit``."""
+    if live < limit:
+        return
+    # A burst over the limit must be visible on the server too: a line and a count.
+    stats.refused_runs += 1
+    log.warning(
+        "run refused", reason="max_concurrent_runs", live_runs=live,
+        refused_total=stats.refused_runs,
+    )  # fmt: skip
+    raise SidecarError(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"the sidecar already runs {live} runs, its max_concurrent_runs; retry later",
+    )
+
+
+async def drive(run: Run, assembled: Launchable, resume: Resumption | None = None) -> None:
+    """Run ``run``'s loop (from its log, with ``resume``); every way out logs a terminal
+    event: the loop's own, or one written here when the loop never got to it."""
+    run.begin()
+    runtime = assembled.runtime
+    try:
+        await runtime.arun_tool_loop(
+            run.request.prompt,
+            assembled.context,
+            run_id=run.run_id,
+            timeout_s=assembled.timeout_s,
+            on_event=run.emit,
+            resume=resume,
+        )
+    except asyncio.CancelledError as exc:
+        if not run.ended:  # cancelled before the loop began
+            _ensure_started(run, runtime)
+            reason = str(exc.args[0]) if exc.args and exc.args[0] else "cancelled"
+            run.emit(RunCancelled(reason, _empty_result(run.run_id, StopReason.CANCELLED)))
+    except LLMCallError:
+        pass  # the loop has logged run_failed
+    except Exception as exc:
+        run.logger.exception("run crashed")
+        if not run.ended:
+            _ensure_started(run, runtime)
+            result = _empty_result(run.run_id, StopReason.ERROR)
+            run.emit(RunFailed(f"internal error: {exc}", result, None))
+
+
+def _ensure_started(run: Run, runtime: ToolCallingRuntime) -> None:
+    """Log ``run_started`` for a run whose loop never got to: every log begins with it."""
+    if run.log.frames:
+        return
+    names = tuple(spec.name for spec in runtime.offered_specs())
+    run.emit(RunStarted(run.run_id, run.request.prompt, names, runtime.max_iterations))
+
+
+def _empty_result(run_id: str, stop_reason: StopReason) -> ToolCallRunResult:
+    return ToolCallRunResult("", (), 0, False, stop_reason=stop_reason, run_id=run_id)
+
+
+async def drain_live(
+    live: Mapping[str, Run],
+    hurry: asyncio.Event,
+    grace_s: float,
+    cancel: Callable[[Run, str], None],
+) -> None:
+    """Let the ``live`` runs finish within ``grace_s`` (or until ``hurry`` is set), then
+    ``cancel`` the rest and wait for them to end."""
+    tasks = [run.task for run in live.values() if run.task is not None]
+    if not tasks:
+        return
+    ended = asyncio.ensure_future(asyncio.wait(tasks))
+    hurried = asyncio.ensure_future(hurry.wait())
+    await asyncio.wait((ended, hurried), timeout=grace_s, return_when=FIRST_COMPLETED)
+    for waiter in (ended, hurried):
+        waiter.cancel()
+    await asyncio.gather(ended, hurried, return_exceptions=True)
+    pending = [task for task in tasks if not task.done()]
+    for run in list(live.values()):
+        cancel(run, "the sidecar is shutting down")
+    if pending:
+        await asyncio.wait(pending)

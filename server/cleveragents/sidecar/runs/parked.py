@@ -3,9 +3,9 @@
 A Session run parks when its client's stream goes away while the run lives (it keeps
 running; the calls it sent the client stay owed), or when the sidecar restarts on a durable
 store (its loop waits to be rebuilt around the client's re-declared tools). A re-attaching
-``SessionStart`` claims it; if nobody does within the window, the window's timer ends it,
+``SessionStart`` takes it; if nobody does within the window, the window's timer ends it,
 saying why. The timer is a loop callback, not a task: nothing is left running to await, and
-claiming or closing cancels it.
+taking it or closing cancels it.
 """
 
 from __future__ import annotations
@@ -32,9 +32,6 @@ class ParkedRun:
     timer: asyncio.TimerHandle
     #: Why it waits here: the ``run_resumed`` reason once its client re-attaches.
     reason: str = ""
-    #: Handed over for a re-attach under way here: no other client, and no other sidecar's
-    #: hand-over, may take it (that re-attach unparks it next).
-    reserved: bool = False
 
 
 class ParkedRuns:
@@ -50,7 +47,7 @@ class ParkedRuns:
     def park(
         self, run: Run, host: object | None, expire: Callable[[], None], reason: str = ""
     ) -> None:
-        """Let ``run`` wait the window; ``expire`` runs if nobody claims it by then. ``reason``
+        """Let ``run`` wait the window; ``expire`` runs if nobody takes it by then. ``reason``
         says why a run rebuilt from its log waits (a restart, an adoption, a
         hand-over)."""
 
@@ -63,15 +60,20 @@ class ParkedRuns:
         timer = asyncio.get_running_loop().call_later(self.window_s, expired)
         entry = ParkedRun(run, host, timer, reason)
         self.unpark(run.run_id)
+        run.park()
         self._parked[run.run_id] = entry
         self.parked_one.set()
+
+    def entries(self) -> list[ParkedRun]:
+        """The runs waiting now."""
+        return list(self._parked.values())
 
     def get(self, run_id: str) -> ParkedRun | None:
         """The parked run ``run_id``, or ``None``."""
         return self._parked.get(run_id)
 
     def unpark(self, run_id: str) -> ParkedRun | None:
-        """Claim ``run_id`` (its timer stops); ``None`` if it was not parked."""
+        """Take ``run_id`` out of the wait (its timer stops); ``None`` if it was not parked."""
         entry = self._parked.pop(run_id, None)
         if entry is not None:
             entry.timer.cancel()

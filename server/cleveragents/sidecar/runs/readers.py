@@ -3,9 +3,9 @@
 gRPC's cost is per message, so a stream writes whatever queued during its previous write as
 one message (see ``cleveragents.wire.frames``); nothing waits for a batch to fill. Two readers:
 
-- ``FrameQueue`` queues the frames of the stream that started a run (and a session's
+- ``StreamQueue`` queues the frames of the stream that started a run (and a session's
   invocations between them); it is bounded by the run, which it cannot outlive.
-- ``LogCursor`` is a watcher's position in the run's own log: no copy, no queue.
+- ``WatchCursor`` is a watcher's position in the run's own log: no copy, no queue.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from cleveragents.sidecar.runs.deltas import DeltaReader
+    from cleveragents.sidecar.runs.deltas import DeltaCursor
 
-__all__ = ["FollowedLog", "FrameQueue", "FrameSink", "LogCursor"]
+__all__ = ["FrameSink", "ReadableLog", "StreamQueue", "WatchCursor"]
 
 
 class FrameSink(Protocol):
@@ -29,7 +29,7 @@ class FrameSink(Protocol):
     def close(self) -> None: ...
 
 
-class FrameQueue:
+class StreamQueue:
     """An unbounded queue of frames for the stream that started a run (bounded by the run).
 
     A session's outbox is one too: its invocations queue between the events, in order.
@@ -42,7 +42,7 @@ class FrameQueue:
         self._waiter: asyncio.Future[None] | None = None
         self.closed = False
         #: The run's live deltas, for a stream that asked for them (``stream_deltas``).
-        self.deltas: DeltaReader | None = None
+        self.deltas: DeltaCursor | None = None
         #: How many of the run's events (not invocations) the reader has taken.
         self.position = 0
 
@@ -99,7 +99,7 @@ class FrameQueue:
             taken.append(item)
         return taken
 
-    def _take_until_due(self, max_bytes: int, deltas: DeltaReader) -> list[bytes]:
+    def _take_until_due(self, max_bytes: int, deltas: DeltaCursor) -> list[bytes]:
         """Like ``get_many``'s batch, counting events, and ending after an event that deltas
         follow (a session's invocations are ``frames.Message``s, not events)."""
         items, size = self._items, 0
@@ -115,8 +115,8 @@ class FrameQueue:
         return taken
 
 
-class FollowedLog(Protocol):
-    """A run's log as a ``LogCursor`` reads it: the frames, how many are released, the end."""
+class ReadableLog(Protocol):
+    """A run's log as a ``WatchCursor`` reads it: the frames, how many are released, the end."""
 
     frames: list[bytes]
     released: int
@@ -131,7 +131,7 @@ class FollowedLog(Protocol):
         ...
 
 
-class LogCursor:
+class WatchCursor:
     """A watcher's position in a run's log: it reads the run's own frames, with no queue.
 
     No watcher keeps a copy of the log, and a release costs nothing per watcher that is busy
@@ -146,7 +146,7 @@ class LogCursor:
         "limit", "live_from", "stalled",
     )  # fmt: skip
 
-    def __init__(self, log: FollowedLog, cursor: int, limit: int) -> None:
+    def __init__(self, log: ReadableLog, cursor: int, limit: int) -> None:
         self._log = log
         self.cursor = cursor
         self.limit = limit
@@ -161,7 +161,7 @@ class LogCursor:
         #: The size of ``frames[:cursor]``, known once the cursor's frames exist.
         self._bytes_read: int | None = None
         #: The run's live deltas, for a watcher that asked for them (``stream_deltas``).
-        self.deltas: DeltaReader | None = None
+        self.deltas: DeltaCursor | None = None
         #: What it waits on while it streams deltas: a release or its own ``wake`` sets it.
         self._waiter: asyncio.Future[None] | None = None
 

@@ -1,26 +1,34 @@
 """Taking back the runs a store kept: finished ones as they were, live ones to resume or end.
 
 A run that was live when the previous process died either resumes (the manager, with
-``resume_runs``: see ``resume.py``) or ends now, with ``run_failed`` (``UNAVAILABLE``) saying
-so and the partial result its log shows.
+``resume_runs``) or ends now, with ``run_failed`` (``UNAVAILABLE``) saying so and the partial
+result its log shows. Resuming needs, beyond the log, what a durable store keeps with each
+run's first frame: a small JSON ``ResumeInfo`` (who hosts the run: the sidecar, or a Session's
+client; the governance policy it runs under; the time its starting call gave it). The manager
+asks a ``Resumer`` (the gateway, which can assemble runs) to rebuild each live run, and the
+loop goes on from the log (the core's ``Resumption``, which ``resumption_of`` reads).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Protocol
 
 import grpc
 import structlog
 
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.sidecar.runs.log import LogStats, RunLog
-from cleveragents.sidecar.runs.run import Run, Terminal
+from cleveragents.sidecar.runs.log import LogStats
+from cleveragents.sidecar.runs.run import Launchable, Run
 from cleveragents.sidecar.runs.store import EventStore, StoredRun
-from cleveragents.sidecar.status import status_from_code
 from cleveragents.tool import (
     LLMResponded,
-    RunCancelled,
-    RunCompleted,
+    Resumption,
+    RunEvent,
     RunFailed,
     StopReason,
     ToolCallCompleted,
@@ -28,20 +36,84 @@ from cleveragents.tool import (
     ToolCallRunResult,
     Usage,
 )
-from cleveragents.wire import (
-    LoggedEvent,
-    RunState,
-    check_frame,
-    decode_frame,
-    request_of_started,
-    result_message,
-)
+from cleveragents.wire import decode_frame
 
-__all__ = ["CRASHED_MESSAGE", "crashed", "restore", "settle"]
+__all__ = [
+    "ADOPTION_REASON", "CRASHED_MESSAGE", "RESTART_REASON", "ResumeInfo", "Resumer", "crashed",
+    "handover_reason", "partial_result", "responses_logged", "restore", "resumption_of",
+    "settle",
+]  # fmt: skip
 
 log = structlog.get_logger("cleveragents.sidecar.runs")
 
 CRASHED_MESSAGE = "the sidecar stopped while this run was live; its log was recovered at restart"
+
+#: Why a run resumes at start-up (``RunResumed.reason``).
+RESTART_REASON = "the sidecar restarted"
+#: Why a run another sidecar (on a shared store) ran is resumed here.
+ADOPTION_REASON = "its sidecar stopped renewing its lease and this sidecar adopted it"
+
+
+def handover_reason(sidecar: str) -> str:
+    """Why a parked Session run taken over from ``sidecar`` (a hand-over) resumes here."""
+    return f"sidecar {sidecar!r} handed it over when its client re-attached to this sidecar"
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeInfo:
+    """How a run was started: ``hosted`` is ``server`` (the sidecar runs its tools and LLM)
+    or ``session`` (a client does); ``policy`` names its governance policy ("" the global
+    one); ``timeout_s`` is the time its starting call's deadline left it (``None``: none);
+    ``detach`` whether it outlives that call."""
+
+    hosted: str
+    policy: str = ""
+    timeout_s: float | None = None
+    detach: bool = False
+
+    def to_json(self) -> str:
+        """The JSON text a store keeps."""
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> ResumeInfo | None:
+        """The info ``text`` holds; ``None`` for none (a run stored before resuming existed)
+        or for text this version cannot read."""
+        if not text:
+            return None
+        try:
+            raw = json.loads(text)
+            timeout = raw.get("timeout_s")
+            return cls(
+                str(raw["hosted"]),
+                str(raw.get("policy", "")),
+                None if timeout is None else float(timeout),
+                bool(raw.get("detach", False)),
+            )
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+
+class Resumer(Protocol):
+    """Rebuilds a live run found in the store (the gateway implements it)."""
+
+    def reassemble(self, run: Run, info: ResumeInfo, resumption: Resumption) -> Launchable:
+        """The assembled run that goes on with ``run``; ``SidecarError`` says why it cannot."""
+        ...
+
+
+def resumption_of(frames: Sequence[bytes], reason: str = RESTART_REASON) -> Resumption:
+    """The core ``Resumption`` a live run's stored frames give: its events, the sequence of
+    the last one, and the seconds since its first event (when the run started)."""
+    logged = [decode_frame(item) for item in frames]
+    events: list[RunEvent] = [entry.event for entry in logged]
+    elapsed = max(0.0, time.time() - logged[0].time)
+    return Resumption(events, len(frames), elapsed, reason)
+
+
+def responses_logged(resumption: Resumption) -> int:
+    """How many LLM responses the run's log holds (a scripted LLM goes on after them)."""
+    return sum(isinstance(event, LLMResponded) for event in resumption.events)
 
 
 def restore(
@@ -58,35 +130,9 @@ def restore(
     ``frame_limit`` bounds the terminal event logged for a run that never ended (see ``Run``).
     ``ValueError`` (or another exception) when a frame of the log cannot be read back.
     """
-    for sequence, item in enumerate(stored.frames, 1):
-        check_frame(item, stored.run_id, sequence)
-    first = decode_frame(stored.frames[0])
-    run_log = RunLog(stored.run_id, store, stats, stored.owner, stored.resume_info)
-    run_log.restore(list(stored.frames))
-    run = Run(
-        request_of_started(stored.frames[0]),
-        run_log,
-        started_at=first.time,
-        frame_limit=frame_limit,
-    )
-    last = decode_frame(stored.frames[-1])
-    event = last.event
-    if isinstance(event, RunCompleted):
-        run.finish_restored(Terminal(RunState.COMPLETED, event.result, None, last.time))
-    elif isinstance(event, RunFailed):
-        run.finish_restored(Terminal(RunState.FAILED, event.result, _failure(last), last.time))
-    elif isinstance(event, RunCancelled):
-        run.finish_restored(Terminal(RunState.CANCELLED, event.result, None, last.time))
-    elif keep_live:  # what ListRuns shows of it until it goes on
-        so_far = partial_result(run.run_id, stored.frames)
-        run.iterations, run.tool_calls = so_far.iterations, len(so_far.tool_call_history)
-        return run
-    else:
+    run = Run.from_log(stored, store, stats, frame_limit)
+    if not run.finished and not keep_live:
         crashed(run)
-        return run
-    ended = result_message(stored.frames[-1])
-    if ended is not None and ended.history_omitted:  # its records are in its events only
-        run.tool_calls = ended.tool_call_count
     return run
 
 
@@ -117,11 +163,6 @@ def partial_result(run_id: str, frames: list[bytes]) -> ToolCallRunResult:
     return ToolCallRunResult(
         "\n".join(texts), tuple(records), iterations, False, usage, StopReason.ERROR, run_id
     )
-
-
-def _failure(logged: LoggedEvent) -> tuple[grpc.StatusCode, str]:
-    assert isinstance(logged.event, RunFailed)
-    return status_from_code(logged.failure_code), logged.event.message
 
 
 async def settle(restored: list[Run], timeout_s: float) -> None:

@@ -119,7 +119,7 @@ class SqliteEventStore:
         if self.failure is not None:  # kept to write once the store works; released now
             owner.release(sequence)
 
-    def watch(self, listener: StoreListener) -> None:
+    def listen(self, listener: StoreListener) -> None:
         self._listeners.append(listener)
 
     def forget(self, run_id: str) -> None:
@@ -134,7 +134,7 @@ class SqliteEventStore:
         if not self._wake.is_set():
             self._wake.set()
 
-    async def close(self) -> None:
+    async def close(self, *, clean: bool = True) -> None:
         self._stopping = True
         self._wake.set()
         if self._thread is not None:
@@ -211,14 +211,14 @@ class SqliteEventStore:
             waiting = _marks(self._pending)
         _release_all(waiting)
         for listener in self._listeners:
-            listener(error)
+            listener.health_changed(error)
 
     def _recovered(self) -> None:
         """On the loop: a commit succeeded after failures."""
         self.failure = None
         log.warning("event store writes again: runs are accepted", path=self.path)
         for listener in self._listeners:
-            listener(None)
+            listener.health_changed(None)
 
     def _commit(self, connection: sqlite3.Connection, batch: list[_Item]) -> None:
         connection.execute("BEGIN")

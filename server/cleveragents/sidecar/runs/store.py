@@ -8,7 +8,6 @@ commit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -16,9 +15,18 @@ from cleveragents.sidecar.identity import DEFAULT_IDENTITY
 
 __all__ = ["EventStore", "LogOwner", "MemoryEventStore", "StoreListener", "StoredRun"]
 
-#: Told (on the event loop) the error when a store stops writing, and ``None`` once it writes
-#: again.
-StoreListener = Callable[[str | None], None]
+
+class StoreListener(Protocol):
+    """Told, on the event loop, what a store finds about the runs it keeps (the manager)."""
+
+    def health_changed(self, failure: str | None) -> None:
+        """The store stopped writing (``failure`` says why), or writes again (``None``)."""
+        ...
+
+    def run_taken(self, run_id: str, message: str) -> None:
+        """A store several sidecars share refused a frame of ``run_id``: another sidecar owns
+        the run now (``message`` says which, for the run's streams)."""
+        ...
 
 
 class LogOwner(Protocol):
@@ -74,16 +82,18 @@ class EventStore(Protocol):
         """Set aside a stored run whose log could not be read back (kept, never served)."""
         ...
 
-    def watch(self, listener: StoreListener) -> None:
-        """Tell ``listener`` when the store fails to write, and when it works again.
+    def listen(self, listener: StoreListener) -> None:
+        """Tell ``listener`` when the store fails to write, when it works again, and (a store
+        several sidecars share) when a run turns out to be another sidecar's.
 
         While it fails, a store still releases each frame (readers must not hang on it) and
         keeps trying to write what it holds.
         """
         ...
 
-    async def close(self) -> None:
-        """Store what is pending and stop."""
+    async def close(self, *, clean: bool = True) -> None:
+        """Store what is pending and stop. ``clean``: every run this sidecar held has ended
+        (or gone to another sidecar); else some were left live, as a crash leaves them."""
         ...
 
 
@@ -102,8 +112,8 @@ class MemoryEventStore:
     def quarantine(self, run_id: str) -> None:
         return None
 
-    def watch(self, listener: StoreListener) -> None:
-        return None  # memory does not fail
+    def listen(self, listener: StoreListener) -> None:
+        return None  # memory does not fail, and is no sidecar's but this one's
 
-    async def close(self) -> None:
+    async def close(self, *, clean: bool = True) -> None:
         return None

@@ -1,4 +1,4 @@
-"""``Watchers``: every watcher's cursor, with the run it follows, so that those stuck in a write
+"""``WatchCursors``: every watcher's cursor, with the run it follows, so that those stuck in a write
 can be found and dropped, and each drop is counted and logged."""
 
 from __future__ import annotations
@@ -8,32 +8,32 @@ import time
 import structlog
 
 from cleveragents.sidecar.runs.log import LogStats
-from cleveragents.sidecar.runs.readers import LogCursor
+from cleveragents.sidecar.runs.readers import WatchCursor
 from cleveragents.sidecar.runs.run import Run
 
-__all__ = ["Watchers"]
+__all__ = ["WatchCursors"]
 
 log = structlog.get_logger("cleveragents.sidecar.runs")
 
 
-class Watchers:
+class WatchCursors:
     """The cursors of the watchers following runs; ``stats`` counts the dropped ones."""
 
     def __init__(self, stats: LogStats, queue_size: int) -> None:
         self.stats = stats
         self.queue_size = queue_size
-        self._cursors: dict[LogCursor, Run] = {}
+        self._cursors: dict[WatchCursor, Run] = {}
 
-    def follow(self, run: Run, after_sequence: int, *, decides: bool = True) -> LogCursor:
+    def watch(self, run: Run, after_sequence: int, *, decides: bool = True) -> WatchCursor:
         """A watcher's cursor on ``run``, dropped when it falls too far behind or when it
         stalls in a write (``drop_stalled``); ``unfollow`` it when done. ``decides``: whether
         the watcher may decide the run's approvals."""
-        cursor = run.log.follow(after_sequence, self.queue_size)
+        cursor = run.log.cursor(after_sequence, self.queue_size)
         cursor.decides = decides
         self._cursors[cursor] = run
         return cursor
 
-    def unfollow(self, run: Run, cursor: LogCursor) -> None:
+    def unwatch(self, run: Run, cursor: WatchCursor) -> None:
         """The watcher of ``cursor`` is gone."""
         run.log.unsubscribe(cursor)
         self._cursors.pop(cursor, None)
@@ -57,7 +57,7 @@ class Watchers:
             if since is None or since > horizon or cursor.dropped:
                 continue
             cursor.dropped = cursor.stalled = True
-            self.unfollow(run, cursor)
+            self.unwatch(run, cursor)
             self.count_dropped(run, "its client stopped reading")
             dropped += 1
         return dropped

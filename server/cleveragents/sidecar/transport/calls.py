@@ -1,33 +1,63 @@
-"""What every RPC handler shares: ending a call with the status a refusal maps to, and
-reading a ``RunSpec`` as a request."""
+"""What every RPC handler shares: the size limits of its messages, ending a call with the
+status a refusal maps to, and reading a ``RunSpec`` as a request."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
+from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.status import status_of
 from cleveragents.toolruntime.v1 import types_pb2
-from cleveragents.wire import RunRequest, run_request_from_pb
+from cleveragents.wire import RunRequest, batch_limit, event_limit, run_request_from_pb
 
 if TYPE_CHECKING:
     from cleveragents.sidecar.runs import Run
 
 __all__ = [
-    "DEADLINE_SLACK_S", "MAX_STATUS_MESSAGE", "Context", "abort", "bounded", "end_if_lost",
+    "MAX_STATUS_MESSAGE", "Context", "Limits", "abort", "bounded", "end_if_lost", "metadata_of",
     "read_start", "request_of",
 ]  # fmt: skip
 
-#: A client that gives up this close to its deadline gave up *at* it (clocks differ).
-DEADLINE_SLACK_S = 0.1
+#: A watcher's messages stay this small (unless one event is larger): gRPC holds about two.
+WATCH_BATCH_BYTES = 64 * 1024
 #: The longest status message sent, in characters. The message travels in a trailer
 #: (percent-encoded: up to three bytes a character), and gRPC refuses metadata over 8 KiB: a
 #: message quoting a huge value would otherwise turn the status into RESOURCE_EXHAUSTED.
 MAX_STATUS_MESSAGE = 1024
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How large the messages of a stream may be: ``batch`` (a batch of events),
+    ``frame`` (one event, or a page of a run's history) and ``watch_batch`` (a watcher's
+    message, unless one event is larger)."""
+
+    batch: int
+    frame: int
+    watch_batch: int
+
+    @classmethod
+    def of(cls, config: SidecarConfig) -> Limits:
+        """The limits ``max_message_bytes`` sets."""
+        batch = batch_limit(config.limits.max_message_bytes)
+        return cls(
+            batch, event_limit(config.limits.max_message_bytes), min(batch, WATCH_BATCH_BYTES)
+        )
+
+
+def metadata_of(context: Context) -> dict[str, str]:
+    """The call's text metadata (binary values left out), for the run's observers."""
+    return {
+        str(key): value
+        for key, value in (context.invocation_metadata() or ())
+        if isinstance(value, str)
+    }
 
 
 async def abort(context: Context, error: SidecarError) -> NoReturn:

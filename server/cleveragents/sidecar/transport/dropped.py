@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import grpc
 
-from cleveragents.sidecar.runs import LogCursor, Run
+from cleveragents.sidecar.runs import Run, WatchCursor
 from cleveragents.sidecar.transport.calls import Context, end_if_lost
 
 __all__ = ["dropped_reason", "end_if_dropped"]
 
 
-def dropped_reason(cursor: LogCursor, queue_size: int, stall_s: float) -> str | None:
+def dropped_reason(cursor: WatchCursor, queue_size: int, stall_s: float) -> str | None:
     """Why the run dropped the watcher of ``cursor`` (``queue_size`` events behind, or a write
     waiting over ``stall_s``); ``None`` if it did not."""
     if not cursor.dropped or cursor.read_all:  # it was sent the whole log all the same
@@ -22,7 +22,7 @@ def dropped_reason(cursor: LogCursor, queue_size: int, stall_s: float) -> str | 
 
 
 async def end_if_dropped(
-    run: Run, cursor: LogCursor, context: Context, queue_size: int, stall_s: float
+    run: Run, cursor: WatchCursor, context: Context, queue_size: int, stall_s: float
 ) -> None:
     """End a watcher's call: ``RESOURCE_EXHAUSTED`` if its run dropped it."""
     await end_if_lost(run, context)

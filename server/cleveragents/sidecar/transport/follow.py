@@ -24,22 +24,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING
 
 import grpc
 
+from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
-from cleveragents.sidecar.runs import LogCursor, Run
+from cleveragents.sidecar.gateway import Gateway
+from cleveragents.sidecar.runs import Run, WatchCursor
 from cleveragents.sidecar.transport.caller import current_caller
-from cleveragents.sidecar.transport.calls import Context, abort, end_if_lost, read_start
+from cleveragents.sidecar.transport.calls import Context, Limits, abort, end_if_lost, read_start
 from cleveragents.sidecar.transport.dropped import dropped_reason
 from cleveragents.toolruntime.v1 import service_pb2
 from cleveragents.wire import follow_message
 
-if TYPE_CHECKING:
-    from cleveragents.sidecar.transport.service import ToolRuntimeService
-
-__all__ = ["AckWindow", "IdentityWindows", "SharedWindow", "serve"]
+__all__ = ["AckWindow", "FollowRuns", "IdentityWindow", "IdentityWindows"]
 
 #: What a response adds to its frames, at most: a tag byte per frame is counted apart, and
 #: ``ack_requested`` and ``window_bytes`` take up to 12 bytes.
@@ -50,7 +48,7 @@ _ASK_FOR_ACK = b"\x10\x01"
 _FINAL_ACK_STALLS = 10
 
 
-class SharedWindow:
+class IdentityWindow:
     """The unacknowledged bytes of one identity's watchers together, and who waits for room."""
 
     __slots__ = ("_waiting", "identity", "limit", "unacked", "watchers")
@@ -80,21 +78,21 @@ class SharedWindow:
 
 
 class IdentityWindows:
-    """Each identity's :class:`SharedWindow`, while it has watchers."""
+    """Each identity's :class:`IdentityWindow`, while it has watchers."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._windows: dict[str, SharedWindow] = {}
+        self._windows: dict[str, IdentityWindow] = {}
 
-    def join(self, identity: str) -> SharedWindow:
+    def join(self, identity: str) -> IdentityWindow:
         """The window a new watcher of ``identity`` shares (``leave`` it when it ends)."""
         shared = self._windows.get(identity)
         if shared is None:
-            shared = self._windows[identity] = SharedWindow(identity, self.limit)
+            shared = self._windows[identity] = IdentityWindow(identity, self.limit)
         shared.watchers += 1
         return shared
 
-    def leave(self, shared: SharedWindow) -> None:
+    def leave(self, shared: IdentityWindow) -> None:
         """A watcher sharing ``shared`` has ended (its bytes freed first: ``AckWindow.end``)."""
         shared.watchers -= 1
         if shared.watchers <= 0 and self._windows.get(shared.identity) is shared:
@@ -103,13 +101,13 @@ class IdentityWindows:
 
 class AckWindow:
     """The messages written to one watcher and not yet acknowledged, and waits on its acks;
-    ``shared`` is its identity's window, which it counts its bytes in too."""
+    ``together`` is its identity's window, which it counts its bytes in too."""
 
     def __init__(
-        self, window_bytes: int, after_sequence: int, shared: SharedWindow | None = None
+        self, window_bytes: int, after_sequence: int, together: IdentityWindow | None = None
     ) -> None:
         self.window_bytes = window_bytes
-        self.shared = shared
+        self.together = together
         #: Bytes of the messages written but not wholly acknowledged.
         self.unacked = 0
         #: The newest sequence acknowledged, and the newest written (or skipped by the start).
@@ -130,7 +128,7 @@ class AckWindow:
     def fits(self, size: int) -> bool:
         """Whether a message of ``size`` bytes may go now: it fits this watcher's window and
         its identity's."""
-        return self.fits_own(size) and (self.shared is None or self.shared.fits(size))
+        return self.fits_own(size) and (self.together is None or self.together.fits(size))
 
     def wake(self) -> None:
         """Something this watcher waits for has changed."""
@@ -140,8 +138,8 @@ class AckWindow:
         """A message ending at ``last_sequence`` went out (``asked``: asking for an ack)."""
         self._messages.append((last_sequence, size))
         self.unacked += size
-        if self.shared is not None:
-            self.shared.unacked += size
+        if self.together is not None:
+            self.together.unacked += size
         # Deltas go after their sequence, already sent: only an ack asked anew covers them.
         self.unasked_deltas = (self.unasked_deltas or last_sequence == self.sent) and not asked
         self.sent = last_sequence
@@ -163,15 +161,15 @@ class AckWindow:
         while messages and messages[0][0] <= sequence:
             freed += messages.popleft()[1]
         self.unacked -= freed
-        if self.shared is not None and freed:
-            self.shared.free(freed)
+        if self.together is not None and freed:
+            self.together.free(freed)
         self._changed.set()
 
     def end(self) -> None:
         """The watcher has gone: what it had in flight no longer counts for its identity."""
         self._messages.clear()
-        if self.shared is not None and self.unacked:
-            self.shared.free(self.unacked)
+        if self.together is not None and self.unacked:
+            self.together.free(self.unacked)
         self.unacked = 0
 
     def close(self) -> None:
@@ -183,8 +181,8 @@ class AckWindow:
         """Until a message of ``size`` bytes fits."""
         while not self.fits(size):
             self._changed.clear()
-            if self.shared is not None and not self.shared.fits(size):
-                self.shared.wait_for(self)
+            if self.together is not None and not self.together.fits(size):
+                self.together.wait_for(self)
             await self._changed.wait()
 
     @property
@@ -199,45 +197,60 @@ class AckWindow:
             await self._changed.wait()
 
 
-async def serve(service: ToolRuntimeService, context: Context) -> None:
-    """Serve one ``FollowRun`` stream for ``service``."""
-    first = await read_start(context, service_pb2.FollowRunRequest)
-    if first is None:
-        return
-    start, config = first.start, service.config
-    run, cursor = await service.follow(start.run_id, start.after_sequence, context)
-    if start.stream_deltas:
-        run.log.stream_deltas(cursor)
-    window = min(start.window_bytes or config.watch_window_bytes, config.watch_window_bytes)
-    shared = service.follow_windows.join(current_caller().name)
-    flow = AckWindow(window, start.after_sequence, shared)
-    follower = _Follower(service, context, run, cursor, flow)
-    dropped: str | None = None
-    try:
-        async with asyncio.TaskGroup() as group:
-            reading = group.create_task(follower.read_acks())
-            try:
-                dropped = await follower.send()
-                if dropped is not None:
-                    await follower.ask()  # for everything sent: the status comes after it
-                await follower.take_owed_ack()
-            finally:
-                reading.cancel()
-    except BaseExceptionGroup as failure:  # the reader's refusal of an ack
-        error = failure.exceptions[0]
-        if isinstance(error, SidecarError):
-            await abort(context, error)
-        raise error from None
-    finally:
-        service.manager.watchers.unfollow(run, cursor)
-        flow.end()
-        service.follow_windows.leave(shared)
-    await end_if_lost(run, context)
-    if dropped is not None:
-        await context.abort(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"{dropped} and was dropped; reconnect with after_sequence={follower.flow.sent}",
+class FollowRuns:
+    """Serves ``FollowRun`` streams: each asks ``gateway``, within ``config``'s windows."""
+
+    def __init__(self, gateway: Gateway, config: SidecarConfig, limits: Limits) -> None:
+        self.gateway = gateway
+        self.config = config
+        self.limits = limits
+        #: What each identity's watchers have in flight together, bounded.
+        self.windows = IdentityWindows(config.watching.window_bytes_per_identity)
+
+    async def serve(self, context: Context) -> None:
+        """Serve one ``FollowRun`` stream."""
+        first = await read_start(context, service_pb2.FollowRunRequest)
+        if first is None:
+            return
+        start, config, gateway, caller = first.start, self.config, self.gateway, current_caller()
+        try:
+            run, cursor = await gateway.watch(
+                caller, start.run_id, start.after_sequence, deltas=start.stream_deltas
+            )
+        except SidecarError as exc:
+            await abort(context, exc)
+        window = min(
+            start.window_bytes or config.watching.window_bytes, config.watching.window_bytes
         )
+        shared = self.windows.join(caller.name)
+        flow = AckWindow(window, start.after_sequence, shared)
+        follower = _Follower(self, context, run, cursor, flow)
+        dropped: str | None = None
+        try:
+            async with asyncio.TaskGroup() as group:
+                reading = group.create_task(follower.read_acks())
+                try:
+                    dropped = await follower.send()
+                    if dropped is not None:
+                        await follower.ask()  # for everything sent: the status comes after it
+                    await follower.take_owed_ack()
+                finally:
+                    reading.cancel()
+        except BaseExceptionGroup as failure:  # the reader's refusal of an ack
+            error = failure.exceptions[0]
+            if isinstance(error, SidecarError):
+                await abort(context, error)
+            raise error from None
+        finally:
+            gateway.unwatch(run, cursor)
+            flow.end()
+            self.windows.leave(shared)
+        await end_if_lost(run, context)
+        if dropped is not None:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{dropped} and was dropped; reconnect with after_sequence={follower.flow.sent}",
+            )
 
 
 class _Follower:
@@ -245,24 +258,24 @@ class _Follower:
 
     def __init__(
         self,
-        service: ToolRuntimeService,
+        follows: FollowRuns,
         context: Context,
         run: Run,
-        cursor: LogCursor,
+        cursor: WatchCursor,
         flow: AckWindow,
     ) -> None:
-        self.service = service
+        self.follows = follows
         self.context = context
         self.run = run
         self.cursor = cursor
         self.flow = flow
-        self.stall_s = service.config.watcher_stall_s
+        self.stall_s = follows.config.watching.stall_s
 
     async def send(self) -> str | None:
         """Send the run's frames to its end; or why the watcher was dropped."""
         cursor, flow, log = self.cursor, self.flow, self.run.log
         window = flow.window_bytes
-        limit = min(self.service.watch_batch_bytes, window)
+        limit = min(self.follows.limits.watch_batch, window)
         first = True
         while items := await cursor.get_many(limit):
             size = sum(map(len, items)) + len(items) + _TAIL_BYTES
@@ -275,20 +288,17 @@ class _Follower:
                 except TimeoutError:
                     # Gone from the run at once (it no longer counts as following it), though
                     # its call waits a while for the last ack.
-                    watchers = self.service.manager.watchers
-                    watchers.unfollow(self.run, cursor)
-                    shared = flow.shared
+                    gateway, shared = self.follows.gateway, flow.together
                     if flow.fits_own(size) and shared is not None:
-                        watchers.count_dropped(
-                            self.run, f"identity {shared.identity!r} left its window unacknowledged"
-                        )
+                        why = f"identity {shared.identity!r} left its window unacknowledged"
+                        gateway.drop_watcher(self.run, cursor, why)
                         return (
                             f"the FollowRun watchers of identity {shared.identity!r} left "
                             f"{shared.unacked} bytes unacknowledged together, and this one could "
                             f"not send for over {self.stall_s:g} s (the sidecar's "
                             f"watch_window_bytes_per_identity is {shared.limit})"
                         )
-                    watchers.count_dropped(self.run, "it left its window unacknowledged")
+                    gateway.drop_watcher(self.run, cursor, "it left its window unacknowledged")
                     return (
                         f"this watcher left {flow.unacked} bytes unacknowledged (its window "
                         f"is {window}) for over {self.stall_s:g} s"
@@ -303,8 +313,8 @@ class _Follower:
             # Counted first: the client may ack it before this write returns.
             flow.wrote(cursor.cursor, len(message), asked=ask)
             await self.context.write(message)
-        manager, config = self.service.manager, self.service.config
-        return dropped_reason(cursor, manager.watcher_queue_size, config.watcher_stall_s)
+        config = self.follows.config
+        return dropped_reason(cursor, config.watching.queue_size, config.watching.stall_s)
 
     async def take_owed_ack(self) -> None:
         """Before the call ends: the ack asked for, if it comes in time."""

@@ -71,13 +71,13 @@ def open_session(
     ``SidecarError`` (``INVALID_ARGUMENT``) names what is refused. ``frame_limit`` is the
     largest invocation one message to the client may carry; ``pause`` is called between
     tools (in a worker thread, to let the event loop have the GIL)."""
-    declared, cap = len(start.tools), config.max_session_tools
+    declared, cap = len(start.tools), config.limits.max_session_tools
     if declared > cap:
         raise SidecarError.invalid(
             f"start.tools declares {declared} tools, more than this sidecar's "
             f"max_session_tools of {cap}"
         )
-    _check_sizes(start, config.max_schema_bytes)
+    _check_sizes(start, config.limits.max_schema_bytes)
     refuse_large_spec_output(start.spec, config)
     try:
         opening = session_opening_from_pb(start)
@@ -86,15 +86,15 @@ def open_session(
     if opening.request.output is not None:
         pause()
         prepare_output(opening.request.output, config)
-    _check_timeouts(opening.tools, config.max_client_tool_timeout_s)
+    _check_timeouts(opening.tools, config.limits.max_client_tool_timeout_s)
     costs = _check_costs(opening.tools, config, pause)
     host = ClientHost(
-        config.default_tool_timeout_s,
+        config.limits.default_tool_timeout_s,
         incremental_messages=opening.incremental_messages,
-        llm_timeout_s=config.client_llm_timeout_s,
+        llm_timeout_s=config.limits.client_llm_timeout_s,
         max_message_bytes=frame_limit,
     )
-    steps = config.max_validation_steps
+    steps = config.limits.max_validation_steps
     caps = [steps // cost if cost > _CHEAP_EXPANSION else None for cost in costs]
     try:
         host.prepare_tools(opening.tools, caps, pause)
@@ -133,12 +133,12 @@ def _check_costs(
         try:
             cost = measure_schema(
                 spec.input_schema,
-                max_depth=config.max_schema_depth,
-                max_expansion=config.max_schema_expansion,
+                max_depth=config.limits.max_schema_depth,
+                max_expansion=config.limits.max_schema_expansion,
             )
         except SchemaCostError as exc:
             limit = exc.limit
-            why = f" (this sidecar's {limit} is {getattr(config, limit)})" if limit else ""
+            why = f" (this sidecar's {limit} is {config.setting(limit)})" if limit else ""
             raise SidecarError.invalid(
                 f"start.tools[{index}] ({_short(spec.name)!r}) has an input_schema that {exc}{why}"
             ) from None

@@ -33,7 +33,7 @@ def refuse_large_spec_output(spec: types_pb2.RunSpec, config: SidecarConfig) -> 
     """``INVALID_ARGUMENT`` for a spec whose output schema text is over ``max_schema_bytes``
     (measured without parsing it)."""
     text = spec.output_schema.schema
-    if len(text) > config.max_schema_bytes // 4:
+    if len(text) > config.limits.max_schema_bytes // 4:
         refuse_large_output(len(text.encode("utf-8", "replace")), config)
 
 
@@ -50,7 +50,11 @@ def checked_request(spec: types_pb2.RunSpec, config: SidecarConfig) -> RunReques
     if request.output is None:
         return request
     pb = spec.output_schema
-    limits = (config.max_schema_depth, config.max_schema_expansion, config.max_validation_steps)
+    limits = (
+        config.limits.max_schema_depth,
+        config.limits.max_schema_expansion,
+        config.limits.max_validation_steps,
+    )
     key = (pb.name, pb.schema, pb.description, *limits)
     known = _PREPARED.get(key)
     if known is not None:

@@ -14,22 +14,21 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import running_loop_name
+from cleveragents.sidecar.fleet.setup import directory_for, store_for
+from cleveragents.sidecar.gateway import NO_LAZY_TOOLS, Gateway
 from cleveragents.sidecar.llm_profiles import close_provider_clients
 from cleveragents.sidecar.runs import RunManager, RunObserver
-from cleveragents.sidecar.runs.stores import share, store_for
 from cleveragents.sidecar.secrets import known_secrets
 from cleveragents.sidecar.tool_sources import default_registry
 from cleveragents.sidecar.transport.access import (
+    check_console_policy,
     check_listen_policy,
+    console_tls,
     refuse_live_unix_socket,
     server_credentials,
 )
 from cleveragents.sidecar.transport.auth import AuthInterceptor
-from cleveragents.sidecar.transport.credentials import (
-    Credentials,
-    read_credentials,
-    token_values,
-)
+from cleveragents.sidecar.transport.credentials import Credentials, read_credentials, token_values
 from cleveragents.sidecar.transport.handlers import SERVICE_NAME, generic_handler
 from cleveragents.sidecar.transport.health import BoundedHealthServicer
 from cleveragents.sidecar.transport.rejections import Rejections
@@ -41,8 +40,9 @@ if TYPE_CHECKING:  # imported at run time only when tracing or metrics are on
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
     from opentelemetry.trace import TracerProvider
 
+    from cleveragents.sidecar.console import Console
     from cleveragents.sidecar.mcp import McpServers
-    from cleveragents.sidecar.observability.metrics import MetricsObserver, MetricsServer
+    from cleveragents.sidecar.observability.metrics import MetricsObserver
     from cleveragents.sidecar.observability.tracing import TracingObserver
 
 __all__ = ["Sidecar"]
@@ -65,10 +65,12 @@ class Sidecar:
     With ``config.tracing``, runs are traced (``observability.tracing``) into
     ``tracer_provider``, else the global provider if the application set one, else an SDK
     provider configured by the standard ``OTEL_*`` variables, which the sidecar then owns and
-    shuts down (flushing its spans) in :meth:`stop`. With ``config.metrics_listen``, Prometheus
+    shuts down (flushing its spans) in :meth:`stop`. With ``config.metrics.listen``, Prometheus
     metrics (``observability.metrics``) are served there (behind the auth token, when there is
-    one and ``metrics_require_token``); ``metrics_port`` is the port bound.
-    Neither OpenTelemetry nor prometheus_client is imported when they are off.
+    one and ``metrics_require_token``); ``metrics_port`` is the port bound. With
+    ``config.console.listen``, the run console (``console``) is served there, over the gateway,
+    to the same identities; ``console_url`` is its address once started.
+    Neither OpenTelemetry, prometheus_client nor aiohttp is imported when they are off.
     """
 
     def __init__(
@@ -83,7 +85,9 @@ class Sidecar:
         self.tracing: TracingObserver | None = None
         self.metrics: MetricsObserver | None = None
         self.metrics_port: int | None = None
-        self._metrics_server: MetricsServer | None = None
+        self.console: Console | None = None
+        #: The run console's address once serving (``""``: off).
+        self.console_url = ""
         self._owned_tracer_provider: SdkTracerProvider | None = None
         observers: list[RunObserver] = []
         if config.tracing:
@@ -93,76 +97,143 @@ class Sidecar:
                 tracer_provider = self._owned_tracer_provider = telemetry.sdk_tracer_provider()
             self.tracing = telemetry.TracingObserver(tracer_provider, config.all_profiles())
             observers.append(self.tracing)
-        if config.metrics_listen:
+        if config.metrics.listen:
             from cleveragents.sidecar.observability import metrics
 
-            metrics.parse_listen(config.metrics_listen)  # a bad address fails here, not later
+            metrics.parse_listen(config.metrics.listen)  # a bad address fails here, not later
             self.metrics = metrics.MetricsObserver()
             observers.append(self.metrics)
         self.manager = RunManager(
-            max_concurrent_runs=config.max_concurrent_runs,
-            max_finished_runs=config.max_finished_runs,
-            finished_run_ttl_s=config.finished_run_ttl_s,
-            max_finished_run_bytes=config.max_finished_run_bytes,
-            watcher_queue_size=config.watcher_queue_size,
-            store=(store := store_for(config)),
+            max_concurrent_runs=config.limits.max_concurrent_runs,
+            max_finished_runs=config.retention.max_runs,
+            finished_run_ttl_s=config.retention.ttl_s,
+            max_finished_run_bytes=config.retention.max_bytes,
+            watcher_queue_size=config.watching.queue_size,
+            store=store_for(config),
             observers=observers,
-            frame_limit=event_limit(config.max_message_bytes),
+            frame_limit=event_limit(config.limits.max_message_bytes),
             session_reattach_s=config.session_reattach_s,
             policy_of=lambda name: config.policies.get(name) if name else config.policy,
         )
-        share(store, self.manager)
+        #: Where each run lives: here, or (a fleet) on another sidecar sharing the store.
+        self.directory = directory_for(config, self.manager)
         #: Calls refused for their credentials (counted, and logged at most once an interval).
-        self.rejections = Rejections(config.auth_reject_log_interval_s)
+        self.rejections = Rejections(config.auth.reject_log_interval_s)
         if self.metrics is not None:
             self.metrics.track(self.manager, self.rejections)
-            if (fleet := getattr(store, "fleet", None)) is not None:  # a shared (Redis) store
-                self.metrics.track_fleet(fleet.counts)
-        self.service = ToolRuntimeService(config, self.registry, self.manager)
+            if (lease := getattr(self.manager.store, "lease", None)) is not None:  # a fleet
+                self.metrics.track_fleet(lease.counts)
         #: The MCP servers' connections; the ``mcp`` SDK is imported only when one is set.
         self.mcp: McpServers | None = None
         if config.mcp_servers:
             from cleveragents.sidecar.mcp import McpServers
 
             self.mcp = McpServers(config, self.registry)
-            self.service.tool_origins = self.mcp.origins
-            self.service.tools_wanted = self.mcp.wanted
             if self.metrics is not None:
                 self.metrics.track_mcp(self.mcp.states)
-        self.health = BoundedHealthServicer(config.max_health_watchers)
+        #: What the sidecar does for a caller, in plain values: the RPCs call it.
+        self.gateway = Gateway(
+            config, self.registry, self.manager, self.directory, self.mcp or NO_LAZY_TOOLS
+        )
+        self.service = ToolRuntimeService(config, self.gateway)
+        self.health = BoundedHealthServicer(config.limits.max_health_watchers)
         self.address = ""
         self._server: grpc.aio.Server | None = None
-        self._health_task: asyncio.Task[None] | None = None
-        self._sweep_task: asyncio.Task[None] | None = None
+        #: What the start began, undone in reverse by ``stop`` (``None``: not serving).
+        self._running: contextlib.AsyncExitStack | None = None
+        #: The grace period of the stop under way.
+        self._grace = config.process.shutdown_grace_s
 
     async def start(self) -> str:
         """Bind the configured address and start serving; returns the address bound.
 
         The eager MCP servers are connected first: one that cannot start is a ``ConfigError``
-        before anything listens.
+        before anything listens. Each step that starts something puts its undo on one exit
+        stack: a start that fails undoes what it began (in reverse), and ``stop`` unwinds the
+        same stack. The runs a failed start took back are left as a crash leaves them: not
+        ended, to be taken back again (with a fleet: adopted at once, its lease gone).
         """
-        if self.mcp is None:
-            return await self._start()
-        await self.mcp.start()
-        try:
-            return await self._start()
-        except BaseException:
-            await self.mcp.stop()
-            raise
+        async with contextlib.AsyncExitStack() as stack:
+            await self._start(stack)
+            self._running = stack.pop_all()
+        return self.address
 
-    async def _start(self) -> str:
-        size = self.config.max_message_bytes
-        refuse_live_unix_socket(self.config.listen)
-        identities = read_credentials(self.config)
-        self.service.assembler.secrets = known_secrets(self.config, token_values(self.config))
-        resumer = self.service if self.config.resume_runs and self.config.event_store else None
-        restored = self.manager.open(resumer)
-        await self.manager.settle()
-        credentials = server_credentials(self.config)
-        listen = self.config.listen
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        config = self.config
+        if self.mcp is not None:
+            await self.mcp.start()
+            stack.push_async_callback(self.mcp.stop)
+        refuse_live_unix_socket(config.listen)
+        identities = read_credentials(config)
+        credentials = server_credentials(config)
         check_listen_policy(
-            listen, authenticated=identities.required, encrypted=credentials is not None
+            config.listen, authenticated=identities.required, encrypted=credentials is not None
         )
+        self.gateway.assembler.secrets = known_secrets(config, token_values(config))
+        resumer = self.gateway if config.store.resume_runs and config.store.url else None
+        restored = self.manager.open(resumer)
+        stack.push_async_callback(self._close_runs)
+        await self.manager.settle()
+        await stack.enter_async_context(self.directory.serving())
+        self._server = await self._serve(identities, credentials)
+        stack.push_async_callback(self._stop_serving)
+        if self.metrics is not None:
+            from cleveragents.sidecar.observability.metrics import MetricsServer
+
+            guarded = identities.required and config.metrics.require_token
+            metrics_server = MetricsServer(
+                self.metrics.registry,
+                config.metrics.listen,
+                authorized=(lambda h: identities.by_token(h) is not None) if guarded else None,
+            )
+            self.metrics_port = await metrics_server.start()
+            stack.push_async_callback(metrics_server.stop)
+        if config.console.listen:  # stopped after the drain: its pages see the runs end
+            await self._start_console(stack, identities)
+        stack.push_async_callback(self._drain)
+        await self._set_health()
+        for task in (
+            asyncio.create_task(self._follow_store(), name="store-health"),
+            asyncio.create_task(self._drop_stalled(), name="stalled-watchers"),
+        ):
+            stack.push_async_callback(_cancelled, task)
+        log.info(
+            "sidecar listening",
+            address=self.address,
+            tools=self.registry.names(),
+            runs=restored,
+            tracing=self.tracing is not None,
+            metrics_port=self.metrics_port,
+            console=self.console_url or None,
+            event_loop=running_loop_name(),
+            **_access_summary(config, identities, tls=credentials is not None),
+        )
+
+    async def _start_console(
+        self, stack: contextlib.AsyncExitStack, identities: Credentials
+    ) -> None:
+        """Serve the run console (aiohttp is imported here, and only here)."""
+        listen = self.config.console.listen
+        check_console_policy(listen, authenticated=identities.required)
+        from cleveragents.sidecar.console import Console
+
+        console = Console(
+            self.gateway, self.config, identities, self.rejections, console_tls(self.config)
+        )
+        self.console_url = await console.start()
+        self.console = console
+        stack.push_async_callback(self._stop_console)
+
+    async def _stop_console(self) -> None:
+        console, self.console = self.console, None
+        if console is not None:
+            await console.stop()
+
+    async def _serve(
+        self, identities: Credentials, credentials: grpc.ServerCredentials | None
+    ) -> grpc.aio.Server:
+        """The gRPC server, bound to ``listen`` and serving; ``ConfigError`` if it cannot."""
+        size, listen = self.config.limits.max_message_bytes, self.config.listen
         server = grpc.aio.server(
             interceptors=(
                 [AuthInterceptor(identities, self.rejections)] if identities.required else None
@@ -204,7 +275,6 @@ class Sidecar:
         finally:
             if previous_umask is not None:
                 os.umask(previous_umask)
-        self._server = server
         if unix:
             path = listen.removeprefix("unix:").removeprefix("//")
             os.chmod(path, 0o600)
@@ -212,35 +282,7 @@ class Sidecar:
         else:
             host = listen.rsplit(":", 1)[0]
             self.address = f"{host}:{port}"
-        if self.metrics is not None:
-            from cleveragents.sidecar.observability.metrics import MetricsServer
-
-            guarded = identities.required and self.config.metrics_require_token
-            metrics_server = MetricsServer(
-                self.metrics.registry,
-                self.config.metrics_listen,
-                authorized=(lambda h: identities.by_token(h) is not None) if guarded else None,
-            )
-            try:
-                self.metrics_port = await metrics_server.start()
-            except ConfigError:
-                await server.stop(None)
-                raise
-            self._metrics_server = metrics_server
-        await self._set_health()
-        self._health_task = asyncio.create_task(self._follow_store(), name="store-health")
-        self._sweep_task = asyncio.create_task(self._drop_stalled(), name="stalled-watchers")
-        log.info(
-            "sidecar listening",
-            address=self.address,
-            tools=self.registry.names(),
-            runs=restored,
-            tracing=self.tracing is not None,
-            metrics_port=self.metrics_port,
-            event_loop=running_loop_name(),
-            **_access_summary(self.config, identities, tls=credentials is not None),
-        )
-        return self.address
+        return server
 
     def hurry(self) -> None:
         """Cut short the grace period of a :meth:`stop` under way: live runs are cancelled
@@ -250,33 +292,41 @@ class Sidecar:
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop accepting runs, let live ones finish within the grace period, cancel the rest.
 
-        Every run ends with its terminal event; streams get a moment to deliver it.
+        Every run ends with its terminal event; streams get a moment to deliver it. Then
+        what the sidecar holds from its construction goes too (provider clients, the tracer
+        provider it owns).
         """
-        grace = self.config.shutdown_grace_s if grace_s is None else grace_s
-        for task in (self._health_task, self._sweep_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._health_task = self._sweep_task = None
-        await self.health.enter_graceful_shutdown()
-        log.info("sidecar stopping", live_runs=self.manager.live_count, grace_s=grace)
-        await self.manager.drain(grace)
-        if self._server is not None:
-            await self._server.stop(min(grace, 2.0))
-        await self.manager.close()
-        if self.mcp is not None:
-            await self.mcp.stop()
+        self._grace = self.config.process.shutdown_grace_s if grace_s is None else grace_s
+        running, self._running = self._running, None
+        if running is not None:
+            await running.aclose()
         self.service.close()
         await close_provider_clients()
-        if self._metrics_server is not None:
-            await self._metrics_server.stop()
-            self._metrics_server = None
         if self._owned_tracer_provider is not None:
             # Flushes the spans still batched; blocking (an export), so off the event loop.
             await asyncio.to_thread(self._owned_tracer_provider.shutdown)
             self._owned_tracer_provider = None
         log.info("sidecar stopped")
+
+    async def _drain(self) -> None:
+        """The start of a stop: health says so, runs finish within the grace period (the
+        rest are cancelled), and each ends with its terminal event."""
+        await self.health.enter_graceful_shutdown()
+        log.info("sidecar stopping", live_runs=self.manager.live_count, grace_s=self._grace)
+        await self.manager.drain(self._grace)
+
+    async def _stop_serving(self) -> None:
+        """Stop the gRPC server, giving its streams a moment to deliver their last events."""
+        if self._server is not None:
+            await self._server.stop(min(self._grace, 2.0))
+
+    async def _close_runs(self) -> None:
+        """Close the run store: cleanly once every run ended; after a failed start, the runs
+        it took back are left live, as a crash leaves them."""
+        left = await self.manager.abandon(
+            "the sidecar failed to start; the run waits for a restart"
+        )
+        await self.manager.close(clean=left == 0)
 
     async def _set_health(self) -> None:
         """``SERVING`` while the run store writes, ``NOT_SERVING`` while it fails."""
@@ -301,7 +351,7 @@ class Sidecar:
 
     async def _drop_stalled(self) -> None:
         """Drop, every so often, the watchers stuck in a write for ``watcher_stall_s``."""
-        stall_s = self.config.watcher_stall_s
+        stall_s = self.config.watching.stall_s
         while True:
             await asyncio.sleep(min(1.0, stall_s / 4))
             try:
@@ -333,6 +383,13 @@ def _access_summary(config: SidecarConfig, identities: Credentials, *, tls: bool
     return {
         "auth": " and ".join(ways) if ways else "off (every caller is 'default', with every role)",
         "identities": identities.identities(),
-        "tls": ("mutual" if config.tls_client_ca_file else "on") if tls else "off",
+        "tls": ("mutual" if config.tls.client_ca_file else "on") if tls else "off",
         "sandbox_roots": list(config.sandbox_roots) or "none (no run may name a sandbox_root)",
     }
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait for it to end."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

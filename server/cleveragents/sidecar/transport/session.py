@@ -10,23 +10,27 @@ for the client to re-attach (``reattach``), when the run waits on that client.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+import concurrent.futures
+from typing import Any
 
 import grpc
 
+from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.gateway import Gateway, Reattach
+from cleveragents.sidecar.gateway.sessions import DEADLINE_SLACK_S, Opened
 from cleveragents.sidecar.hosted import ClientHost
-from cleveragents.sidecar.runs import FrameQueue, Run
+from cleveragents.sidecar.runs import Run, StreamQueue
 from cleveragents.sidecar.transport.caller import current_caller
 from cleveragents.sidecar.transport.calls import (
-    DEADLINE_SLACK_S,
     Context,
+    Limits,
     abort,
     end_if_lost,
+    metadata_of,
     read_start,
 )
 from cleveragents.sidecar.transport.opening import read_opening
-from cleveragents.sidecar.transport.reattach import reattach, session_gone
 from cleveragents.toolruntime.v1 import session_pb2
 from cleveragents.wire import (
     LlmAnswer,
@@ -36,94 +40,112 @@ from cleveragents.wire import (
     tool_answer_from_pb,
 )
 
-if TYPE_CHECKING:
-    from cleveragents.sidecar.transport.service import ToolRuntimeService
-
-__all__ = ["serve"]
+__all__ = ["Sessions"]
 
 #: How long after the end of a client's messages its call must end for that end to count as
 #: the client going away (it may re-attach) rather than a half-close (the run is cancelled).
 _HALF_CLOSE_GRACE_S = 1.0
 
 
-async def serve(service: ToolRuntimeService, context: Context) -> None:
-    """Serve one ``Session`` stream for ``service``."""
-    first = await read_start(context, session_pb2.SessionRequest)
-    if first is None:
-        return
-    start = first.start
-    hosts = bool(start.tools) or start.client_llm
-    try:
-        if start.handles_approvals:
-            _check_self_approval(service)
-        if start.reattach_run_id:
-            run, host = await reattach(service, start)
-        else:
-            opening, host = await read_opening(
-                start, service.config, service.frame_limit, service.openings
-            )
-            request = opening.request
-            await service.want_tools(request.tool_names, no_server_tools=request.no_server_tools)
-            await service.claim_id(opening.request.run_id)
-            run = service.start_run(
-                opening.request,
-                context,
-                sink=host.outbox,
-                host=host,
-                client_tools=opening.tools,
-                client_llm=opening.client_llm,
-                answers_approvals=opening.handles_approvals,
-                spec_bytes=start.spec.ByteSize(),
-            )
-            host.attach(run.log)
-    except SidecarError as exc:
-        await abort(context, exc)
-    if host is not None and start.stream_deltas:
-        run.log.stream_deltas(host.outbox)
-    limit = service.batch_limit if start.batch_events else 0
-    if host is None:  # re-attached to a run that has ended: the rest of its log
-        ended = FrameQueue()
-        for item in run.log.frames[start.after_sequence :]:
-            ended.push(item)
-        ended.close()
-        while items := await ended.get_many(limit):
-            for message in session_messages(items):
-                await context.write(message)
-        return
-    await _pump(service, context, run, host, hosts, limit)
+class Sessions:
+    """Serves ``Session`` streams: each asks ``gateway``; ``openings`` parse large schemas."""
 
+    def __init__(
+        self,
+        gateway: Gateway,
+        config: SidecarConfig,
+        limits: Limits,
+        openings: concurrent.futures.Executor,
+    ) -> None:
+        self.gateway = gateway
+        self.config = config
+        self.limits = limits
+        self.openings = openings
 
-async def _pump(
-    service: ToolRuntimeService,
-    context: Context,
-    run: Run,
-    host: ClientHost,
-    hosts: bool,
-    limit: int,
-) -> None:
-    """Write the run's frames and invocations while a reader hands the client's answers on."""
-    reader = _Reader(service, context, host, run, hosts, DEADLINE_SLACK_S)
-    finished = False
-    try:
-        async with asyncio.TaskGroup() as group:
-            reading = group.create_task(reader.read())
-            try:
-                while items := await host.outbox.get_many(limit):
-                    for message in session_messages(items):
-                        await context.write(message)
-                finished = True
-            finally:
-                reading.cancel()
-    except BaseExceptionGroup as failure:  # the writer's own error, not a group's
-        raise failure.exceptions[0] from None
-    finally:
-        # Nobody reads the outbox any more: no frames for it, and its approvals go unanswered.
-        run.log.unsubscribe(host.outbox)
-        if not finished:
-            session_gone(service, run, host, context, hosts)
-    if host.violation is not None:
-        await abort(context, host.violation)
-    await end_if_lost(run, context)
+    async def serve(self, context: Context) -> None:
+        """Serve one ``Session`` stream."""
+        first = await read_start(context, session_pb2.SessionRequest)
+        if first is None:
+            return
+        start, caller, gateway = first.start, current_caller(), self.gateway
+        hosts = bool(start.tools) or start.client_llm
+        try:
+            if start.handles_approvals:
+                gateway.check_self_approval(caller)
+            if start.reattach_run_id:
+                run, host = await gateway.reattach(caller, self._reattach(start))
+            else:
+                opening, host = await self._open(start)
+                run = await gateway.start(
+                    caller,
+                    opening.request,
+                    deadline_s=context.time_remaining(),
+                    metadata=metadata_of(context),
+                    sink=host.outbox,
+                    host=host,
+                    client_tools=opening.tools,
+                    client_llm=opening.client_llm,
+                    answers_approvals=opening.handles_approvals,
+                    spec_bytes=start.spec.ByteSize(),
+                )
+                host.attach(run.log)
+        except SidecarError as exc:
+            await abort(context, exc)
+        if host is not None and start.stream_deltas:
+            run.log.stream_deltas(host.outbox)
+        limit = self.limits.batch if start.batch_events else 0
+        if host is None:  # re-attached to a run that has ended: the rest of its log
+            ended = StreamQueue()
+            for item in run.log.frames[start.after_sequence :]:
+                ended.push(item)
+            ended.close()
+            while items := await ended.get_many(limit):
+                for message in session_messages(items):
+                    await context.write(message)
+            return
+        await self._pump(context, run, host, hosts, limit)
+
+    async def _open(self, start: session_pb2.SessionStart) -> Opened:
+        return await read_opening(start, self.config, self.limits.frame, self.openings)
+
+    def _reattach(self, start: session_pb2.SessionStart) -> Reattach:
+        """The re-attach ``start`` asks for, as the gateway takes it."""
+
+        async def open_for(prompt: str) -> Opened:
+            if not start.spec.prompt:  # the spec is the run's own; only the tools are new
+                start.spec.prompt = prompt
+            return await self._open(start)
+
+        names = tuple(tool.name for tool in start.tools)
+        return Reattach(start.reattach_run_id, start.after_sequence, names, open_for)
+
+    async def _pump(
+        self, context: Context, run: Run, host: ClientHost, hosts: bool, limit: int
+    ) -> None:
+        """Write the run's frames and invocations while a reader hands the client's answers
+        on."""
+        reader = _Reader(self.gateway, self.config, context, host, run, hosts)
+        finished = False
+        try:
+            async with asyncio.TaskGroup() as group:
+                reading = group.create_task(reader.read())
+                try:
+                    while items := await host.outbox.get_many(limit):
+                        for message in session_messages(items):
+                            await context.write(message)
+                    finished = True
+                finally:
+                    reading.cancel()
+        except BaseExceptionGroup as failure:  # the writer's own error, not a group's
+            raise failure.exceptions[0] from None
+        finally:
+            # Nobody reads the outbox any more: no frames for it, its approvals go unanswered.
+            run.log.unsubscribe(host.outbox)
+            if not finished:
+                self.gateway.session_gone(run, host, context.time_remaining(), hosts)
+        if host.violation is not None:
+            await abort(context, host.violation)
+        await end_if_lost(run, context)
 
 
 async def _went_away(context: Context) -> bool:
@@ -148,44 +170,45 @@ class _Reader:
 
     def __init__(
         self,
-        service: ToolRuntimeService,
+        gateway: Gateway,
+        config: SidecarConfig,
         context: Context,
         host: ClientHost,
         run: Run,
         hosts: bool,
-        slack_s: float,
     ) -> None:
-        self.service = service
+        self.gateway = gateway
+        self.config = config
         self.context = context
         self.host = host
         self.run = run
         self.hosts = hosts
-        self.slack_s = slack_s
 
     async def read(self) -> None:
         """Hand each message to the run; a violation cancels it and ends the reading."""
-        run, host, manager = self.run, self.host, self.service.manager
+        run, host, gateway = self.run, self.host, self.gateway
         while True:
             message = await self.context.read()
             if message is grpc.aio.EOF:
                 remaining = self.context.time_remaining()
-                at_deadline = remaining is not None and remaining <= self.slack_s
+                at_deadline = remaining is not None and remaining <= DEADLINE_SLACK_S
                 if self.hosts and not run.ended and not at_deadline:
-                    if manager.parked.window_s > 0 and await _went_away(self.context):
+                    waits = self.config.session_reattach_s > 0
+                    if waits and await _went_away(self.context):
                         return  # not a half-close: ``session_gone`` lets the run wait
-                    manager.cancel(run, "the client closed its side of the session")
+                    gateway.stop(run, "the client closed its side of the session")
                 return
             try:
                 self._handle(message)
             except SidecarError as exc:
                 run.logger.warning("session protocol error", error=exc.message)
                 host.violation = exc
-                manager.cancel(run, f"session protocol error: {exc.message}")
+                gateway.stop(run, f"session protocol error: {exc.message}")
                 return
 
     def _llm_answer(self, result: session_pb2.LlmResult) -> LlmAnswer:
         """The client LLM's answer; one asking for too many calls is not even converted."""
-        cap = self.service.config.max_calls_per_response
+        cap = self.config.limits.max_calls_per_response
         if len(result.tool_calls) > cap:
             return LlmAnswer(
                 result.request_id,
@@ -207,7 +230,7 @@ class _Reader:
         elif kind == "llm_result":
             host.resolve_llm(self._llm_answer(message.llm_result))
         elif kind == "cancel":
-            self.service.manager.cancel(run, message.cancel.reason or "cancelled by the client")
+            self.gateway.stop(run, message.cancel.reason or "cancelled by the client")
         elif kind == "approval_decision":
             decision = message.approval_decision
             if run.approvals is None:  # pragma: no cover - every run has a broker
@@ -219,16 +242,3 @@ class _Reader:
             raise SidecarError.out_of_order("the session has already started")
         else:
             raise SidecarError.invalid("empty SessionRequest: set one of its fields")
-
-
-def _check_self_approval(service: ToolRuntimeService) -> None:
-    """``PERMISSION_DENIED`` for a Session that would answer its own run's approvals under a
-    policy that forbids it: before its run starts, rather than leave its answers refused."""
-    policy = service.config.policy_named(current_caller().policy)
-    if not policy.self_approval:
-        raise SidecarError.denied(
-            f"start.handles_approvals: {policy.where}.self_approval = false, so this "
-            "identity may not decide the approvals of the runs it starts; leave "
-            "handles_approvals unset and let an identity with the approver or admin role "
-            "decide them (DecideApproval, `cleveragents-sidecar approve`)"
-        )

@@ -11,7 +11,7 @@ so a resumed run counts its retries as the live one did.
 
 from __future__ import annotations
 
-from cleveragents.tool.loop.run_state import RunState
+from cleveragents.tool.loop.loop_state import LoopState
 from cleveragents.tool.messages import LLMResponse, Message, Role
 from cleveragents.tool.output import OutputSchema
 from cleveragents.tool.records import StopReason, ToolCallRunResult
@@ -19,7 +19,7 @@ from cleveragents.tool.records import StopReason, ToolCallRunResult
 __all__ = ["FinalAnswers", "final_answers", "refused", "settle"]
 
 
-def refused(state: RunState, response: LLMResponse) -> ToolCallRunResult:
+def refused(state: LoopState, response: LLMResponse) -> ToolCallRunResult:
     """The result of a run whose model refused to answer."""
     return state.result(StopReason.REFUSAL, content=response.refusal or "the model refused")
 
@@ -34,7 +34,7 @@ def final_answers(output: OutputSchema | None, max_retries: int) -> FinalAnswers
 
 
 def settle(
-    answers: FinalAnswers | None, state: RunState, response: LLMResponse
+    answers: FinalAnswers | None, state: LoopState, response: LLMResponse
 ) -> ToolCallRunResult | None:
     """How ``response`` (without tool calls) ends the run: ``answers.settle`` with an output
     schema, else a refusal or the final answer."""
@@ -58,7 +58,7 @@ class FinalAnswers:
         self.output = output.prepare()
         self.max_retries = max_retries
 
-    def settle(self, state: RunState, response: LLMResponse) -> ToolCallRunResult | None:
+    def settle(self, state: LoopState, response: LLMResponse) -> ToolCallRunResult | None:
         """The run's result if ``response`` (without tool calls) ends it; ``None`` when it
         went back to the model, whose next answer the loop asks for."""
         if response.refusal is not None:

@@ -23,7 +23,7 @@ from cleveragents.tool.errors import LLMCallError
 from cleveragents.tool.events import EventSink, LLMDelta
 from cleveragents.tool.llm import LLMCaller
 from cleveragents.tool.loop.checks import response_problem
-from cleveragents.tool.loop.run_state import RunState
+from cleveragents.tool.loop.loop_state import LoopState
 from cleveragents.tool.messages import LLMRequest, LLMResponse, ResponseDelta, StructuredRequest
 from cleveragents.tool.output import OutputSchema
 from cleveragents.tool.records import StopReason
@@ -79,7 +79,7 @@ class DeltaRelay:
 async def call_llm(
     caller: LLMCaller,
     is_async: bool,
-    state: RunState,
+    state: LoopState,
     tools: Sequence[Mapping[str, Any]],
     iteration: int,
     emit: EventSink,

@@ -2,7 +2,7 @@
 
 A run's log holds what its loop needs to go on after a restart: the prompt, every LLM
 response (with the provider's reasoning items, passed back on the next turn), every tool
-record. ``replay`` folds those events into a fresh ``RunState`` (the
+record. ``replay`` folds those events into a fresh ``LoopState`` (the
 same messages the loop had built) and says where the loop takes over: the batch of calls the
 last response asked for, if some have no record yet, and whether the run had already ended.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cleveragents.tool.budget import RunBudget
 from cleveragents.tool.events import (
@@ -23,9 +24,12 @@ from cleveragents.tool.events import (
 )
 from cleveragents.tool.loop.batch import feedback
 from cleveragents.tool.loop.final import FinalAnswers, refused
-from cleveragents.tool.loop.run_state import RunState
+from cleveragents.tool.loop.loop_state import LoopState
 from cleveragents.tool.messages import LLMRefusal, LLMResponse, ToolCall
 from cleveragents.tool.records import StopReason, ToolCallRecord, ToolCallRunResult
+
+if TYPE_CHECKING:
+    from cleveragents.tool.execution.registry import ToolRegistry
 
 __all__ = ["INTERRUPTED", "PendingBatch", "Replayed", "Resumption", "replay"]
 
@@ -76,6 +80,17 @@ class PendingBatch:
             if c.id in self.started and c.id not in self.records and c.id not in self.asked
         ]
 
+    def interrupted(self, registry: ToolRegistry) -> list[str]:
+        """The calls in flight at the stop whose tools are not declared idempotent: they do
+        not run again, and end with a failed record (``INTERRUPTED``) the model sees."""
+        names = {call.id: call.name for call in self.calls}
+        out = []
+        for call_id in self.in_flight():
+            entry = registry.get(names[call_id])
+            if entry is None or not entry.spec.idempotent:
+                out.append(call_id)
+        return out
+
 
 @dataclass(slots=True)
 class Replayed:
@@ -92,7 +107,7 @@ class Replayed:
 
 def replay(
     events: Sequence[RunEvent],
-    state: RunState,
+    state: LoopState,
     *,
     route: Callable[[ToolCall], ToolCall],
     budget: RunBudget,
@@ -123,7 +138,7 @@ def replay(
 
 def _responded(
     event: LLMResponded,
-    state: RunState,
+    state: LoopState,
     out: Replayed,
     route: Callable[[ToolCall], ToolCall],
     budget: RunBudget,
@@ -159,7 +174,7 @@ def _responded(
     out.batch = PendingBatch(calls, event.iteration, allowed, refusal, stop)
 
 
-def _finish(state: RunState, out: Replayed) -> None:
+def _finish(state: LoopState, out: Replayed) -> None:
     """Feed a batch whose calls all ended back to the model, as the loop did."""
     batch = out.batch
     if batch is None or any(c.id not in batch.records for c in batch.calls):

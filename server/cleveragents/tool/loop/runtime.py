@@ -2,7 +2,8 @@
 
 The loop is async at heart (:meth:`arun_tool_loop`); :meth:`run_tool_loop` blocks and
 :meth:`stream_tool_loop` yields events. Tool execution lives in ``execution/runner.py``, one
-response's calls in ``batch.py`` and the per-run bookkeeping in ``run_state.py``. Each
+response's calls in ``batch.py``, the per-run bookkeeping in ``loop_state.py`` and a log's
+replay in ``resume.py``; a resumed run's loop is this one, entered where its log stops. Each
 iteration costs the same however long the history: nothing here walks the conversation.
 """
 
@@ -24,6 +25,7 @@ from cleveragents.tool.events import (
     RunCompleted,
     RunEvent,
     RunFailed,
+    RunResumed,
     RunStarted,
 )
 from cleveragents.tool.execution.registry import ToolRegistry
@@ -36,9 +38,8 @@ from cleveragents.tool.loop.event_channel import EventChannel
 from cleveragents.tool.loop.final import final_answers, settle
 from cleveragents.tool.loop.gate import CallGate
 from cleveragents.tool.loop.llm_call import call_llm, run_limit
-from cleveragents.tool.loop.resume import Resumption
-from cleveragents.tool.loop.resumed import resume_loop
-from cleveragents.tool.loop.run_state import RunState
+from cleveragents.tool.loop.loop_state import LoopState
+from cleveragents.tool.loop.resume import INTERRUPTED, Resumption, replay
 from cleveragents.tool.loop.summary import summarize
 from cleveragents.tool.loop.yield_timer import YieldTimer
 from cleveragents.tool.messages import LLMResponse, Message, Role, ToolCall
@@ -230,7 +231,7 @@ class ToolCallingRuntime:
         emit: EventSink,
         resume: Resumption | None = None,
     ) -> ToolCallRunResult:
-        state = RunState(run_id, context if context is not None else ToolActorContext())
+        state = LoopState(run_id, context if context is not None else ToolActorContext())
         if self.profile is not None:
             state.gate = CallGate(
                 self.profile,
@@ -293,7 +294,7 @@ class ToolCallingRuntime:
 
     async def _body(
         self,
-        state: RunState,
+        state: LoopState,
         tools: Sequence[Mapping[str, Any]],
         emit: EventSink,
         resume: Resumption | None,
@@ -302,11 +303,70 @@ class ToolCallingRuntime:
         """The loop, from its start or (``resume``) from where the run's log stops."""
         if resume is None:
             return await self._loop(state, tools, emit)
-        return await resume_loop(self, state, tools, emit, resume, left_s)
+        return await self._resume(state, tools, emit, resume, left_s)
+
+    async def _resume(
+        self,
+        state: LoopState,
+        tools: Sequence[Mapping[str, Any]],
+        emit: EventSink,
+        resume: Resumption,
+        left_s: float | None,
+    ) -> ToolCallRunResult:
+        """Rebuild ``state`` from ``resume``'s events, log ``RunResumed`` and finish the run;
+        ``left_s`` is the time its limits leave it (negative: it ran out while the sidecar was
+        down). A call in flight at the stop that never began executing (not started, or
+        waiting for an approval) simply runs, asked again; one that may have been executing
+        runs again only if its tool is idempotent, and otherwise ends with a failed record
+        (``INTERRUPTED``) the model sees."""
+        route = self.router.route if self.router is not None else route_call
+        budget = self.budget
+        at = replay(
+            resume.events, state, route=route, budget=budget, max_iterations=self.max_iterations,
+            answers=self.answers,
+        )  # fmt: skip
+        pending = at.batch
+        interrupted = [] if pending is None else pending.interrupted(self.registry)
+        rerun = [] if pending is None else [i for i in pending.in_flight() if i not in interrupted]
+        emit(
+            RunResumed(
+                resume.after_sequence, state.iterations, resume.reason, tuple(rerun),
+                tuple(interrupted),
+            )
+        )  # fmt: skip
+        if left_s is not None and left_s <= 0:
+            # The deadline or wall-clock budget passed while the sidecar was down: wait for
+            # the timeout, already due, to end the run before anything runs again.
+            await asyncio.Event().wait()
+        if at.settled is not None:
+            return at.settled
+        if at.final is not None:
+            return state.result(at.stop or StopReason.FINAL_ANSWER, content=at.final)
+        if pending is not None:
+            batch = state.batch = ToolBatch(
+                pending.calls, pending.iteration, runner=self.runner, context=state.context,
+                emit=emit, gate=state.gate, allowed=pending.allowed, over_budget=pending.refusal,
+                run_id=state.run_id,
+            )  # fmt: skip
+            batch.resume(
+                pending.records, logged_starts=frozenset(pending.started),
+                approved=frozenset(pending.approved), interrupted=interrupted,
+                reason=INTERRUPTED,
+            )  # fmt: skip
+            await batch.run(
+                parallel=self.parallel_tool_calls, max_concurrent=budget.max_concurrent_tool_calls
+            )
+            self._finish_batch(state, batch)
+            at.stop = pending.stop
+        if at.stop is None:
+            return await self._loop(state, tools, emit, state.iterations + 1)
+        if budget.summarize_on_stop:
+            return await self._summarize(state, at.stop, emit)
+        return state.result(at.stop)
 
     async def _loop(
         self,
-        state: RunState,
+        state: LoopState,
         tools: Sequence[Mapping[str, Any]],
         emit: EventSink,
         first: int = 1,
@@ -348,13 +408,13 @@ class ToolCallingRuntime:
         return state.result(stop)
 
     async def _summarize(
-        self, state: RunState, stop: StopReason, emit: EventSink
+        self, state: LoopState, stop: StopReason, emit: EventSink
     ) -> ToolCallRunResult:
         """One last LLM call, without tools, so the model can sum up what it has."""
         return await summarize(self._call_llm, state, stop, emit, self.answers)
 
     async def _call_llm(
-        self, state: RunState, tools: Sequence[Mapping[str, Any]], iteration: int, emit: EventSink
+        self, state: LoopState, tools: Sequence[Mapping[str, Any]], iteration: int, emit: EventSink
     ) -> LLMResponse:
         """One LLM call; its streamed deltas reach ``emit`` as ``LLMDelta`` events."""
         caller, max_calls = self.llm_caller, self.max_calls_per_response
@@ -364,7 +424,7 @@ class ToolCallingRuntime:
 
     async def _run_batch(
         self,
-        state: RunState,
+        state: LoopState,
         calls: Sequence[ToolCall],
         iteration: int,
         emit: EventSink,
@@ -382,7 +442,7 @@ class ToolCallingRuntime:
         )
         self._finish_batch(state, batch)
 
-    def _finish_batch(self, state: RunState, batch: ToolBatch) -> None:
+    def _finish_batch(self, state: LoopState, batch: ToolBatch) -> None:
         """Record the batch in request order and feed every result back to the model."""
         records = batch.in_order()
         state.add_records(records)
@@ -392,7 +452,7 @@ class ToolCallingRuntime:
         state.tool_calls += batch.executed
         state.batch = None
 
-    def _close_batch(self, state: RunState, reason: str) -> None:
+    def _close_batch(self, state: LoopState, reason: str) -> None:
         """Close every call of an interrupted batch with a ``cancelled`` record."""
         batch = state.batch
         if batch is not None:

@@ -12,19 +12,19 @@ from typing import Any
 
 from cleveragents.tool.events import EventSink, IterationStarted, LLMResponded
 from cleveragents.tool.loop.final import FinalAnswers
-from cleveragents.tool.loop.run_state import RunState
+from cleveragents.tool.loop.loop_state import LoopState
 from cleveragents.tool.messages import LLMResponse, Message, Role
 from cleveragents.tool.records import StopReason, ToolCallRunResult
 
 __all__ = ["LLMCall", "summarize"]
 
 #: Makes one LLM call of the run: its state, the tools offered, the iteration and the sink.
-LLMCall = Callable[[RunState, Sequence[Mapping[str, Any]], int, EventSink], Awaitable[LLMResponse]]
+LLMCall = Callable[[LoopState, Sequence[Mapping[str, Any]], int, EventSink], Awaitable[LLMResponse]]
 
 
 async def summarize(
     call: LLMCall,
-    state: RunState,
+    state: LoopState,
     stop: StopReason,
     emit: EventSink,
     answers: FinalAnswers | None = None,
