@@ -18,7 +18,7 @@ $(info $(VENV) was made by a Python older than 3.11, or its Python is gone: rebu
 $(shell rm -rf $(VENV))
 endif
 
-.PHONY: install test lint generate demo bench bench-console fuzz node-test go-tools go-test mcp-test-servers redis-server browser console-screenshots clean image image-rootfs docs dist
+.PHONY: install test lint generate demo bench bench-check valgrind bench-console fuzz node-test go-tools go-test mcp-test-servers redis-server browser console-screenshots clean image image-rootfs docs dist
 
 install: $(STAMP)
 
@@ -63,7 +63,7 @@ lint: install $(LINT_STAMP)
 PYTEST_WORKERS ?= 2
 # The protos as last released, which buf breaking compares protos/ with.
 RELEASED_PROTOS := tests/compat/protos-v0.1.0
-test: lint docs dist node-test go-test mcp-test-servers redis-server browser
+test: lint bench-check docs dist node-test go-test mcp-test-servers redis-server browser
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal
 
 # The docs site (docs/mkdocs.yml), built strictly: a broken link or anchor, a page missing from
@@ -181,6 +181,18 @@ bench: install redis-server
 
 bench-console: install
 	$(BIN)/python bench/console.py
+
+# The regression gate (part of make test): the hot paths' instructions counted under callgrind
+# (bench/check.py), each against its baseline and tolerance in bench/baselines.json; fails when
+# one costs more. `$(BIN)/python bench/check.py --write` takes new baselines after a change
+# that is meant to cost more (or came out cheaper). About a minute of CPU: 1.5 to 2.5 minutes
+# on a loaded 2-core machine.
+VALGRIND_INSTALL ?= apt-get install -y --no-install-recommends valgrind
+valgrind:
+	@command -v valgrind >/dev/null || { command -v apt-get >/dev/null && { if [ "$$(id -u)" = 0 ]; then $(VALGRIND_INSTALL); elif sudo -n true 2>/dev/null; then sudo -n $(VALGRIND_INSTALL); else false; fi; } >/dev/null; } || { echo "make bench-check (part of make test) needs valgrind for its instruction counts: install it (Debian: apt-get install valgrind)" >&2; exit 1; }
+
+bench-check: install valgrind
+	$(BIN)/python bench/check.py
 
 fuzz: install
 	$(BIN)/pip install --quiet atheris

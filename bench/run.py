@@ -27,14 +27,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from cleveragents.client import AsyncSidecarClient
-from cleveragents.tool import (
-    LLMResponse,
-    ScriptedLLMCaller,
-    ToolCall,
-    ToolCallingRuntime,
-    ToolRegistry,
-    ToolRunner,
-)
+from cleveragents.tool import ToolRegistry
 
 if TYPE_CHECKING:  # mypy runs from the repository root; `python bench/run.py` from bench/
     from bench import (
@@ -46,6 +39,7 @@ if TYPE_CHECKING:  # mypy runs from the repository root; `python bench/run.py` f
         structured_output,
     )
     from bench.bare_loop import bare_loop
+    from bench.in_process import in_process
     from bench.scenarios_load import Figure
 else:
     import failover
@@ -55,6 +49,7 @@ else:
     import stores
     import structured_output
     from bare_loop import bare_loop
+    from in_process import in_process
     from scenarios_load import Figure
 
 HERE = Path(__file__).resolve().parent
@@ -206,28 +201,6 @@ async def floor_stream(target: str, count: int) -> float:
 
 
 # -- scenarios -----------------------------------------------------------------------------
-
-
-async def in_process(iterations: int) -> float:
-    registry = ToolRegistry()
-
-    @registry.tool
-    async def noop() -> dict[str, Any]:
-        """Do nothing."""
-        return {}
-
-    llm = ScriptedLLMCaller(
-        [LLMResponse(tool_calls=[ToolCall(f"c{i}", "noop", {})]) for i in range(iterations - 1)]
-        + [LLMResponse("done")]
-    )
-    runtime = ToolCallingRuntime(registry, ToolRunner(registry), llm, max_iterations=iterations)
-    began = time.perf_counter()
-    events = 0
-    async for _ in runtime.stream_tool_loop("go"):
-        events += 1
-    elapsed = time.perf_counter() - began
-    assert events == 4 * iterations, events
-    return elapsed / iterations * 1e6
 
 
 async def stream_rpc(client: AsyncSidecarClient, iterations: int) -> float:

@@ -12,6 +12,8 @@ the whole answer in one write, as a burst). Each chunk's text is the ``time.perf
 at which it is written, then a space, so whoever receives it can tell how long it took (the
 clock is the machine's monotonic one, shared by every process). Prints its port, then serves
 until killed (``--uvloop``: on uvloop).
+``serve`` with ``burst``: the whole answer in one write, each chunk's text ``tok``, so that a
+reader's reads are the same every time (`make bench-check` counts them).
 """
 
 from __future__ import annotations
@@ -116,13 +118,18 @@ SHAPES: dict[str, type[OpenAIShape | AnthropicShape]] = {
 }
 
 
-async def answer(body: bytes, writer: asyncio.StreamWriter) -> None:
-    """Stream what the request's last message asks for."""
+async def answer(body: bytes, writer: asyncio.StreamWriter, burst: bool = False) -> None:
+    """Stream what the request's last message asks for (``burst``: in one write, ``tok`` texts)."""
     messages = json.loads(body).get("messages", [])
     content = messages[-1].get("content", "") if messages else ""
     ask = _ASK.search(content if isinstance(content, str) else json.dumps(content))
     count, interval = (int(ask[1]), float(ask[2])) if ask else (10, 0.0)
     shape = SHAPES[ask[4] if ask and ask[4] else "openai"]
+    if burst:
+        pieces = b"".join(shape.text("tok ") for _ in range(count))
+        writer.write(HEAD + _chunk(shape.start() + pieces + shape.end(count)) + b"0\r\n\r\n")
+        await writer.drain()
+        return
     writer.write(HEAD)
     await writer.drain()
     if ask and ask[3]:
@@ -142,7 +149,9 @@ async def answer(body: bytes, writer: asyncio.StreamWriter) -> None:
     await writer.drain()
 
 
-async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def serve(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, burst: bool = False
+) -> None:
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -151,7 +160,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 name, _, value = line.partition(b":")
                 if name.strip().lower() == b"content-length":
                     length = int(value)
-            await answer(await reader.readexactly(length), writer)
+            await answer(await reader.readexactly(length), writer, burst)
     except (asyncio.IncompleteReadError, ConnectionError):
         pass
     finally:

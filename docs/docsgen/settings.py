@@ -24,8 +24,13 @@ from typing import Any
 
 from cleveragents.sidecar.cli import build_parser
 from cleveragents.sidecar.config import SidecarConfig
+from cleveragents.sidecar.config.mcp import McpServerConfig
 
 __all__ = ["TABLE_PAGES", "Setting", "page", "rows"]
+
+#: The names the settings' annotations use that their modules import for type checkers only
+#: (so that a sidecar without MCP servers does not load their parser).
+_DEFERRED_NAMES = {"McpServerConfig": McpServerConfig}
 
 #: Each table setting (set in the TOML file only): the page that explains its keys, and what
 #: it is when its field has no ``#:`` comment to say so.
@@ -71,7 +76,7 @@ def rows() -> list[Setting]:
 def _walk(
     cls: type[Any], prefix: tuple[str, ...], flags: dict[str, argparse.Action]
 ) -> Iterator[Setting]:
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, localns=_DEFERRED_NAMES)
     comments = _field_comments(cls)  # tables have no flag: their comment says what they are
     for spec in dataclasses.fields(cls):
         path = (*prefix, spec.name)

@@ -299,7 +299,7 @@ class AsyncSidecarClient(AsyncTypedRuns):
                 await call.write(message)  # the current stream, a re-attached one included
 
         async def work(job: Job) -> None:
-            key = logic.key(job)
+            key = job.key
             answer = logic.answered(job)
             if answer is None:
                 logic.working.add(key)

@@ -38,6 +38,7 @@ from cleveragents.tool import (
     ToolCallingRuntime,
     ToolLimits,
     ToolRegistry,
+    ToolRunner,
     ToolSpec,
     UnknownToolError,
 )
@@ -140,11 +141,14 @@ class RunAssembler:
         if limits is not None and client_tools:
             origin = f"client:{principal}"
             limits = limits.for_origins({spec.name: origin for spec in client_tools})
-        runner = RedactingRunner(
-            registry,
-            secrets=self.secrets,
-            default_timeout_s=config.limits.default_tool_timeout_s,
-            limits=limits,
+        # Redaction wraps every call of a run: a sidecar that knows no secret skips it.
+        timeout_s = config.limits.default_tool_timeout_s
+        runner = (
+            RedactingRunner(
+                registry, secrets=self.secrets, default_timeout_s=timeout_s, limits=limits
+            )
+            if self.secrets
+            else ToolRunner(registry, default_timeout_s=timeout_s, limits=limits)
         )
         runtime = ToolCallingRuntime(
             registry,

@@ -17,10 +17,13 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from cleveragents.sandbox.filesystems import Mount, longest_mount, mounts
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
+
+if TYPE_CHECKING:
+    from cleveragents.sandbox.filesystems import Mount
 
 __all__ = ["SandboxRoots"]
 
@@ -76,6 +79,9 @@ class SandboxRoots:
 
     @staticmethod
     def _check_filesystems(resolved: str, shown: str) -> None:
+        # The mount table's reader, only once a run asks for a sandbox root.
+        from cleveragents.sandbox.filesystems import longest_mount, mounts
+
         try:
             table = mounts()
         except OSError as exc:

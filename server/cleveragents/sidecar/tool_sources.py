@@ -8,7 +8,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-from cleveragents.sandbox import file_tools
 from cleveragents.sidecar.builtin_tools import builtin_registry
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
@@ -20,7 +19,9 @@ __all__ = ["default_registry", "load_tool_module"]
 def default_registry(config: SidecarConfig) -> ToolRegistry:
     """The built-in and file tools (unless disabled) and those of the configured modules."""
     registry = builtin_registry() if config.builtin_tools else ToolRegistry()
-    if config.file_tools:
+    if config.file_tools:  # the sandbox (and RE2, for search_files) only when they are served
+        from cleveragents.sandbox import file_tools
+
         registry.include(file_tools())
     for reference in config.tool_modules:
         try:

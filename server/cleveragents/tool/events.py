@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from cleveragents.tool.frozen import quick_init
 from cleveragents.tool.messages import LLMResponse, Reasoning, ToolCall, Usage
 from cleveragents.tool.records import ToolCallRecord, ToolCallRunResult
 
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RunStarted:
     """The run began: its id, prompt and the names of the tools offered to the model."""
@@ -46,6 +48,7 @@ class RunStarted:
     max_iterations: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RunResumed:
     """The run goes on after its sidecar stopped mid-run, rebuilt from its log.
@@ -63,6 +66,7 @@ class RunResumed:
     interrupted_call_ids: tuple[str, ...] = ()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class IterationStarted:
     """The loop is about to make its ``iteration``-th LLM call."""
@@ -70,6 +74,7 @@ class IterationStarted:
     iteration: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LLMDelta:
     """A piece of the ``iteration``-th LLM answer while it streams (see ``ResponseDelta``).
@@ -92,6 +97,7 @@ class LLMDelta:
     count: int = 1
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LLMResponded:
     """The LLM answered: its text, the tool calls it asked for, the usage it reported and
@@ -119,6 +125,7 @@ class LLMResponded:
                           response.reasoning, response.refusal)  # fmt: skip
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LLMRefused(LLMResponded):
     """The LLM declined to answer: ``refusal`` says why (the run ends with
@@ -127,6 +134,7 @@ class LLMRefused(LLMResponded):
     refusal: str = "the model refused"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCallStarted:
     """A tool call passed resolution and validation (or failed them) and is about to run."""
@@ -137,6 +145,7 @@ class ToolCallStarted:
     iteration: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCallProgress:
     """A call in flight said how far it has got (``total``: ``None`` when it does not know);
@@ -150,6 +159,7 @@ class ToolCallProgress:
     iteration: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCallCompleted:
     """A tool call ended; ``record`` says how."""
@@ -157,6 +167,7 @@ class ToolCallCompleted:
     record: ToolCallRecord
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ApprovalRequested:
     """A call waits for a decision because the run's automation profile asks for one;
@@ -170,6 +181,7 @@ class ApprovalRequested:
     how_to_answer: str = ""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ApprovalDecided:
     """The decision on an ``ApprovalRequested`` call; ``by`` is how it was decided (or
@@ -183,6 +195,7 @@ class ApprovalDecided:
     identity: str = ""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RunCompleted:
     """The run ended normally: a final answer or the iteration limit."""
@@ -190,6 +203,7 @@ class RunCompleted:
     result: ToolCallRunResult
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RunFailed:
     """The run could not go on (its LLM caller raised); ``result`` holds what was done."""
@@ -199,6 +213,7 @@ class RunFailed:
     error: BaseException | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RunCancelled:
     """The run was cancelled, or its deadline passed (``result.stop_reason`` says which).

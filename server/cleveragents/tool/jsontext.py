@@ -63,7 +63,8 @@ _LONG_INT = re.compile(rf"\d{{{MAX_INT_DIGITS + 1}}}")
 
 
 class Encoder:
-    """``json.dumps(value, ensure_ascii=False, separators=separators, allow_nan=False)``, faster.
+    """``json.dumps(value, ensure_ascii=False, separators=separators, allow_nan=allow_nan)``,
+    faster (``allow_nan`` is False unless asked: the project writes no NaN).
 
     One C encoder serves every call. Its circular-reference markers are empty again after a
     successful call; after a failure they may not be, so a fresh encoder replaces it.
@@ -71,14 +72,18 @@ class Encoder:
 
     __slots__ = ("_encode", "_make", "_stdlib")
 
-    def __init__(self, separators: tuple[str, str] = (", ", ": ")) -> None:
-        self._stdlib = json.JSONEncoder(ensure_ascii=False, separators=separators, allow_nan=False)
+    def __init__(
+        self, separators: tuple[str, str] = (", ", ": "), *, allow_nan: bool = False
+    ) -> None:
+        self._stdlib = json.JSONEncoder(
+            ensure_ascii=False, separators=separators, allow_nan=allow_nan
+        )
         self._make: Callable[[], Any] | None = None
         if _c_make_encoder is not None:
             stdlib, (item_separator, key_separator) = self._stdlib, separators
             self._make = lambda: _c_make_encoder(
                 {}, stdlib.default, json.encoder.encode_basestring, None,
-                key_separator, item_separator, False, False, False,
+                key_separator, item_separator, False, False, allow_nan,
             )  # fmt: skip
             self._encode = self._make()
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cleveragents.tool.frozen import quick_init
 from cleveragents.tool.output import OutputSchema
 
 __all__ = [
@@ -37,6 +38,7 @@ class Role(enum.StrEnum):
     TOOL = "tool"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One tool call requested by the model.
@@ -51,6 +53,7 @@ class ToolCall:
     arguments_error: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts reported by an LLM provider; sums stop at ``MAX_TOKEN_COUNT``.
@@ -83,6 +86,7 @@ class Usage:
         return max(self.input_tokens + self.output_tokens, self.reported_total_tokens)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Reasoning:
     """What a reasoning model returned besides its answer, kept to be passed back.
@@ -99,6 +103,7 @@ class Reasoning:
     items: str = ""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Message:
     """One turn of the conversation sent to the LLM.
@@ -116,6 +121,7 @@ class Message:
     reasoning: Reasoning | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LLMRequest:
     """What one LLM invocation receives.
@@ -143,6 +149,7 @@ class LLMRequest:
         return None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class StructuredRequest(LLMRequest):
     """The request of a run with an output schema: a final answer (one without tool calls)
@@ -153,6 +160,7 @@ class StructuredRequest(LLMRequest):
     output: OutputSchema | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ResponseDelta:
     """One piece of an LLM answer while it streams, before the whole ``LLMResponse``.
@@ -177,6 +185,7 @@ class ResponseDelta:
 DeltaSink = Callable[[ResponseDelta], None]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LLMResponse:
     """What one LLM invocation returns: text, tool calls (none means a final answer), usage,
@@ -199,6 +208,7 @@ class LLMResponse:
         return Message(Role.ASSISTANT, self.content, calls, reasoning=self.reasoning)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LLMRefusal(LLMResponse):
     """The model declined to answer (OpenAI's ``refusal``, Anthropic's ``refusal`` stop

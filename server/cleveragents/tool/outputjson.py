@@ -5,7 +5,9 @@ scan (``", "`` and ``": "`` between items, as ``json.dumps`` writes), the record
 results and stores (compact, as the wire writes). Each pass over a large output (tens of MiB)
 costs a tenth of a second and holds the GIL, so :class:`OutputText` keeps the text the first
 pass made. When every top-level value is a string, number, boolean or null (a tool's
-``{"result": "..."}``), the compact text is cut from the spaced one instead of encoded again.
+``{"result": "..."}``) and the output is large, the compact text is cut from the spaced one
+instead of encoded again; a small one is encoded by the C encoder each way (cheaper than the
+cutting), and an empty one shares a text made once.
 
 :func:`plain_output` checks and copies a handler's return value with the C encoder and
 scanner where it can (a round trip compared with ``==``), instead of a Python walk over every
@@ -31,6 +33,9 @@ compact_json = Encoder(separators=(",", ":"))
 _encode_key: Callable[[str], str] = json.encoder.encode_basestring
 _FLAT = (str, int, bool, type(None))
 _decode = json.JSONDecoder().decode
+#: A flat output whose keys and string values hold fewer characters than this is encoded
+#: whole (twice at most, in C): cutting spans in Python costs more than that below it.
+_SMALL_CHARS = 4096
 
 
 class OutputText:
@@ -97,16 +102,30 @@ class OutputText:
 def _is_flat(output: dict[Any, Any]) -> bool:
     """Whether every key is a ``str`` and every value a string, a number, a boolean or null
     (each encodes the same in either form), exactly those types, the floats finite."""
+    return _flat_chars(output) is not None
+
+
+def _flat_chars(output: dict[Any, Any]) -> int | None:
+    """How many characters a flat output's keys and string values hold (``None``: the output
+    is not flat, see :func:`_is_flat`)."""
+    chars = 0
     for key, value in output.items():
         if type(key) is not str:
-            return False
+            return None
         kind = type(value)
-        if kind is float:
+        if kind is str:
+            chars += len(value)
+        elif kind is float:
             if not math.isfinite(value):
-                return False
+                return None
         elif kind not in _FLAT:
-            return False
-    return True
+            return None
+        chars += len(key)
+    return chars
+
+
+#: The text of every empty output, shared (the compact form is the same two characters).
+EMPTY = OutputText("{}", ())
 
 
 def _lone_surrogate(item: tuple[str, Any]) -> bool:
@@ -124,7 +143,14 @@ def plain_output(value: Any, walk: Callable[[Any], Any]) -> tuple[dict[str, Any]
     if not isinstance(value, Mapping):
         value = {"result": value}
     if isinstance(value, dict):
-        if _is_flat(value) and not any(map(_lone_surrogate, value.items())):
+        if not value:
+            return {}, EMPTY
+        chars = _flat_chars(value)
+        if chars is not None and chars < _SMALL_CHARS:
+            spaced = spaced_json(value)
+            if spaced.isascii() or find_surrogate(spaced) is None:
+                return dict(value), OutputText(spaced, None)
+        elif chars is not None and not any(map(_lone_surrogate, value.items())):
             return dict(value), OutputText._flat(value)
         try:
             spaced = spaced_json(value)

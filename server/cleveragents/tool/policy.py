@@ -50,7 +50,7 @@ class AutomationProfile:
             (self.ask, Decision.ASK),
             (self.allow, Decision.ALLOW),
         ):
-            if any(fnmatch.fnmatchcase(spec.name, p) for p in patterns):
+            if patterns and any(fnmatch.fnmatchcase(spec.name, p) for p in patterns):
                 return decision
         return self.side_effects if spec.side_effects else self.default
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cleveragents.tool.frozen import quick_init
 from cleveragents.tool.messages import Usage
 from cleveragents.tool.outputjson import OutputText
 
@@ -39,6 +40,7 @@ class StopReason(enum.StrEnum):
     REFUSAL = "refusal"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCallRecord:
     """The outcome of one tool call, successful or not.
@@ -91,6 +93,7 @@ class ToolCallRecord:
         return self
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCallRunResult:
     """The end of a run: the final (or partial) text and every record, in order.

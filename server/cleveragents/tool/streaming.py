@@ -6,10 +6,10 @@ see text and tool-argument deltas without a provider.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 
+from cleveragents.tool.jsontext import Encoder
 from cleveragents.tool.messages import LLMResponse, ResponseDelta
 
 __all__ = ["split_response"]
@@ -22,9 +22,9 @@ _ARGUMENT_CHUNK = 12
 #: a long scripted answer streams in larger pieces rather than in more of them.
 _MAX_TEXT_DELTAS = 48
 _MAX_ARGUMENT_DELTAS = 8
-#: A tool call's arguments as compact JSON text (one encoder: ``json.dumps`` with options
-#: makes a new one each call, which was most of a small answer's cost).
-_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+#: A tool call's arguments as compact JSON text (one C encoder for every call:
+#: ``json.JSONEncoder.encode`` makes a new one each time, most of a small answer's cost).
+_ENCODE = Encoder(separators=(",", ":"), allow_nan=True)
 
 
 def split_response(response: LLMResponse) -> Iterator[ResponseDelta]:
@@ -33,23 +33,34 @@ def split_response(response: LLMResponse) -> Iterator[ResponseDelta]:
     the usage rides on the last delta. Concatenated, they give the response back."""
     # Built as argument tuples first, so that the usage joins the last one without a copy.
     pieces: list[tuple[str, int | None, str, str, str]] = []
-    if response.content:
-        words = _WORD.findall(response.content)
-        per = max(1, -(-len(words) // _MAX_TEXT_DELTAS))  # words per delta, rounded up
-        pieces += [
-            ("".join(words[i : i + per]), None, "", "", "") for i in range(0, len(words), per)
-        ]
+    content = response.content
+    if content:
+        words = _WORD.findall(content)
+        per = -(-len(words) // _MAX_TEXT_DELTAS)  # words per delta, rounded up (content: 1+)
+        if per == 1:
+            pieces += [(word, None, "", "", "") for word in words]
+        else:
+            pieces += [
+                ("".join(words[i : i + per]), None, "", "", "") for i in range(0, len(words), per)
+            ]
     for index, call in enumerate(response.tool_calls):
-        text = _ENCODE(dict(call.arguments))
+        arguments = call.arguments
+        if not arguments:
+            text = "{}"
+        else:
+            text = _ENCODE(arguments if type(arguments) is dict else dict(arguments))
         size = max(_ARGUMENT_CHUNK, -(-len(text) // _MAX_ARGUMENT_DELTAS))
-        parts = [text[i : i + size] for i in range(0, len(text), size)] or [""]
-        pieces.append(("", index, call.id, call.name, parts[0]))
-        pieces += [("", index, "", "", part) for part in parts[1:]]
+        if len(text) <= size:
+            pieces.append(("", index, call.id, call.name, text))
+            continue
+        pieces.append(("", index, call.id, call.name, text[:size]))
+        pieces += [("", index, "", "", text[i : i + size]) for i in range(size, len(text), size)]
     usage = response.usage
-    if usage is not None and not pieces:
-        pieces.append(("", None, "", "", ""))
-    last = len(pieces) - 1
-    for number, (piece, position, call_id, name, arguments) in enumerate(pieces):
-        yield ResponseDelta(
-            piece, position, call_id, name, arguments, usage if number == last else None
-        )
+    if not pieces:
+        return iter(() if usage is None else (ResponseDelta(usage=usage),))
+    if len(pieces) == 1:  # most tool-call turns
+        return iter((ResponseDelta(*pieces[0], usage),))
+    *rest, last = pieces
+    deltas = [ResponseDelta(*piece) for piece in rest]
+    deltas.append(ResponseDelta(*last, usage))
+    return iter(deltas)

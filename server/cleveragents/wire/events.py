@@ -32,6 +32,7 @@ from cleveragents.tool import (
     ToolCallRecord,
     ToolCallStarted,
 )
+from cleveragents.tool.frozen import quick_init
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2, types_pb2
 from cleveragents.wire.bounds import fit_frame
 from cleveragents.wire.deltas import delta_from_pb, fill_delta
@@ -257,6 +258,7 @@ def event_from_pb(
     raise ValueError(f"RunEvent {pb.sequence} has no payload")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LoggedEvent:
     """A frame of a run's log, decoded: where it sits, when it happened and what it says.

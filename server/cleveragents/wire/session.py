@@ -20,6 +20,7 @@ from cleveragents.tool import (
     OutputSchema,
     StructuredRequest,
 )
+from cleveragents.tool.frozen import quick_init
 from cleveragents.toolruntime.v1 import session_pb2, types_pb2
 from cleveragents.wire.jsonfields import dumps
 from cleveragents.wire.timestamps import set_time
@@ -131,6 +132,7 @@ class LlmInvocationEncoder:
         return response.SerializeToString()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolAnswer:
     """A client's answer to a tool invocation: the output as JSON text, or an error."""
@@ -140,6 +142,7 @@ class ToolAnswer:
     error: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LlmAnswer:
     """A client's answer to an LLM invocation: a response, or an error."""

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,6 @@ from typing import Any
 from cleveragents.sidecar.config.clients import parse_clients
 from cleveragents.sidecar.config.governance import parse_automation_profiles, parse_tool_limits
 from cleveragents.sidecar.config.groups import setting_fields
-from cleveragents.sidecar.config.mcp import parse_mcp_servers
 from cleveragents.sidecar.config.policies import parse_policies
 from cleveragents.sidecar.config.scripts import parse_script
 from cleveragents.sidecar.config.settings import (
@@ -70,6 +67,8 @@ def load_config(
     if path is None and env.get(ENV_PREFIX + "CONFIG"):
         path = env[ENV_PREFIX + "CONFIG"]
     if path is not None:
+        import tomllib  # only for a file: a sidecar set up from the environment never loads it
+
         try:
             with open(path, "rb") as fh:
                 raw = tomllib.load(fh)
@@ -99,6 +98,8 @@ def load_config(
 
 def _did_you_mean(name: str, known: Sequence[str]) -> str:
     """``"; did you mean 'x'?"`` for the closest of ``known`` to a misspelt ``name``, or ``""``."""
+    import difflib  # only when a name is wrong (2M instructions an import less)
+
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
     return f"; did you mean {close[0]!r}?" if close else ""
 
@@ -146,6 +147,8 @@ def _build(raw: dict[str, Any], base: Path) -> SidecarConfig:
         elif key == "clients":
             kwargs[key] = parse_clients(value, base)
         elif key == "mcp_servers":
+            from cleveragents.sidecar.config.mcp import parse_mcp_servers
+
             kwargs[key] = parse_mcp_servers(value, base)
         elif key == "tool_limits":
             kwargs[key] = parse_tool_limits(value)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cleveragents.sidecar.config.groups import (
     GROUPS,
@@ -24,13 +23,15 @@ from cleveragents.sidecar.config.groups import (
     WatchSettings,
     setting_fields,
 )
-from cleveragents.sidecar.config.mcp import McpServerConfig
 from cleveragents.sidecar.config.policies import Policy, check_deciders
 from cleveragents.sidecar.config.profiles import PROFILE_KINDS, PROVIDER_KINDS, ProfileConfig
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.eventloop import check_event_loop
 from cleveragents.sidecar.identity import DEFAULT_IDENTITY, ROLES, normal_subject
 from cleveragents.tool import BUILTIN_PROFILES, AutomationProfile, ToolLimit
+
+if TYPE_CHECKING:  # the MCP settings are parsed (config/mcp.py loaded) only when there are some
+    from cleveragents.sidecar.config.mcp import McpServerConfig
 
 __all__ = [
     "ENV_PREFIX",
@@ -153,6 +154,8 @@ class SidecarConfig:
             elif name in _FIELDS:
                 given[name] = value
             else:
+                import difflib  # only when a name is wrong (2M instructions an import less)
+
                 known = [*_PLACES, *_FIELDS]
                 close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
                 hint = f"; did you mean {close[0]!r}?" if close else ""

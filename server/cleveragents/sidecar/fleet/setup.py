@@ -12,7 +12,6 @@ from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 from cleveragents.sidecar.fleet.directory import RunDirectory
 from cleveragents.sidecar.runs import RunManager
-from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore
 from cleveragents.sidecar.runs.store import EventStore
 
 __all__ = ["directory_for", "is_redis_url", "store_for"]
@@ -27,10 +26,13 @@ def is_redis_url(event_store: str) -> bool:
 
 
 def store_for(config: SidecarConfig, env: Mapping[str, str] | None = None) -> EventStore | None:
-    """The store ``config`` asks for (``None``: memory); redis-py is imported only for Redis."""
+    """The store ``config`` asks for (``None``: memory); sqlite3 and redis-py are imported only
+    for their stores."""
     if not config.store.url:
         return None
     if not is_redis_url(config.store.url):
+        from cleveragents.sidecar.runs.sqlite_store import SqliteEventStore  # with sqlite3
+
         return SqliteEventStore(config.store.url)
     import redis.asyncio
 

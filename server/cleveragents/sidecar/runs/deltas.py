@@ -63,7 +63,8 @@ class LiveDeltas:
         calls = self._calls
         if not calls or calls[-1].after != after or calls[-1].iteration != delta.iteration:
             calls.append(_Call(after, delta.iteration))
-            floor = min((r.position for r in self.readers), default=after)
+            readers = self.readers
+            floor = min((r.position for r in readers), default=after) if readers else after
             while len(calls) > _CALLS_KEPT and calls[0].after < floor:
                 calls.popleft()
         call = calls[-1]

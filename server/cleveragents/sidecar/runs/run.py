@@ -444,15 +444,16 @@ class Run:
     def _log_call(self, record: ToolCallRecord) -> None:
         """A refused call at info (an operator asks why); every call at debug, with its
         inputs and output (secrets already redacted from the record)."""
+        denied = record.error_kind is ErrorKind.DENIED
+        if not denied and not getattr(self.logger, "is_enabled_for", _enabled)(logging.DEBUG):
+            return  # the usual case: copy nothing
         fields = {
             "tool": record.tool_name,
             "call_id": record.call_id,
             "iteration": record.iteration,
         }
-        if record.error_kind is ErrorKind.DENIED:
+        if denied:
             self.logger.info("tool call refused", error=record.error, **fields)
-        elif not getattr(self.logger, "is_enabled_for", _enabled)(logging.DEBUG):
-            return  # the usual case: copy nothing
         elif record.success:
             self.logger.debug(
                 "tool call", duration_ms=round(record.duration_ms, 3), inputs=dict(record.inputs),

@@ -31,7 +31,6 @@ from cleveragents.sidecar.transport.auth import AuthInterceptor
 from cleveragents.sidecar.transport.credentials import Credentials, read_credentials, token_values
 from cleveragents.sidecar.transport.handlers import SERVICE_NAME, generic_handler
 from cleveragents.sidecar.transport.health import BoundedHealthServicer
-from cleveragents.sidecar.transport.reflection import enable_reflection
 from cleveragents.sidecar.transport.rejections import Rejections
 from cleveragents.sidecar.transport.service import ToolRuntimeService
 from cleveragents.tool import ToolRegistry
@@ -257,6 +256,10 @@ class Sidecar:
         )
         server.add_generic_rpc_handlers((generic_handler(self.service),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        # Reflection (grpc_reflection, protobuf's descriptor_pb2) is loaded once a sidecar
+        # serves, not with the package.
+        from cleveragents.sidecar.transport.reflection import enable_reflection
+
         enable_reflection((SERVICE_NAME, health.SERVICE_NAME), server)
         unix = listen.startswith("unix:")
         # The socket file must never be reachable by others, not even for an instant.

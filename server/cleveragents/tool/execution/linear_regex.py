@@ -1,11 +1,10 @@
 """Regular expressions that run in time linear in their input (RE2): what a client or a model
-sends as a pattern is compiled here, so that no pattern can backtrack for minutes."""
+sends as a pattern is compiled here, so that no pattern can backtrack for minutes. RE2 is
+imported with the first pattern: a sidecar whose schemas and runs have none never loads it."""
 
 from __future__ import annotations
 
 from typing import Any
-
-import re2
 
 __all__ = ["compile_linear"]
 
@@ -14,6 +13,8 @@ def compile_linear(pattern: str | bytes, *, max_mem: int, never_nl: bool = False
     """``pattern`` compiled by RE2 within ``max_mem`` bytes (``never_nl``: no match spans a
     line); ``ValueError`` with RE2's reason for one it cannot run (backreferences, lookaround,
     too large)."""
+    import re2
+
     options = re2.Options()
     options.log_errors = False
     options.never_nl = never_nl

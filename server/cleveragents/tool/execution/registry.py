@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
 import inspect
 import typing
@@ -145,6 +144,8 @@ class ToolRegistry:
 
     def _known(self, missing: Sequence[str]) -> str:
         """What to say after unknown names: the closest known name, and the known ones."""
+        import difflib  # only when a name is wrong (2M instructions an import less)
+
         known = sorted(self._tools)
         close = difflib.get_close_matches(missing[0], known, n=1, cutoff=0.75)
         hint = f"; did you mean {close[0]!r}?" if close else ""

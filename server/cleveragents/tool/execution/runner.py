@@ -20,6 +20,7 @@ from cleveragents.tool.context import ToolActorContext
 from cleveragents.tool.errors import ToolDeniedError, ToolError
 from cleveragents.tool.execution.limits import ToolLimits
 from cleveragents.tool.execution.registry import RegisteredTool, ToolRegistry, UnknownToolError
+from cleveragents.tool.frozen import quick_init
 from cleveragents.tool.jsontext import find_surrogate
 from cleveragents.tool.messages import ToolCall
 from cleveragents.tool.outputjson import OutputText, plain_output
@@ -51,6 +52,7 @@ def _no_report(progress: float, total: float | None, message: str) -> None:
     """What ``CallScope.progress`` is when nobody follows the call's progress."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CallScope:
     """The call a handler is executing, for handlers that need more than their inputs.
@@ -231,18 +233,19 @@ class ToolRunner:
         output: dict[str, Any] = {}
         text: OutputText | None = None
         report = _no_report if on_progress is None else functools.partial(on_progress, call)
-        token = _current.set(CallScope(call, iteration, timeout_s, report, None, run_id))
+        # The timer is made before the call's scope, so that one scope carries it.
+        scope = None if timeout_s is None else asyncio.timeout(timeout_s)
+        first_deadline = None if scope is None else scope.when()
+        token = _current.set(CallScope(call, iteration, timeout_s, report, scope, run_id))
         try:
-            if timeout_s is None:
+            if scope is None:
                 raw = await self._invoke(entry, inputs)
             else:
-                async with asyncio.timeout(timeout_s) as scope:
-                    first_deadline = scope.when()
-                    _current.set(CallScope(call, iteration, timeout_s, report, scope, run_id))
+                async with scope:
                     raw = await self._invoke(entry, inputs)
             output, text = _as_output(raw)
         except TimeoutError as exc:
-            if timeout_s is not None and scope.expired():
+            if scope is not None and scope.expired():
                 kind = ErrorKind.TIMEOUT
                 error = f"tool {call.name!r} timed out after {timeout_s:g}s"
                 if (scope.when() or 0.0) > (first_deadline or 0.0):  # extended by its handler
