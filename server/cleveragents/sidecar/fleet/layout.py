@@ -143,8 +143,12 @@ async def read_stored(client: redis.asyncio.Redis, run_ids: list[str]) -> list[H
 
 
 def ended(frames: list[bytes]) -> bool:
-    """Whether a log ends with its terminal event."""
-    return is_terminal(decode_frame(frames[-1]).event)
+    """Whether a log ends with its terminal event (one whose last frame does not decode is
+    taken as live: reading it back sets it aside, ``RunManager.take_back``)."""
+    try:
+        return is_terminal(decode_frame(frames[-1]).event)
+    except Exception:  # damaged data: the run's reader reports it
+        return False
 
 
 def frames_of(entries: _Entries) -> list[bytes]:

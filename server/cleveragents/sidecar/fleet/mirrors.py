@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 import grpc
 import structlog
 
-from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.errors import DamagedLog, SidecarError
 from cleveragents.sidecar.runs.log import LogStats
 from cleveragents.sidecar.runs.run import Run
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
@@ -166,8 +166,10 @@ class Mirrors:
             kept = self._kept.get(found.stored.run_id)
             try:
                 runs.append(kept[0] if kept else mirror(found.stored, self.stats))
-            except Exception:  # an unreadable log is left out of the list, not fatal to it
-                log.warning("another sidecar's run unreadable", run_id=found.stored.run_id)
+            except DamagedLog as exc:  # left out of the list, not fatal to it
+                log.warning(
+                    "another sidecar's run unreadable", run_id=exc.run_id, error=exc.message
+                )
         return runs
 
     async def close(self) -> None:
@@ -188,6 +190,9 @@ class Mirrors:
                     break
                 frames = await self.store.read_after(run_id, len(run.log.frames), BLOCK_MS)
                 run.take(frames)
+        except DamagedLog as exc:  # its watchers are told, as a reader of the log would be
+            log.warning("another sidecar's run unreadable", run_id=run_id, error=exc.message)
+            run.lose(exc.message, exc.code)
         except Exception as exc:  # the store went away: the watchers end where they are
             log.warning("another sidecar's run no longer kept up", run_id=run_id, error=repr(exc))
             run.log.close()
