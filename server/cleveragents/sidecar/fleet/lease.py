@@ -292,8 +292,12 @@ class Lease:
                 continue
             for _, entries in answer or ():
                 for entry_id, fields in entries:
-                    last = entry_id.decode()
-                    control = Control.of(fields)
+                    last = entry_id.decode()  # read past, whatever it holds
+                    try:
+                        control = Control.of(fields)
+                    except ValueError as exc:  # written by something else: not for us to obey
+                        log.warning("control entry skipped", entry=last, error=str(exc))
+                        continue
                     try:
                         await runs.obey(control)
                     except Exception:  # one bad request must not stop the stream's reading
