@@ -123,7 +123,7 @@ _ENDED = frozenset({RunPhase.ENDING, RunPhase.FINISHED, RunPhase.LOST})
 class Launchable(Protocol):
     """A run ready to start, as the manager starts it (``assembly.AssembledRun`` is one): the
     request as accepted, the runtime and context its loop runs with, the time its starting
-    call left it (``None``: no deadline), and its approvals broker."""
+    call left it (``None``: no deadline), its approvals broker and the tools its client hosts."""
 
     @property
     def request(self) -> RunRequest: ...
@@ -139,6 +139,12 @@ class Launchable(Protocol):
 
     @property
     def approvals(self) -> ApprovalBroker: ...
+
+    @property
+    def hosted_tools(self) -> frozenset[str]:
+        """The tools its Session's client hosts (their invocations reach the client only once
+        the store holds their start: no call of theirs needs to wait for it)."""
+        ...
 
 
 class RunObserver(Protocol):
@@ -348,6 +354,16 @@ class Run:
     def reattached(self) -> None:
         """The re-attach that took it gave it its client back (its loop went on)."""
         self._move(RunPhase.RUNNING)
+
+    async def stored(self) -> None:
+        """Return once the store holds every event logged so far: the loop awaits it before
+        each call of a tool of the sidecar's (``drive``), so that a call runs only once its
+        ``tool_call_started`` is stored. On a shared store that write is fenced: a sidecar
+        that lost the run (it stalled past its lease) finds out here, before the call, and the
+        call never runs (``CancelledError``)."""
+        await self.log.stored()
+        if self._loss is not None:
+            raise asyncio.CancelledError(self._loss.message)
 
     async def wait(self) -> None:
         """Wait until the run has ended and its terminal event is stored (or it was lost)."""
