@@ -70,7 +70,8 @@ def _script(tool: str, tag: str) -> list[dict[str, Any]]:
     ]
 
 
-def _config(tmp_path: Path) -> tuple[Path, Path]:
+def gated_tools(tmp_path: Path) -> tuple[Path, Path]:
+    """A config loading ``TOOLS`` (waiting on the returned gate directory), and the gate."""
     gate = tmp_path / "gate"
     gate.mkdir()
     (tmp_path / "resume_tools.py").write_text(TOOLS.format(gate=str(gate)), encoding="utf-8")
@@ -111,7 +112,7 @@ def _check_log(log: list[StreamedEvent], before: list[StreamedEvent]) -> RunResu
 async def test_runs_killed_mid_call_resume_once_from_the_log_after_a_restart(
     spawn: Spawn, tmp_path: Path
 ) -> None:
-    config, gate = _config(tmp_path)
+    config, gate = gated_tools(tmp_path)
     runs = {f"idem-{i}": ("wait_idem", f"idem{i}") for i in range(3)}
     runs |= {f"plain-{i}": ("wait_plain", f"plain{i}") for i in range(3)}
     first: SidecarProcess = spawn(config=str(config))
@@ -159,7 +160,7 @@ async def test_runs_killed_mid_call_resume_once_from_the_log_after_a_restart(
 async def test_a_run_not_detached_fails_at_the_restart_saying_why(
     spawn: Spawn, tmp_path: Path
 ) -> None:
-    config, gate = _config(tmp_path)
+    config, gate = gated_tools(tmp_path)
     first: SidecarProcess = spawn(config=str(config))
     seen: list[StreamedEvent] = []
     async with AsyncSidecarClient(first.address) as client, asyncio.timeout(LONG_S):
@@ -185,7 +186,7 @@ async def test_a_run_not_detached_fails_at_the_restart_saying_why(
 
 
 async def test_a_run_resumes_again_after_a_second_kill(spawn: Spawn, tmp_path: Path) -> None:
-    config, gate = _config(tmp_path)
+    config, gate = gated_tools(tmp_path)
     script = _script("wait_idem", "twice")
     first: SidecarProcess = spawn(config=str(config))
     async with AsyncSidecarClient(first.address) as client, asyncio.timeout(LONG_S):

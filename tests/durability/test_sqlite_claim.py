@@ -18,7 +18,7 @@ from cleveragents.tool import RunCompleted, ToolCallStarted
 from tests.conftest import ServeSidecar
 
 from .conftest import StartInProcess
-from .test_resume import LONG_S, _config
+from .test_resume import LONG_S, gated_tools
 
 #: Two calls of a tool that is not safe to run twice; the first waits for the release file.
 TWICE: list[dict[str, Any]] = [
@@ -31,7 +31,7 @@ TWICE: list[dict[str, Any]] = [
 async def test_a_second_sidecar_on_a_live_sqlite_store_exits_naming_the_holder(
     serve_sidecar: ServeSidecar, tmp_path: Path
 ) -> None:
-    config, gate = _config(tmp_path)
+    config, gate = gated_tools(tmp_path)
     store = tmp_path / "runs.sqlite"
     first = serve_sidecar(config=config, event_store=store)
     async with AsyncSidecarClient(first.address) as client, asyncio.timeout(LONG_S):
