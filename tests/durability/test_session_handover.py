@@ -286,6 +286,22 @@ async def test_another_identitys_parked_run_is_not_found_and_nothing_is_asked(
     assert owner == b"alpha"
 
 
+async def test_a_reattach_to_a_parked_run_whose_keys_vanished_is_data_loss(
+    fleet: Start, direct: redis.asyncio.Redis
+) -> None:
+    alpha = await fleet("alpha")
+    tools = [types_pb2.ToolSpec(name="remote")]
+    async with asyncio.timeout(LONG_S):
+        before, _ = await _dropped(alpha.address, session_start(tools, "gone", calling("remote")))
+        await _parked(alpha, "gone")
+        await direct.flushall()
+        start = session_start(tools, "gone", calling("remote"), before[-1].sequence)
+        refused = await _refused(alpha.address, start)
+    assert refused.code() is grpc.StatusCode.DATA_LOSS
+    assert "run 'gone': its log is gone from the run store" in refused.details()
+    assert "sidecar 'none'" not in refused.details()
+
+
 async def test_of_two_clients_racing_to_reattach_at_two_sidecars_exactly_one_gets_the_run(
     fleet: Start,
 ) -> None:

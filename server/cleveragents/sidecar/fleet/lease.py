@@ -200,7 +200,8 @@ class Lease:
             if not renewed:  # it expired first: other sidecars may have adopted our runs
                 self.renewal_failures += 1
                 log.error(
-                    "store lease had expired before its renewal; taken again",
+                    "store lease had expired (or vanished from the store) before its "
+                    "renewal; taken again",
                     sidecar=me,
                     lease_s=self.lease_s,
                 )

@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.fleet.control import TAKEN, Control
 from cleveragents.sidecar.fleet.directory import FleetRuns, Handover
-from cleveragents.sidecar.fleet.fencing import HOLD, PARK, TAKE, Claims
+from cleveragents.sidecar.fleet.fencing import HOLD, PARK, TAKE, Claims, gone_message
 from cleveragents.sidecar.fleet.layout import (
     INDEX_KEY,
     control_key,
@@ -61,7 +61,8 @@ _CONTROL_MAXLEN = 10_000
 
 class RedisFleet:
     """This sidecar's view of the others on one Redis: ``claims`` holds its fencing tokens,
-    ``lease`` its membership; the mirrors of their runs keep ``stats`` and ``frame_limit``."""
+    ``lease`` its membership; the mirrors of their runs keep ``stats`` and ``frame_limit``;
+    ``shown`` is the store's URL without its password."""
 
     def __init__(
         self,
@@ -70,11 +71,14 @@ class RedisFleet:
         lease: Lease,
         stats: LogStats,
         frame_limit: int = 0,
+        shown: str = "",
     ) -> None:
+        #: The store's URL as logs and messages show it (no password).
+        self.shown = shown
         self.client = client
         self.claims = claims
         self.lease = lease
-        self.mirrors = Mirrors(self, stats, frame_limit)
+        self.mirrors = Mirrors(self, stats, frame_limit, shown)
 
     @property
     def sidecar_id(self) -> str:
@@ -190,7 +194,10 @@ class RedisFleet:
         me, token = self.sidecar_id, self.claims.tokens.get(run_id)
         if token is None:  # not written yet, or forgotten: nothing for another to take
             return None
-        holder = _text(await _store(self.client.eval(HOLD, 1, meta_key(run_id), me, token)))
+        answer = await _store(self.client.eval(HOLD, 1, meta_key(run_id), me, token))
+        if answer is None:  # its keys vanished: its next frame fails the run, saying so
+            raise SidecarError(grpc.StatusCode.DATA_LOSS, gone_message(run_id, self.shown))
+        holder = _text(answer)
         if not holder:
             self.claims.parked.discard(run_id)
             return None

@@ -36,7 +36,14 @@ import structlog
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from cleveragents.sidecar.errors import ConfigError
-from cleveragents.sidecar.fleet.fencing import APPEND, APPEND_SHA, WRITTEN, Claims, fenced_by
+from cleveragents.sidecar.fleet.fencing import (
+    APPEND,
+    APPEND_SHA,
+    GONE,
+    WRITTEN,
+    Claims,
+    fenced_by,
+)
 from cleveragents.sidecar.fleet.layout import (
     INDEX_KEY,
     QUARANTINE_KEY,
@@ -242,13 +249,16 @@ class RedisEventStore:
         """Send ``batch`` in one pipeline (in order, not atomic: each frame is its own
         fenced append, ``fencing.APPEND``); returns each owner with the last sequence
         written. A run whose frame the fence refused is another sidecar's now: its frames
-        are not released, and the listeners are told (the manager stops the run here).
+        are not released, and the listeners are told (the manager stops the run here). A run
+        whose keys are gone (``fencing.GONE``) is told as lost data (the manager fails it
+        here); its frames are released unkept, those from then on without being sent.
 
         The script goes by its digest; a Redis without it (restarted, flushed) is sent it,
         and the batch again (what the first try wrote is refused as already stored)."""
         now, me, claims = time.time(), self.claims.sidecar_id, self.claims
-        tokens = claims.tokens
+        tokens, gone = claims.tokens, claims.gone
         appends: list[tuple[int, LogOwner, int]] = []  # (answer index, owner, sequence)
+        unkept: dict[int, tuple[LogOwner, int]] = {}  # frames of runs whose keys are gone
         async with self.client.pipeline(transaction=False) as pipe:
             for item in batch:
                 if len(item) == 2:
@@ -264,6 +274,9 @@ class RedisEventStore:
                     continue
                 owner, sequence, frame = item
                 run_id = owner.run_id
+                if gone and run_id in gone:
+                    unkept[id(owner)] = (owner, sequence)
+                    continue
                 if sequence == 1:
                     tokens[run_id] = WRITTEN
                 keys, token = (log_key(run_id), meta_key(run_id)), tokens.get(run_id, 0)
@@ -286,12 +299,16 @@ class RedisEventStore:
                 raise answer
             if isinstance(answer, Exception) and not isinstance(answer, ResponseError):
                 raise answer
-        written: dict[int, tuple[LogOwner, int]] = {}
+        written: dict[int, tuple[LogOwner, int]] = unkept
         lost: dict[str, str] = {}
+        vanished: set[str] = set()
         for index, owner, sequence in appends:
             if owner.run_id in lost:
                 continue
-            if (by := fenced_by(answers[index])) is not None:
+            if owner.run_id in vanished or answers[index] == GONE:
+                vanished.add(owner.run_id)
+                unkept[id(owner)] = (owner, sequence)  # released unkept, as those after it
+            elif (by := fenced_by(answers[index])) is not None:
                 lost[owner.run_id] = by
             else:
                 written[id(owner)] = (owner, sequence)
@@ -299,6 +316,10 @@ class RedisEventStore:
             if (message := claims.lost(run_id, by)) is not None:
                 for listener in self._listeners:
                     listener.run_taken(run_id, message)
+        for run_id in vanished:
+            if (message := claims.vanished(run_id, self.shown)) is not None:
+                for listener in self._listeners:
+                    listener.log_lost(run_id, message)
         return list(written.values())
 
 

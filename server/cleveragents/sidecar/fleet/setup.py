@@ -70,5 +70,7 @@ def directory_for(config: SidecarConfig, manager: RunManager) -> RunDirectory:
     from cleveragents.sidecar.fleet.redis_store import RedisEventStore
 
     assert isinstance(store, RedisEventStore)
-    fleet = RedisFleet(store.client, store.claims, store.lease, manager.stats, manager.frame_limit)
+    fleet = RedisFleet(
+        store.client, store.claims, store.lease, manager.stats, manager.frame_limit, store.shown
+    )
     return RunDirectory(manager, fleet, takes_over=takes_over)

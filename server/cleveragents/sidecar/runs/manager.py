@@ -355,14 +355,16 @@ class RunManager:
             # ever running. Its first step is already scheduled, so cancel right after it.
             asyncio.get_running_loop().call_soon(self.cancel, run, reason)
 
-    def fail(self, run: Run, message: str) -> None:
-        """End a live run now with ``run_failed`` (``UNAVAILABLE``, ``message``) and stop it."""
+    def fail(
+        self, run: Run, message: str, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
+    ) -> None:
+        """End a live run now with ``run_failed`` (``code``, ``message``) and stop it."""
         if run.ended or run.task is None:
             return
         if run.phase is RunPhase.STARTING:  # its first step logs run_started: fail it after
-            asyncio.get_running_loop().call_soon(self.fail, run, message)
+            asyncio.get_running_loop().call_soon(self.fail, run, message, code)
             return
-        error = SidecarError(grpc.StatusCode.UNAVAILABLE, message)
+        error = SidecarError(code, message)
         run.emit(RunFailed(message, partial_result(run.run_id, run.log.frames), error))
         run.task.cancel(message)  # the loop stops; what it logs now is ignored
 
@@ -404,6 +406,12 @@ class RunManager:
     def run_taken(self, run_id: str, message: str) -> None:
         """The store refused a frame of ``run_id``: another sidecar owns it now."""
         self.lose(run_id, message)
+
+    def log_lost(self, run_id: str, message: str) -> None:
+        """The store lost the log of ``run_id``: the run fails here (``DATA_LOSS``), and
+        this sidecar keeps what it has of it; one whose end is logged finishes as it ended."""
+        if (run := self._live.get(run_id)) is not None:
+            self.fail(run, message, grpc.StatusCode.DATA_LOSS)
 
     def health_changed(self, failure: str | None) -> None:
         """The store failed to write (every live run ends), or writes again."""

@@ -28,6 +28,12 @@ class StoreListener(Protocol):
         the run now (``message`` says which, for the run's streams)."""
         ...
 
+    def log_lost(self, run_id: str, message: str) -> None:
+        """The store no longer holds the log of ``run_id`` (its keys vanished: ``message``
+        says so, for the run's streams); it takes the run's frames from now on without
+        keeping them."""
+        ...
+
 
 class LogOwner(Protocol):
     """The run log a frame belongs to; told on the event loop once its frames are stored."""
