@@ -10,11 +10,14 @@ import grpc
 import redis
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
-from cleveragents.sidecar.fleet.layout import log_key
+from cleveragents.sidecar.fleet.layout import Keys
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc
 from tests.conftest import ServeSidecar
 from tests.durability.test_redis_fleet import start_napping
 from tests.redis_server import RedisServer
+
+#: The key names of the default prefix (the tests' sidecars set none).
+KEYS = Keys()
 
 ECHO_THEN_ANSWER: list[dict[str, Any]] = [
     {"tool_calls": [{"id": "e", "name": "echo", "arguments": {"text": "a"}}]},
@@ -27,7 +30,7 @@ GARBAGE = b"\x0a\xff\xff\xff"
 def _damage(url: str, run_id: str, sequence: int) -> None:
     """Write the run's stream again with event ``sequence`` replaced by bytes that do not
     decode (a stream entry cannot be changed in place)."""
-    key = log_key(run_id)
+    key = KEYS.log(run_id)
     with redis.Redis.from_url(url) as client:
         entries = client.xrange(key)
         client.delete(key)
@@ -103,7 +106,7 @@ async def test_a_damaged_event_reaching_a_follower_on_another_sidecar_ends_it_wi
             followed.append(streamed)
             if streamed.sequence == len(seen):  # caught up: the next entry is damaged
                 with redis.Redis.from_url(redis_server.url) as other:
-                    other.xadd(log_key("napping"), {"f": GARBAGE}, id=f"{len(seen) + 1}-0")
+                    other.xadd(KEYS.log("napping"), {"f": GARBAGE}, id=f"{len(seen) + 1}-0")
 
     async with AsyncSidecarClient(beta.address) as client:
         code, details = await _failure(follow(client))

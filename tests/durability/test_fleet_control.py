@@ -10,10 +10,13 @@ from pathlib import Path
 import redis
 
 from cleveragents.client import AsyncSidecarClient
-from cleveragents.sidecar.fleet.layout import control_key
+from cleveragents.sidecar.fleet.layout import Keys
 from tests.conftest import ServeSidecar
 from tests.durability.test_redis_fleet import start_napping
 from tests.redis_server import RedisServer
+
+#: The key names of the default prefix (the tests' sidecars set none).
+KEYS = Keys()
 
 #: Entries no sidecar writes: a field that is not UTF-8, an unknown request, no run named.
 MALFORMED = [
@@ -32,7 +35,7 @@ async def test_a_malformed_control_entry_is_skipped_and_the_next_cancel_is_obeye
     beta = serve_sidecar(event_store=redis_server.url, sidecar_id="beta")
     await start_napping(alpha.address, "napping")
     with redis.Redis.from_url(redis_server.url) as other:
-        ids = [other.xadd(control_key("alpha"), entry).decode() for entry in MALFORMED]
+        ids = [other.xadd(KEYS.control("alpha"), entry).decode() for entry in MALFORMED]
     async with AsyncSidecarClient(beta.address) as client:
         state = await client.cancel_run("napping", reason="after the bad entries")
         after = await client.get_run("napping")

@@ -15,19 +15,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError
 from cleveragents.sidecar import ConfigError, Sidecar, SidecarConfig
-from cleveragents.sidecar.fleet.layout import (
-    INDEX_KEY,
-    QUARANTINE_KEY,
-    lease_key,
-    log_key,
-    meta_key,
-    quarantine_key,
-    redacted,
-)
+from cleveragents.sidecar.fleet.layout import Keys, redacted
 from cleveragents.sidecar.fleet.redis_store import RedisEventStore
 from cleveragents.tool import RunFailed, ToolCallStarted
 from tests.conftest import captured_logs
 from tests.redis_server import RedisServer, free_port
+
+#: The key names of the default prefix (the tests' sidecars set none).
+KEYS = Keys()
 
 ECHO_THEN_ANSWER: list[dict[str, Any]] = [
     {"tool_calls": [{"id": "c1", "name": "echo", "arguments": {"text": "a"}}]},
@@ -66,16 +61,16 @@ async def test_each_run_is_one_stream_whose_ids_are_its_sequences_under_its_hash
     async with AsyncSidecarClient(sidecar.address) as client:
         seen = [e async for e in client.stream_tool_loop("go", script=ECHO_THEN_ANSWER, run_id="r")]
     with redis.Redis.from_url(redis_server.url) as store:
-        entries = store.xrange(log_key("r"))
+        entries = store.xrange(KEYS.log("r"))
         assert [entry_id for entry_id, _ in entries] == [
             f"{n}-0".encode() for n in range(1, len(seen) + 1)
         ]
-        assert store.hget(meta_key("r"), "owner") == b"default"
-        assert store.zrange(INDEX_KEY, 0, -1) == [b"r"]
+        assert store.hget(KEYS.meta("r"), "owner") == b"default"
+        assert store.zrange(KEYS.index, 0, -1) == [b"r"]
         # Redis refuses a frame that is not past the last: no duplicate, no reordering.
         with pytest.raises(redis.ResponseError, match="equal or smaller"):
-            store.xadd(log_key("r"), {"f": b"again"}, id="2-0")
-    assert {log_key("r").split("{")[1].split("}")[0], meta_key("r").split("{")[1][:1]} == {"r"}
+            store.xadd(KEYS.log("r"), {"f": b"again"}, id="2-0")
+    assert {KEYS.log("r").split("{")[1].split("}")[0], KEYS.meta("r").split("{")[1][:1]} == {"r"}
 
 
 async def test_a_unix_socket_url_keeps_runs_across_a_restart(
@@ -152,11 +147,11 @@ async def test_an_undecodable_entry_quarantines_its_run_and_the_others_start(
         await client.run_tool_loop("go", script=ECHO_THEN_ANSWER, run_id="bad")
     await first.stop(1.0)
     with redis.Redis.from_url(redis_server.url) as store:
-        entries = store.xrange(log_key("bad"))
-        store.delete(log_key("bad"))
+        entries = store.xrange(KEYS.log("bad"))
+        store.delete(KEYS.log("bad"))
         for entry_id, fields in entries:  # the same log, its third frame garbled
             frame = b"\x0a\x05\xff\xff\xff\xff\xff" if entry_id == b"3-0" else fields[b"f"]
-            store.xadd(log_key("bad"), {"f": frame}, id=entry_id)
+            store.xadd(KEYS.log("bad"), {"f": frame}, id=entry_id)
 
     second = await start_on(redis_server.url)
     async with AsyncSidecarClient(second.address) as client:
@@ -166,10 +161,10 @@ async def test_an_undecodable_entry_quarantines_its_run_and_the_others_start(
     assert missing.value.code == grpc.StatusCode.NOT_FOUND
     await second.stop(1.0)
     with redis.Redis.from_url(redis_server.url) as store:
-        assert store.xlen(quarantine_key("bad")) == len(entries)  # set aside, not deleted
-        assert store.exists(log_key("bad")) == 0
-        assert store.smembers(QUARANTINE_KEY) == {b"bad"}
-        assert store.zrange(INDEX_KEY, 0, -1) == [b"good"]
+        assert store.xlen(KEYS.quarantine("bad")) == len(entries)  # set aside, not deleted
+        assert store.exists(KEYS.log("bad")) == 0
+        assert store.smembers(KEYS.quarantined) == {b"bad"}
+        assert store.zrange(KEYS.index, 0, -1) == [b"good"]
 
 
 async def _health_until(channel: grpc.aio.Channel, wanted: int) -> None:
@@ -246,10 +241,10 @@ async def test_a_lease_renewal_that_fails_is_logged_and_counted(
     assert line["error"].startswith("ConnectionError")
     server.start()
     with redis.Redis.from_url(server.url) as direct:
-        direct.delete(lease_key("renewing"))  # as if it had expired
+        direct.delete(KEYS.lease("renewing"))  # as if it had expired
     with captured_logs() as logs:
         assert await lease.renew() is True
     assert lease.renewal_failures == 2
     assert any(line["event"].startswith("store lease had expired") for line in logs)
     with redis.Redis.from_url(server.url) as direct:
-        assert direct.pttl(lease_key("renewing")) > 0
+        assert direct.pttl(KEYS.lease("renewing")) > 0

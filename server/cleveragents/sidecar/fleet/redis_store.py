@@ -45,13 +45,7 @@ from cleveragents.sidecar.fleet.fencing import (
     fenced_by,
 )
 from cleveragents.sidecar.fleet.layout import (
-    INDEX_KEY,
-    QUARANTINE_KEY,
-    log_key,
-    meta_key,
-    quarantine_key,
     redacted,
-    runs_of_key,
 )
 from cleveragents.sidecar.fleet.lease import Lease
 from cleveragents.sidecar.runs.store import LogOwner, StoredRun, StoreListener
@@ -101,7 +95,7 @@ class RedisEventStore:
     ``options`` are redis-py's (``redis_options``; no password is ever logged), ``client``
     the connection every part of the fleet shares, ``claims`` the fencing tokens frames are
     written with, ``lease`` the sidecar's membership, which its open takes first and a clean
-    close leaves.
+    close leaves; its keys are the lease's (one deployment's prefix).
     """
 
     def __init__(
@@ -128,6 +122,7 @@ class RedisEventStore:
         self.client = client
         self.claims = claims
         self.lease = lease
+        self.keys = lease.keys
 
     def open(self) -> list[StoredRun]:
         """The stored runs; ``ConfigError`` (one line) when Redis cannot be reached."""
@@ -265,12 +260,12 @@ class RedisEventStore:
                     run_id, action = item
                     claims.drop(run_id)
                     if action == "forget":
-                        pipe.delete(log_key(run_id), meta_key(run_id))
-                        pipe.srem(runs_of_key(me), run_id)
+                        pipe.delete(self.keys.log(run_id), self.keys.meta(run_id))
+                        pipe.srem(self.keys.runs_of(me), run_id)
                     else:
-                        pipe.rename(log_key(run_id), quarantine_key(run_id))
-                        pipe.sadd(QUARANTINE_KEY, run_id)
-                    pipe.zrem(INDEX_KEY, run_id)
+                        pipe.rename(self.keys.log(run_id), self.keys.quarantine(run_id))
+                        pipe.sadd(self.keys.quarantined, run_id)
+                    pipe.zrem(self.keys.index, run_id)
                     continue
                 owner, sequence, frame = item
                 run_id = owner.run_id
@@ -279,13 +274,13 @@ class RedisEventStore:
                     continue
                 if sequence == 1:
                     tokens[run_id] = WRITTEN
-                keys, token = (log_key(run_id), meta_key(run_id)), tokens.get(run_id, 0)
+                keys, token = (self.keys.log(run_id), self.keys.meta(run_id)), tokens.get(run_id, 0)
                 appends.append((len(pipe), owner, sequence))
                 if sequence == 1:
                     args = (sequence, frame, me, token, owner.owner, owner.resume_info)
                     pipe.evalsha(APPEND_SHA, 2, *keys, *args)
-                    pipe.sadd(runs_of_key(me), run_id)
-                    pipe.zadd(INDEX_KEY, {run_id: now})
+                    pipe.sadd(self.keys.runs_of(me), run_id)
+                    pipe.zadd(self.keys.index, {run_id: now})
                 else:
                     pipe.evalsha(APPEND_SHA, 2, *keys, sequence, frame, me, token)
             answers = await pipe.execute(raise_on_error=False)
