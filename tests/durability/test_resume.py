@@ -1,9 +1,10 @@
 """Runs that outlive their sidecar: killed with SIGKILL mid-run, resumed from the SQLite log.
 
 The tools wait for a release file and leave a file each time they begin, so the test knows
-what ran where without sleeping: a tool call's ``tool_call_started`` reaches a watcher only
-after the store committed it, by which time its async handler has already left its file (both
-happen in one step of the event loop).
+what ran where without sleeping. A call runs only once the store holds its
+``tool_call_started``: a watcher may see that event before the call begins, so each tool
+reports its progress (``tool_call_progress``) once it has left its file, and the tests wait
+for that.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from cleveragents.tool import (
     RunResumed,
     RunStarted,
     ToolCallCompleted,
+    ToolCallProgress,
     ToolCallStarted,
 )
 
@@ -26,7 +28,7 @@ from .conftest import SidecarProcess, Spawn
 
 TOOLS = '''
 import asyncio, os
-from cleveragents.tool import ToolRegistry
+from cleveragents.tool import ToolRegistry, current_call
 
 GATE = {gate!r}
 registry = ToolRegistry()
@@ -35,6 +37,7 @@ registry = ToolRegistry()
 async def _wait(tag: str) -> dict:
     n = len([f for f in os.listdir(GATE) if f.startswith(f"started-{{tag}}-")])
     open(os.path.join(GATE, f"started-{{tag}}-{{n + 1}}"), "w").close()
+    current_call().progress(0.0, None, "began")
     while not os.path.exists(os.path.join(GATE, "release")):
         await asyncio.sleep(0.02)
     return {{"tag": tag}}
@@ -83,12 +86,12 @@ def gated_tools(tmp_path: Path) -> tuple[Path, Path]:
 
 
 async def _until_waiting(client: AsyncSidecarClient, run_id: str) -> list[StreamedEvent]:
-    """The run's events up to the start of its waiting call (the tool is then running)."""
+    """The run's events up to the first progress of its waiting call (the tool then runs)."""
     seen = []
     async for streamed in client.watch(run_id):
         seen.append(streamed)
         event = streamed.event
-        if isinstance(event, ToolCallStarted) and event.call_id == "w1":
+        if isinstance(event, ToolCallProgress) and event.call_id == "w1":
             return seen
     raise AssertionError(f"run {run_id} ended before its waiting call")
 
