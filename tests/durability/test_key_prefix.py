@@ -11,6 +11,7 @@ import redis
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError
 from cleveragents.sidecar import ConfigError, SidecarConfig
 from tests.conftest import ServeSidecar
+from tests.durability.test_damaged_logs import ECHO_THEN_ANSWER
 from tests.durability.test_redis_fleet import start_napping
 from tests.redis_server import RedisServer
 
@@ -53,3 +54,28 @@ async def test_two_prefixes_on_one_redis_do_not_see_each_others_runs(
 def test_a_key_prefix_redis_cluster_or_a_person_would_misread_is_refused(prefix: str) -> None:
     with pytest.raises(ConfigError, match="event_store_key_prefix"):
         SidecarConfig(event_store="redis://127.0.0.1:6379/0", event_store_key_prefix=prefix)
+
+
+async def test_a_redis_user_held_to_its_prefix_serves_its_fleet_and_reaches_no_other(
+    serve_sidecar: ServeSidecar, redis_server: RedisServer
+) -> None:
+    with redis.Redis.from_url(redis_server.url) as admin:  # the operator's own connection
+        admin.acl_setuser(
+            "team-a", enabled=True, passwords=["+secret-a"], keys=["team-a:*"],
+            commands=["+@all", "-@dangerous"],
+        )  # fmt: skip
+        admin.set("team-b:runs", "theirs")
+    url = f"redis://team-a:secret-a@127.0.0.1:{redis_server.port}/0"
+    sidecar = serve_sidecar(event_store=url, event_store_key_prefix="team-a", sidecar_id="a")
+    async with AsyncSidecarClient(sidecar.address) as client:
+        result = await client.run_tool_loop("go", script=ECHO_THEN_ANSWER, run_id="held")
+        info = await client.get_run("held")
+    with redis.Redis.from_url(url) as limited:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            limited.get("team-b:runs")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            limited.xadd("team-b:sidecar:{b}:control", {"op": "cancel", "run": "theirs"})
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            limited.flushall()
+    assert result.content == "done"
+    assert info.state == "completed"
