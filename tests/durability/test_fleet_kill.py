@@ -109,7 +109,7 @@ async def _watch(
     client: AsyncSidecarClient, run_id: str, in_call: asyncio.Event
 ) -> list[StreamedEvent]:
     """The whole log of ``run_id`` as one watcher sees it; ``in_call`` once its tool runs (a
-    server tool reports its progress as it begins: its start is stored before it runs)."""
+    server tool reports its progress as it begins: its start may be stored before it runs)."""
     begun = ToolCallProgress if run_id in SERVER_RUNS else ToolCallStarted
     seen = []
     async for streamed in client.watch(run_id):

@@ -4,6 +4,7 @@ a log that cannot be read back, and a Redis killed and restarted mid-run."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -16,7 +17,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError
 from cleveragents.sidecar import ConfigError, Sidecar, SidecarConfig
 from cleveragents.sidecar.fleet.layout import Keys, redacted
+from cleveragents.sidecar.fleet.lease import FRESH_SHARE
 from cleveragents.sidecar.fleet.redis_store import RedisEventStore
+from cleveragents.sidecar.fleet.setup import store_for
 from cleveragents.tool import RunFailed, ToolCallStarted
 from tests.conftest import captured_logs
 from tests.redis_server import RedisServer, free_port
@@ -248,3 +251,22 @@ async def test_a_lease_renewal_that_fails_is_logged_and_counted(
     assert any(line["event"].startswith("store lease had expired") for line in logs)
     with redis.Redis.from_url(server.url) as direct:
         assert direct.pttl(KEYS.lease("renewing")) > 0
+
+
+async def test_runs_are_surely_held_only_while_the_lease_is_fresh_by_the_sidecars_own_clock(
+    redis_server: RedisServer,
+) -> None:
+    config = SidecarConfig(event_store=redis_server.url, event_store_lease_s=0.2)
+    store = store_for(config)
+    assert isinstance(store, RedisEventStore)
+    assert store.shared
+    store.open()  # the lease is taken; nothing renews it in this test
+    try:
+        held_at_start = store.holds("r")
+        await asyncio.sleep(0.2 * FRESH_SHARE)  # half a lease passes unrenewed, as in a stall
+        held_when_stale = store.holds("r")
+        renewed = await store.lease.renew()
+        held_again = store.holds("r")
+    finally:
+        await store.close()
+    assert (held_at_start, held_when_stale, renewed, held_again) == (True, False, True, True)

@@ -1,10 +1,10 @@
 """Runs that outlive their sidecar: killed with SIGKILL mid-run, resumed from the SQLite log.
 
 The tools wait for a release file and leave a file each time they begin, so the test knows
-what ran where without sleeping. A call runs only once the store holds its
-``tool_call_started``: a watcher may see that event before the call begins, so each tool
-reports its progress (``tool_call_progress``) once it has left its file, and the tests wait
-for that.
+what ran where without sleeping. A watcher gets a call's ``tool_call_started`` once the store
+holds it, which need not be after the call began (on a shared store a call may wait for that
+write), so each tool reports its progress (``tool_call_progress``) once it has left its file,
+and the tests wait for that.
 """
 
 from __future__ import annotations

@@ -21,11 +21,11 @@ from tests.redis_server import RedisServer
 
 from .test_resume import LONG_S, gated_tools
 
-#: A call that waits for the release file, a call of ``echo`` (which runs only once the store
-#: took its start), then an answer.
+#: A call that waits for the release file, a nap (under way when the store answers that the
+#: run's keys are gone), then an answer.
 WAIT_THEN_ANSWER: list[dict[str, Any]] = [
     {"tool_calls": [{"id": "w1", "name": "wait_plain", "arguments": {"tag": "w"}}]},
-    {"tool_calls": [{"id": "e1", "name": "echo", "arguments": {"text": "a"}}]},
+    {"tool_calls": [{"id": "nap", "name": "sleep", "arguments": {"seconds": 30}}]},
     {"content": "done"},
 ]
 
@@ -85,8 +85,8 @@ async def test_a_run_whose_keys_vanished_fails_with_data_loss_and_the_sidecar_go
         assert follower is not None
         follower_error = await follower
     assert isinstance(events[-1], RunFailed)
-    assert not any(  # echo never ran: its start was not stored
-        isinstance(event, ToolCallCompleted) and event.record.call_id == "e1" for event in events
+    assert not any(  # the nap was stopped: no record of it reached the store or the client
+        isinstance(event, ToolCallCompleted) and event.record.call_id == "nap" for event in events
     )
     assert info.state == "failed"
     assert code == grpc.StatusCode.DATA_LOSS.value[0]

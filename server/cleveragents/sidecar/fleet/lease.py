@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import time
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -45,6 +47,10 @@ __all__ = ["Lease"]
 
 log = structlog.get_logger("cleveragents.sidecar.store")
 
+#: While the lease was renewed within this share of it, it surely holds: nobody may adopt this
+#: sidecar's runs before it expires, at least a lease after the renewal was sent. Renewals
+#: come every third of a lease.
+FRESH_SHARE = 0.5
 #: How long one blocking read of the control stream waits (milliseconds).
 _CONTROL_BLOCK_MS = 1000
 #: What XREAD answers (per stream).
@@ -69,6 +75,9 @@ class Lease:
         self.adopted_runs = 0
         #: Set when the lease stops: its loops end at their next turn even if a cancel is lost.
         self._closing = asyncio.Event()
+        #: When (this sidecar's monotonic clock) the renewal that holds the lease now was sent:
+        #: the lease lasts at least ``lease_s`` from then (see ``fresh``).
+        self._renewed_at = -math.inf
 
     @property
     def sidecar_id(self) -> str:
@@ -116,7 +125,9 @@ class Lease:
 
     def _register(self, client: redis.Redis) -> set[str]:
         """Take this sidecar's lease; return the ids of the other sidecars whose leases live."""
+        asked = time.monotonic()
         client.set(self.keys.lease(self.sidecar_id), "1", px=self.lease_ms)
+        self._renewed_at = asked
         client.sadd(self.keys.sidecars, self.sidecar_id)
         others = [m.decode() for m in cast("set[bytes]", client.smembers(self.keys.sidecars))]
         others = [other for other in others if other != self.sidecar_id]
@@ -177,6 +188,13 @@ class Lease:
         with contextlib.suppress(RedisError):
             await self.client.delete(self.keys.lease(self.sidecar_id))
 
+    def fresh(self) -> bool:
+        """Whether the lease surely holds, by this sidecar's own clock: renewed (without
+        expiring first) within ``FRESH_SHARE`` of a lease. A sidecar that stalled (``SIGSTOP``,
+        a long pause) finds it stale on waking, before its next renewal tells it what it lost;
+        a run's tool calls then wait for their starts to be stored (a fenced write)."""
+        return time.monotonic() - self._renewed_at < self.lease_s * FRESH_SHARE
+
     def counts(self) -> tuple[int, int, int]:
         """Lease renewals that failed, runs adopted, runs taken over by others (metrics)."""
         return self.renewal_failures, self.adopted_runs, self.claims.lost_runs
@@ -196,8 +214,11 @@ class Lease:
         sidecar claimed meanwhile."""
         me = self.sidecar_id
         try:
+            asked = time.monotonic()
             renewed = await self.client.set(self.keys.lease(me), "1", px=self.lease_ms, xx=True)
-            if not renewed:  # it expired first: other sidecars may have adopted our runs
+            if renewed:
+                self._renewed_at = asked
+            else:  # it expired first: other sidecars may have adopted our runs
                 self.renewal_failures += 1
                 log.error(
                     "store lease had expired (or vanished from the store) before its "
@@ -205,10 +226,13 @@ class Lease:
                     sidecar=me,
                     lease_s=self.lease_s,
                 )
+                asked = time.monotonic()
                 await self.client.set(self.keys.lease(me), "1", px=self.lease_ms)
                 await self.client.sadd(self.keys.sidecars, me)  # an adopter removed it
                 if runs is not None:
                     await self._check(runs, list(self.claims.tokens))
+                    # Fresh again only now: the runs others claimed meanwhile are lost here.
+                    self._renewed_at = asked
             return True
         except RedisError as exc:
             self.renewal_failures += 1

@@ -205,13 +205,13 @@ class RedisFleet:
         token = self.claims.tokens.get(run_id)
         if token is None:
             return
+        # Counted as parked before the store may say so: from then on its tool calls wait for
+        # their starts to be stored (another sidecar may take it at any moment).
+        self.claims.parked.add(run_id)
         try:
-            marked = await self.client.eval(PARK, 1, self.keys.meta(run_id), self.sidecar_id, token)
+            await self.client.eval(PARK, 1, self.keys.meta(run_id), self.sidecar_id, token)
         except RedisError as exc:  # only a client re-attaching here can have it then
             log.warning("parked run not marked in the store", run_id=run_id, error=repr(exc))
-            return
-        if marked:
-            self.claims.parked.add(run_id)
 
 
 def _text(value: Any) -> str:

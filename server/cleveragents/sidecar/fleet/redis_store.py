@@ -157,6 +157,13 @@ class RedisEventStore:
             "event_store_key_file"
         )
 
+    shared = True
+
+    def holds(self, run_id: str) -> bool:
+        """While the lease is fresh by this sidecar's clock (nobody may adopt its runs yet)
+        and the run is not parked (another sidecar may take a parked run at any moment)."""
+        return self.lease.fresh() and run_id not in self.claims.parked
+
     def append(self, owner: LogOwner, sequence: int, frame: bytes) -> None:
         self._pending.append((owner, sequence, frame))
         self._wake.set()

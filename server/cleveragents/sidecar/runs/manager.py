@@ -471,19 +471,18 @@ def refuse_when_full(live: int, limit: int, stats: LogStats) -> None:
 
 async def drive(run: Run, assembled: Launchable, resume: Resumption | None = None) -> None:
     """Run ``run``'s loop (from its log, with ``resume``); every way out logs a terminal
-    event: the loop's own, or one written here when the loop never got to it. With a durable
-    store, each tool call runs only once the store holds its start (``Run.stored``)."""
+    event: the loop's own, or one written here when the loop never got to it. On a store other
+    sidecars share, a tool call runs only once this sidecar surely still owns the run: its
+    lease fresh by its own clock, or else the store holding the call's start (``Run.stored``)."""
     run.begin()
     runtime = assembled.runtime
-    hosted = assembled.hosted_tools
+    hosted, store, run_id = assembled.hosted_tools, run.log.store, run.run_id
 
     async def checkpoint(spec: ToolSpec) -> None:
         # A client's tool is invoked after its start is stored already (``push_in_order``).
-        if spec.name not in hosted:
+        if spec.name not in hosted and not store.holds(run_id):
             await run.stored()
 
-    # The memory store holds each frame at once: there is nothing to wait for before a call.
-    durable = not isinstance(run.log.store, MemoryEventStore)
     try:
         await runtime.arun_tool_loop(
             run.request.prompt,
@@ -492,7 +491,7 @@ async def drive(run: Run, assembled: Launchable, resume: Resumption | None = Non
             timeout_s=assembled.timeout_s,
             on_event=run.emit,
             resume=resume,
-            checkpoint=checkpoint if durable else None,
+            checkpoint=checkpoint if store.shared else None,
         )
     except asyncio.CancelledError as exc:
         if not run.ended:  # cancelled before the loop began

@@ -356,11 +356,10 @@ class Run:
         self._move(RunPhase.RUNNING)
 
     async def stored(self) -> None:
-        """Return once the store holds every event logged so far: the loop awaits it before
-        each call of a tool of the sidecar's (``drive``), so that a call runs only once its
-        ``tool_call_started`` is stored. On a shared store that write is fenced: a sidecar
-        that lost the run (it stalled past its lease) finds out here, before the call, and the
-        call never runs (``CancelledError``)."""
+        """Return once the store holds every event logged so far. On a shared store that write
+        is fenced: a sidecar that lost the run (it stalled past its lease) finds out here,
+        before the tool call that waits for it (``drive``), and the call never runs
+        (``CancelledError``)."""
         await self.log.stored()
         if self._loss is not None:
             raise asyncio.CancelledError(self._loss.message)

@@ -126,6 +126,12 @@ class SqliteEventStore:
         log.info("event store opened", path=self.path, runs=len(runs))
         return runs
 
+    #: The file is this sidecar's alone while it is open (``claim_file``).
+    shared = False
+
+    def holds(self, run_id: str) -> bool:
+        return True
+
     def append(self, owner: LogOwner, sequence: int, frame: bytes) -> None:
         with self._lock:
             self._pending.append((owner, sequence, frame))

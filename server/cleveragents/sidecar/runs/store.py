@@ -72,6 +72,18 @@ class StoredRun:
 class EventStore(Protocol):
     """Keeps each run's frames; tells the run's log when they are safe to hand out."""
 
+    @property
+    def shared(self) -> bool:
+        """Whether other sidecars write to this store (a shared Redis): a run's tool call
+        must then know its sidecar still owns the run before it runs (``holds``)."""
+        ...
+
+    def holds(self, run_id: str) -> bool:
+        """Whether this sidecar surely owns ``run_id`` now without asking the store; if not,
+        a tool call of the run waits until the store holds its start (a fenced write, which
+        a sidecar that lost the run cannot make)."""
+        ...
+
     def open(self) -> list[StoredRun]:
         """Start storing; return the runs already stored."""
         ...
@@ -105,6 +117,11 @@ class EventStore(Protocol):
 
 class MemoryEventStore:
     """Keeps nothing beyond the manager's own memory; every frame is released at once."""
+
+    shared = False
+
+    def holds(self, run_id: str) -> bool:
+        return True
 
     def open(self) -> list[StoredRun]:
         return []
