@@ -270,3 +270,27 @@ async def test_runs_are_surely_held_only_while_the_lease_is_fresh_by_the_sidecar
     finally:
         await store.close()
     assert (held_at_start, held_when_stale, renewed, held_again) == (True, False, True, True)
+
+
+async def test_a_full_redis_that_refuses_writes_is_a_store_failure_and_nothing_is_evicted(
+    start_on: Callable[..., Any], redis_server: RedisServer
+) -> None:
+    sidecar = await start_on(redis_server.url)
+    async with AsyncSidecarClient(sidecar.address) as client:
+        await client.run_tool_loop("go", script=[{"content": "kept"}], run_id="kept")
+        with redis.Redis.from_url(redis_server.url) as admin:
+            admin.config_set("maxmemory-policy", "noeviction")
+            admin.config_set("maxmemory", admin.info("memory")["used_memory"])  # full now
+            with pytest.raises(SidecarRpcError) as refused:
+                await client.run_tool_loop("go", script=[ECHO_THEN_ANSWER[0], *NAP], run_id="late")
+            admin.config_set("maxmemory", 0)
+        async with grpc.aio.insecure_channel(sidecar.address) as channel:
+            await _health_until(channel, SERVING)  # it writes again
+        kept = await client.get_run("kept")
+        after = await client.run_tool_loop("go", script=[{"content": "room"}], run_id="after")
+    assert refused.value.code is grpc.StatusCode.UNAVAILABLE
+    assert "run store failed (OutOfMemoryError" in refused.value.details
+    assert kept.state == "completed"
+    assert after.content == "room"
+    with redis.Redis.from_url(redis_server.url) as admin:
+        assert admin.exists(KEYS.log("kept"))
