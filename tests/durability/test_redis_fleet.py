@@ -12,9 +12,11 @@ from typing import Any
 
 import grpc
 import pytest
+import redis
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
 from cleveragents.sidecar import ClientConfig, Policy, Sidecar, SidecarConfig
+from cleveragents.sidecar.fleet.layout import Keys
 from cleveragents.tool import (
     ApprovalDecided,
     ApprovalRequested,
@@ -253,6 +255,51 @@ async def test_a_decision_relayed_to_the_owner_names_its_identity_and_keeps_self
     assert (decided.approved, decided.identity) == (True, "april")
     assert ran == ["prod"]
     assert isinstance(events[-1], RunCompleted)
+
+
+async def test_whoever_writes_to_a_control_stream_decides_approvals_the_store_is_trusted(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the docs' trust section says: the sidecars believe their store. An entry written
+    straight into the owner's control stream (no RPC, no token) decides a gated call as the
+    identity it names, which ``self_approval = false`` does not stop."""
+    tokens = {"alice": "alice-token-0001", "april": "april-token-0004"}
+    clients = {
+        "alice": ClientConfig("alice", token_env="TEST_TOKEN_ALICE", policy="strict"),
+        "april": ClientConfig("april", token_env="TEST_TOKEN_APRIL", roles=frozenset({"approver"})),
+    }
+    tools, ran = ToolRegistry(), list[str]()
+
+    @tools.tool(side_effects=True)
+    async def deploy(target: str) -> str:
+        """Deploy somewhere."""
+        ran.append(target)
+        return target
+
+    sidecars = await _identified_pair(
+        redis_server, monkeypatch, tokens, clients, tools,
+        policies={"strict": Policy(name="strict", self_approval=False)},
+        approval_timeout_unattended_s=60.0,
+    )  # fmt: skip
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"target": "prod"}}]},
+        {"content": "done"},
+    ]
+    forged = {"op": "decide", "run": "ship", "call": "c1", "approved": "1", "identity": "april"}
+    events = []
+    try:
+        async with AsyncSidecarClient(sidecars[0].address, token=tokens["alice"]) as alice:
+            async for streamed in alice.stream_tool_loop("ship", script=script, run_id="ship"):
+                events.append(streamed.event)
+                if isinstance(streamed.event, ApprovalRequested):
+                    with redis.Redis.from_url(redis_server.url) as writer:
+                        writer.xadd(Keys().control("owner"), forged)
+    finally:
+        for sidecar in sidecars:
+            await sidecar.stop(1.0)
+    [decided] = [e for e in events if isinstance(e, ApprovalDecided)]
+    assert (decided.approved, decided.identity) == (True, "april")
+    assert ran == ["prod"]
 
 
 async def test_an_observer_cancelling_a_run_on_another_sidecar_is_told_it_may_not(
