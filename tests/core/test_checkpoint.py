@@ -14,6 +14,7 @@ from cleveragents.tool import (
     ToolCall,
     ToolCallCompleted,
     ToolCallingRuntime,
+    ToolCallRunResult,
     ToolCallStarted,
     ToolRegistry,
     ToolRunner,
@@ -52,7 +53,11 @@ def _counting(registry: ToolRegistry, ran: list[str]) -> ToolRegistry:
     return registry
 
 
-async def test_a_call_runs_only_once_its_checkpoint_returns() -> None:
+async def _charging_at_its_checkpoint() -> tuple[
+    asyncio.Task[ToolCallRunResult], HeldCheckpoint, list[RunEvent], list[str]
+]:
+    """A run that asks for ``charge(2)``, held at the call's checkpoint: its task, the
+    checkpoint, its events so far and the charges made."""
     ran: list[str] = []
     events: list[RunEvent] = []
     checkpoint = HeldCheckpoint(events)
@@ -64,6 +69,11 @@ async def test_a_call_runs_only_once_its_checkpoint_returns() -> None:
         runtime.arun_tool_loop("go", on_event=events.append, checkpoint=checkpoint)
     )
     await checkpoint.waiting.wait()
+    return run, checkpoint, events, ran
+
+
+async def test_a_call_runs_only_once_its_checkpoint_returns() -> None:
+    run, checkpoint, _, ran = await _charging_at_its_checkpoint()
     assert checkpoint.waits == [("charge", ToolCallStarted)]  # its start went out first
     assert ran == []
     checkpoint.open.set()
@@ -73,17 +83,7 @@ async def test_a_call_runs_only_once_its_checkpoint_returns() -> None:
 
 
 async def test_a_call_whose_checkpoint_cancels_the_run_never_runs() -> None:
-    ran: list[str] = []
-    events: list[RunEvent] = []
-    checkpoint = HeldCheckpoint(events)
-    runtime = make_runtime(
-        _counting(ToolRegistry(), ran),
-        recording_llm([asks(ToolCall("c1", "charge", {"amount": 2})), final()]),
-    )
-    run = asyncio.create_task(
-        runtime.arun_tool_loop("go", on_event=events.append, checkpoint=checkpoint)
-    )
-    await checkpoint.waiting.wait()
+    run, _, events, ran = await _charging_at_its_checkpoint()
     run.cancel("the run is another sidecar's now")
     with pytest.raises(asyncio.CancelledError):
         await run

@@ -207,10 +207,21 @@ async def _identified_pair(
     return sidecars
 
 
-async def test_a_decision_relayed_to_the_owner_names_its_identity_and_keeps_self_approval(
+#: Alice's and April's tokens (``_strict_pair``).
+STRICT_TOKENS = {"alice": "alice-token-0001", "april": "april-token-0004"}
+#: A run of Alice's whose one call, of ``deploy``, asks for approval.
+DEPLOY: list[dict[str, Any]] = [
+    {"tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"target": "prod"}}]},
+    {"content": "done"},
+]
+
+
+async def _strict_pair(
     redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    tokens = {"alice": "alice-token-0001", "april": "april-token-0004"}
+) -> tuple[list[Sidecar], list[str]]:
+    """``owner`` and ``other`` on one Redis; Alice's policy has ``self_approval = false``,
+    April is an approver; ``owner`` serves ``deploy``, a tool with side effects, whose calls
+    land in the list returned."""
     clients = {
         "alice": ClientConfig("alice", token_env="TEST_TOKEN_ALICE", policy="strict"),
         "april": ClientConfig("april", token_env="TEST_TOKEN_APRIL", roles=frozenset({"approver"})),
@@ -224,15 +235,20 @@ async def test_a_decision_relayed_to_the_owner_names_its_identity_and_keeps_self
         return target
 
     sidecars = await _identified_pair(
-        redis_server, monkeypatch, tokens, clients, tools,
+        redis_server, monkeypatch, STRICT_TOKENS, clients, tools,
         policies={"strict": Policy(name="strict", self_approval=False)},
         approval_timeout_unattended_s=60.0,
     )  # fmt: skip
+    return sidecars, ran
+
+
+async def test_a_decision_relayed_to_the_owner_names_its_identity_and_keeps_self_approval(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokens = STRICT_TOKENS
+    sidecars, ran = await _strict_pair(redis_server, monkeypatch)
     owner, other = sidecars
-    script: list[dict[str, Any]] = [
-        {"tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"target": "prod"}}]},
-        {"content": "done"},
-    ]
+    script = DEPLOY
     events = []
     try:
         async with (
@@ -263,28 +279,9 @@ async def test_whoever_writes_to_a_control_stream_decides_approvals_the_store_is
     """What the docs' trust section says: the sidecars believe their store. An entry written
     straight into the owner's control stream (no RPC, no token) decides a gated call as the
     identity it names, which ``self_approval = false`` does not stop."""
-    tokens = {"alice": "alice-token-0001", "april": "april-token-0004"}
-    clients = {
-        "alice": ClientConfig("alice", token_env="TEST_TOKEN_ALICE", policy="strict"),
-        "april": ClientConfig("april", token_env="TEST_TOKEN_APRIL", roles=frozenset({"approver"})),
-    }
-    tools, ran = ToolRegistry(), list[str]()
-
-    @tools.tool(side_effects=True)
-    async def deploy(target: str) -> str:
-        """Deploy somewhere."""
-        ran.append(target)
-        return target
-
-    sidecars = await _identified_pair(
-        redis_server, monkeypatch, tokens, clients, tools,
-        policies={"strict": Policy(name="strict", self_approval=False)},
-        approval_timeout_unattended_s=60.0,
-    )  # fmt: skip
-    script: list[dict[str, Any]] = [
-        {"tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"target": "prod"}}]},
-        {"content": "done"},
-    ]
+    tokens = STRICT_TOKENS
+    sidecars, ran = await _strict_pair(redis_server, monkeypatch)
+    script = DEPLOY
     forged = {"op": "decide", "run": "ship", "call": "c1", "approved": "1", "identity": "april"}
     events = []
     try:
