@@ -18,7 +18,7 @@ $(info $(VENV) was made by a Python older than 3.11, or its Python is gone: rebu
 $(shell rm -rf $(VENV))
 endif
 
-.PHONY: install test lint generate demo bench fuzz node-test go-tools go-test mcp-test-servers redis-server clean image image-rootfs docs dist
+.PHONY: install test lint generate demo bench bench-console fuzz node-test go-tools go-test mcp-test-servers redis-server browser console-screenshots clean image image-rootfs docs dist
 
 install: $(STAMP)
 
@@ -63,7 +63,7 @@ lint: install $(LINT_STAMP)
 PYTEST_WORKERS ?= 2
 # The protos as last released, which buf breaking compares protos/ with.
 RELEASED_PROTOS := tests/compat/protos-v0.1.0
-test: lint docs dist node-test go-test mcp-test-servers redis-server
+test: lint docs dist node-test go-test mcp-test-servers redis-server browser
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal
 
 # The docs site (docs/mkdocs.yml), built strictly: a broken link or anchor, a page missing from
@@ -99,6 +99,27 @@ REDIS_INSTALL ?= apt-get install -y --no-install-recommends redis-server
 redis-server:
 	@command -v $(REDIS_SERVER) >/dev/null || { command -v apt-get >/dev/null && { if [ "$$(id -u)" = 0 ]; then $(REDIS_INSTALL); elif sudo -n true 2>/dev/null; then sudo -n $(REDIS_INSTALL); else false; fi; } >/dev/null; } || { echo "make test and make bench need redis-server 7+ for the Redis run store's tests: install it (Debian: apt-get install redis-server)" >&2; exit 1; }
 
+# The run console's browser tests (tests/console) drive Debian's chromium through its
+# chromedriver (Selenium; no browser is downloaded): installed here when missing and apt-get can
+# (as root, or with sudo -n), else named.
+CHROMIUM ?= chromium
+CHROMEDRIVER ?= chromedriver
+BROWSER_DEBS := chromium chromium-driver
+BROWSER_INSTALL ?= apt-get install -y -q --no-install-recommends $(BROWSER_DEBS)
+browser:
+	@command -v $(CHROMIUM) >/dev/null && command -v $(CHROMEDRIVER) >/dev/null || { \
+		command -v apt-get >/dev/null && { \
+			if [ "$$(id -u)" = 0 ]; then as=; elif sudo -n true 2>/dev/null; then as="sudo -n"; else false; fi && \
+			echo "installing $(BROWSER_DEBS) with apt-get" && \
+			{ DEBIAN_FRONTEND=noninteractive $$as $(BROWSER_INSTALL) >/dev/null || \
+			  { $$as apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive $$as $(BROWSER_INSTALL) >/dev/null; }; }; }; \
+	} || { echo "make test needs Debian's chromium and chromium-driver for the run console's browser tests (tests/console): install them (apt-get install chromium chromium-driver)" >&2; exit 1; }
+
+# The docs' screenshots of the run console (docs/pages/how-to/images), made by its browser test.
+console-screenshots: install browser
+	CONSOLE_SCREENSHOTS_DIR=$(abspath docs/pages/how-to/images) $(BIN)/python -m pytest -n 0 \
+		tests/console/test_console_pages.py -k screenshots
+
 # The Node.js client's tests start a real sidecar from .venv, hence the install.
 node-test: install
 	@command -v $(NODE) >/dev/null && command -v $(NPM) >/dev/null || { echo "make node-test (part of make test) needs Node.js 20+ and npm for the Node.js client's tests: install them (Debian: apt-get install nodejs npm), or run make lint and $(BIN)/python -m pytest for the Python part alone" >&2; exit 1; }
@@ -129,10 +150,12 @@ go-tools:
 	@mkdir -p $(dir $(GO_LINK)) && ln -sfn $(abspath client/go) $(GO_LINK)
 
 # gofmt, go vet, then the Go client's tests, which start a real sidecar from .venv (-count=1:
-# run them every time, never a cached pass).
+# run them every time, never a cached pass; -timeout: a hung test fails the package in minutes
+# with every goroutine's stack, the test's among them, where the tests take seconds).
+GO_TEST_TIMEOUT ?= 5m
 go-test: install go-tools
 	@test -z "$$(gofmt -l client/go)" || { echo "gofmt would change: $$(gofmt -l client/go)" >&2; exit 1; }
-	cd $(GO_LINK) && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) SIDECAR_BIN=$(abspath $(BIN))/cleveragents-sidecar $(GO) test -count=1 ./...
+	cd $(GO_LINK) && $(GO_ENV) $(GO) vet ./... && $(GO_ENV) SIDECAR_BIN=$(abspath $(BIN))/cleveragents-sidecar $(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
 # The MCP reference servers from npm that tests/mcp_tools starts (server-everything), pinned by
 # their own package-lock.json in a test-only folder: nothing the sidecar ships or loads.
 MCP_NPM_DIR := tests/mcp_tools/everything
@@ -153,6 +176,10 @@ bench: install redis-server
 	$(BIN)/python bench/deltas_load.py  # many runs through it, split over client processes
 	$(BIN)/python bench/large_outputs.py  # a tool's large output: the run's pause after it
 	$(BIN)/python bench/containment.py  # what three memory attacks cost a sidecar (issue 30)
+	$(BIN)/python bench/console.py  # the run console: nobody looking, and 20 pages following
+
+bench-console: install
+	$(BIN)/python bench/console.py
 
 fuzz: install
 	$(BIN)/pip install --quiet atheris

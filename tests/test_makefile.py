@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,3 +51,29 @@ def test_the_redis_tests_without_redis_server_name_what_is_missing() -> None:
     assert result.returncode != 0
     assert "need redis-server 7+" in result.stderr
     assert "apt-get install redis-server" in result.stderr
+
+
+def test_the_browser_tests_without_chromium_name_what_is_missing() -> None:
+    result = make("browser", "CHROMIUM=chromium-not-here", "BROWSER_INSTALL=false")
+
+    assert result.returncode != 0
+    assert "needs Debian's chromium and chromium-driver" in result.stderr
+    assert "apt-get install chromium chromium-driver" in result.stderr
+
+
+def test_every_test_runner_in_make_test_bounds_each_test() -> None:
+    """A hung test fails its runner in minutes, naming it, instead of hanging make test."""
+    recipe = make("-n", "test").stdout.splitlines()
+
+    go_test = [line for line in recipe if " go test " in line]
+    assert go_test, "make test runs go test"
+    assert all(re.search(r" -timeout \d+[smh]", line) for line in go_test)
+    assert any(line.endswith("npm test") for line in recipe)
+    node = ROOT / "client" / "node"
+    assert json.loads((node / "package.json").read_text())["scripts"]["test"] == "node test/run.js"
+    runner = (node / "test" / "run.js").read_text()
+    assert "`--test-timeout=${FILE_TIMEOUT_MS}`" in runner  # each file as a whole
+    assert "path.join(here, 'guard.js')" in runner  # each test, and a handle left at the end
+    assert any(" -m pytest " in line for line in recipe)
+    pytest_options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    assert pytest_options["ini_options"]["timeout"] > 0

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import urllib.request
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +85,32 @@ def test_the_sidecar_wheel_installs_alone_with_every_dependency(sidecar_env: Pat
     assert version.stdout.split() == ["cleveragents-sidecar", VERSION]
     check = subprocess.run([*PIP, "--python", str(python), "check"], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
+
+
+def test_the_installed_wheel_serves_the_run_consoles_page(
+    sidecar_env: Path, tmp_path: Path
+) -> None:
+    ready = tmp_path / "ready.json"
+    command: list[str | Path] = [
+        sidecar_env / "bin" / "cleveragents-sidecar", "serve", "--listen", "127.0.0.1:0",
+        "--console-listen", "127.0.0.1:0", "--ready-file", str(ready),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("cleveragents-sidecar listening on ")
+        url = json.loads(ready.read_text())["console_url"]
+        pages = [
+            urllib.request.urlopen(url + path, timeout=30) for path in ("", "static/console.js")
+        ]
+        bodies = [page.read() for page in pages]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert b'<script type="module" src="/static/console.js">' in bodies[0]
+    assert b"class RunPage" in bodies[1]
 
 
 def test_the_sdists_hold_what_a_wheel_is_built_from() -> None:

@@ -28,6 +28,7 @@ _SAMPLES = {"int": ("7", 7), "float": ("7.5", 7.5), "bool": ("true", True)}
 #: Values a setting's own checks accept (its default would not show a change).
 _VALID = {
     "listen": "127.0.0.1:7",
+    "console_listen": "127.0.0.1:8",
     "log_format": "console",
     "log_level": "debug",
     "default_profile": "client",

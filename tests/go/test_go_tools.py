@@ -38,4 +38,4 @@ def test_make_test_runs_the_go_checks_and_tests() -> None:
 
     assert "gofmt -l client/go" in result.stdout
     assert "go vet ./..." in result.stdout
-    assert "go test -count=1 ./..." in result.stdout
+    assert "go test -count=1 -timeout 5m ./..." in result.stdout  # a hung test fails in minutes

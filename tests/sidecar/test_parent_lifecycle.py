@@ -112,6 +112,7 @@ async def test_ready_file_holds_the_address_pid_and_version_as_json(tmp_path: Pa
 
     assert ready == {
         "address": address, "pid": process.pid, "version": VERSION, "metrics_port": None,
+        "console_url": None,
     }  # fmt: skip
     assert not ready_file.exists()  # a stale file would point the next parent at nobody
 

@@ -8,6 +8,7 @@ it and the invocation still owed, with its original call id and idempotency key.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import grpc
 import pytest
@@ -282,6 +283,103 @@ async def test_the_sync_client_reattaches_and_answers_the_owed_call_without_runn
         await proxy.close()
 
     assert calls == ["remote"]  # the answer is sent again, the tool not run again
+    assert_well_formed(seen)
+    assert isinstance(seen[-1].event, RunCompleted)
+    (record,) = [e.event.record for e in seen if isinstance(e.event, ToolCallCompleted)]
+    assert record.output == {"answer": "after the drop"}
+
+
+REATTACH_S = 2.0  # a client's re-attach window, shorter than the sessions below last
+
+
+def outlive(seconds: float) -> None:
+    """Return once ``seconds`` have passed on the monotonic clock: a tool's long work (polled
+    inside the tool, never to synchronise the test)."""
+    began = time.monotonic()
+    while time.monotonic() - began <= seconds:
+        time.sleep(0.05)
+
+
+async def test_an_async_session_older_than_its_reattach_timeout_reattaches_counting_from_the_break(
+    reattaching: Sidecar,
+) -> None:
+    proxy = LaggingProxy(reattaching.address)
+    await proxy.start()
+    aged, release = asyncio.Event(), asyncio.Event()
+    calls: list[str] = []
+
+    async def remote() -> dict[str, str]:
+        """Outlive the session's re-attach timeout, then wait for the test's release.
+
+        Returns:
+            A fixed answer.
+        """
+        calls.append("remote")
+        await asyncio.to_thread(outlive, REATTACH_S)
+        aged.set()
+        await release.wait()
+        return {"answer": "late"}
+
+    try:
+        async with (
+            AsyncSidecarClient(proxy.address) as client,
+            AsyncSidecarClient(reattaching.address) as direct,
+        ):
+            session = client.session(
+                "go", tools=[remote], script=SCRIPT, run_id="oa",
+                reattach=True, reattach_timeout=REATTACH_S,
+            )  # fmt: skip
+            async with asyncio.timeout(WAIT_S * 4):
+                async for streamed in session:
+                    if isinstance(streamed.event, ToolCallStarted):
+                        await aged.wait()  # the session is older than its timeout now
+                        proxy.cut()
+                        await parked(reattaching, "oa")
+                        release.set()
+            log = await watch_to_end(direct, "oa")
+    finally:
+        await proxy.close()
+
+    assert calls == ["remote"]
+    assert_well_formed(log)
+    assert isinstance(log[-1].event, RunCompleted)
+    (record,) = [e.event.record for e in log if isinstance(e.event, ToolCallCompleted)]
+    assert record.output == {"answer": "late"}
+
+
+async def test_a_sync_session_older_than_its_reattach_timeout_reattaches_counting_from_the_break(
+    reattaching: Sidecar,
+) -> None:
+    proxy = LaggingProxy(reattaching.address)
+    await proxy.start()
+    loop = asyncio.get_running_loop()
+    calls: list[str] = []
+
+    def remote() -> dict[str, str]:
+        """Outlive the session's re-attach timeout, then drop the connection and answer once
+        the run waits.
+
+        Returns:
+            A fixed answer.
+        """
+        calls.append("remote")
+        outlive(REATTACH_S)
+        loop.call_soon_threadsafe(proxy.cut)
+        asyncio.run_coroutine_threadsafe(parked(reattaching, "os"), loop).result(WAIT_S)
+        return {"answer": "after the drop"}
+
+    try:
+        with SidecarClient(proxy.address) as client:
+            session = client.session(
+                "go", tools=[remote], script=SCRIPT, run_id="os",
+                reattach=True, reattach_timeout=REATTACH_S,
+            )  # fmt: skip
+            async with asyncio.timeout(WAIT_S * 4):
+                seen = await asyncio.to_thread(lambda: list(session))
+    finally:
+        await proxy.close()
+
+    assert calls == ["remote"]
     assert_well_formed(seen)
     assert isinstance(seen[-1].event, RunCompleted)
     (record,) = [e.event.record for e in seen if isinstance(e.event, ToolCallCompleted)]

@@ -281,9 +281,10 @@ class AsyncSidecarClient(AsyncTypedRuns):
         and the work still running for it.
 
         With ``reattach``, a stream that breaks (the connection dropped, the sidecar
-        restarted) is opened again for up to ``reattach_timeout`` seconds and re-attaches to
-        the run after the last event yielded: the same tools serve it, a call still running
-        goes on, and one answered already is answered again, not run twice.
+        restarted) is opened again for up to ``reattach_timeout`` seconds from the break
+        (counted anew once a stream delivers again) and re-attaches to the run after the last
+        event yielded: the same tools serve it, a call still running goes on, and one
+        answered already is answered again, not run twice.
         """
         logic = SessionLogic(
             prompt, tools=tools, llm=llm, approver=approver, options=dict(options),
@@ -321,14 +322,14 @@ class AsyncSidecarClient(AsyncTypedRuns):
 
         finished, first, attempt = False, logic.start, 0
         loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + reattach_timeout
+        give_up_at: float | None = None  # the window counts from the break, not the start
         try:
             while not finished:
                 try:
                     with rpc_errors():
                         await send(first)
                         async for response in call:
-                            attempt = 0
+                            attempt, give_up_at = 0, None
                             # The events batched with an invocation come before it, but the
                             # sidecar waits on the invocation alone: its task gets one turn
                             # (to run a quick tool and send the answer) before the events are
@@ -346,6 +347,8 @@ class AsyncSidecarClient(AsyncTypedRuns):
                     finished = True
                 except SidecarRpcError as exc:
                     wait = logic.retry_after(exc.code, str(exc), attempt) if reattach else None
+                    if give_up_at is None:  # the first failure since a message came
+                        give_up_at = loop.time() + reattach_timeout
                     if wait is None or loop.time() + wait > give_up_at:
                         raise
                     await asyncio.sleep(wait)  # a backoff between attempts, not a sync point

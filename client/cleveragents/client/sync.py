@@ -288,8 +288,8 @@ class SidecarClient(TypedRuns):
         Yields every event; tools and the LLM are called in this thread as the sidecar asks.
         The run starts at the first ``next``. Leaving the iteration early (closing the
         iterator, dropping it, or closing the client) cancels the run. With ``reattach``, a
-        stream that breaks is opened again for up to ``reattach_timeout`` seconds and
-        re-attaches to the run after the last event yielded (as
+        stream that breaks is opened again for up to ``reattach_timeout`` seconds from the
+        break and re-attaches to the run after the last event yielded (as
         ``AsyncSidecarClient.session`` does).
         """
         logic = SessionLogic(
@@ -321,7 +321,7 @@ class SidecarClient(TypedRuns):
         call, outgoing = open_call(logic.start)
         stop = self._open.opened(outgoing, call)
         finished, attempt = False, 0
-        give_up_at = time.monotonic() + (reattach_s or 0.0)
+        give_up_at: float | None = None  # the window counts from the break, not the start
 
         def send(message: session_pb2.SessionRequest) -> None:
             outgoing.put(message)  # the current stream's queue, a re-attached one's included
@@ -338,7 +338,7 @@ class SidecarClient(TypedRuns):
                 try:
                     with rpc_errors():
                         for response in call:
-                            attempt = 0
+                            attempt, give_up_at = 0, None
                             for streamed, approval in logic.events(response):  # before the job
                                 if approval is not None:
                                     outgoing.put(answer(approval))
@@ -351,6 +351,8 @@ class SidecarClient(TypedRuns):
                     wait = None
                     if reattach_s is not None and stop in self._open:  # not closed by close()
                         wait = logic.retry_after(exc.code, str(exc), attempt)
+                    if give_up_at is None:  # the first failure since a message came
+                        give_up_at = time.monotonic() + (reattach_s or 0.0)
                     if wait is None or time.monotonic() + wait > give_up_at:
                         raise
                     time.sleep(wait)  # a backoff between attempts, not a sync point

@@ -45,14 +45,21 @@ func WithTransportCredentials(creds credentials.TransportCredentials) Option {
 	return func(c *dialConfig) { c.creds = creds }
 }
 
-// WithDialOptions passes further options to grpc.DialContext.
+// WithDialOptions passes further options to the dial (grpc.DialContext).
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *dialConfig) { c.extra = append(c.extra, opts...) }
 }
 
 // Dial connects to a sidecar at target: "host:port", or "unix:/path" (also "unix:///path") for
 // a unix socket, the forms the sidecar's --listen takes. It does not wait for the sidecar to
-// answer: call WaitForReady for that.
+// answer: call WaitForReady for that. Without WithTransportCredentials it speaks plaintext.
+//
+// The dial is grpc.DialContext without grpc.WithBlock, which is what grpc.NewClient does in
+// the releases that have it (1.63 on). This module builds against gRPC 1.33, Debian's, which
+// has neither grpc.NewClient nor the credentials/insecure package: plaintext is therefore
+// this package's own TransportCredentials (see plaintext), as insecure.NewCredentials would
+// be, rather than the grpc.WithInsecure that later releases deprecate. DialContext is the
+// newest dial 1.33 has; later releases keep it, deprecated, throughout 1.x.
 func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 	var cfg dialConfig
 	for _, opt := range opts {
@@ -62,7 +69,7 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 	if cfg.creds != nil {
 		dialOpts = append(dialOpts, grpc.WithTransportCredentials(cfg.creds))
 	} else {
-		dialOpts = append(dialOpts, grpc.WithInsecure())
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(plaintext{}))
 	}
 	if cfg.token != "" {
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer{token: cfg.token, secure: cfg.creds != nil}))

@@ -21,6 +21,13 @@ type WatchOptions struct {
 	// NoResume returns the sidecar's RESOURCE_EXHAUSTED (a watcher that fell behind is
 	// dropped) instead of reconnecting after the last event returned.
 	NoResume bool
+	// StreamDeltas also returns the model's answer as it streams: llm_delta events, whose
+	// sequence is 0, before the llm_responded event that supersedes them (a preview: replace
+	// the streamed text with its content). After a reconnection the sidecar sends the current
+	// call's deltas again; Next trims them to what it has not returned, so each piece comes
+	// once and Index runs on without a gap. After a reconnection past a call's end its deltas
+	// may not come.
+	StreamDeltas bool
 }
 
 // Watcher follows a run with FollowRun: call Next until it returns io.EOF after the run's
@@ -36,9 +43,10 @@ type Watcher struct {
 	pending []*pb.RunEvent
 	// ackDue: the message the pending events came in asked for an acknowledgement.
 	ackDue    bool
-	last      uint64 // the newest event Next returned: where a reconnection resumes
+	last      uint64 // the newest logged event Next returned: where a reconnection resumes
 	fruitless int    // reconnections in a row that brought no event
 	done      bool
+	deltas    *deltaDedup
 }
 
 // maxFruitless bounds the reconnections in a row that bring no event before Next gives up.
@@ -48,7 +56,7 @@ const maxFruitless = 6
 // until the run ends. Cancel ctx, or call Close, to stop early.
 func (c *Client) Watch(ctx context.Context, runID string, opts WatchOptions) (*Watcher, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &Watcher{client: c, ctx: ctx, cancel: cancel, runID: runID, opts: opts, last: opts.AfterSequence}
+	w := &Watcher{client: c, ctx: ctx, cancel: cancel, runID: runID, opts: opts, last: opts.AfterSequence, deltas: newDeltaDedup()}
 	if err := w.open(); err != nil {
 		cancel()
 		return nil, err
@@ -61,17 +69,36 @@ func (w *Watcher) open() error {
 	if err != nil {
 		return err
 	}
-	start := &pb.FollowRunStart{RunId: w.runID, AfterSequence: w.last, WindowBytes: w.opts.WindowBytes}
+	start := &pb.FollowRunStart{RunId: w.runID, AfterSequence: w.last, WindowBytes: w.opts.WindowBytes, StreamDeltas: w.opts.StreamDeltas}
 	if err := stream.Send(&pb.FollowRunRequest{Kind: &pb.FollowRunRequest_Start{Start: start}}); err != nil {
 		return err
 	}
 	w.stream = stream
+	w.deltas.connected()
 	return nil
 }
 
 // Next returns the run's next event, io.EOF after the terminal one, or the error that ended
 // the stream (a gRPC status error: NOT_FOUND for a run this caller may not see).
 func (w *Watcher) Next() (*pb.RunEvent, error) {
+	for {
+		ev, err := w.receive()
+		if err != nil {
+			return nil, err
+		}
+		if ev.GetLlmDelta() == nil {
+			w.last = ev.GetSequence()
+			return ev, nil
+		}
+		if ev = w.deltas.admit(ev); ev != nil {
+			return ev, nil
+		}
+		// Returned already, before a reconnection: on to the next.
+	}
+}
+
+// receive is the next event the stream brings, reconnecting when the sidecar drops it.
+func (w *Watcher) receive() (*pb.RunEvent, error) {
 	for len(w.pending) == 0 {
 		if w.done {
 			return nil, io.EOF
@@ -100,7 +127,6 @@ func (w *Watcher) Next() (*pb.RunEvent, error) {
 	}
 	ev := w.pending[0]
 	w.pending = w.pending[1:]
-	w.last = ev.GetSequence()
 	return ev, nil
 }
 
@@ -136,8 +162,8 @@ func (w *Watcher) resume(err error) (bool, error) {
 	return true, nil
 }
 
-// LastSequence is the sequence number of the newest event Next returned: the AfterSequence
-// to watch again from.
+// LastSequence is the sequence number of the newest logged event Next returned (deltas have
+// none): the AfterSequence to watch again from.
 func (w *Watcher) LastSequence() uint64 { return w.last }
 
 // Close stops following; the run itself goes on.

@@ -17,8 +17,8 @@ import (
 // sidecar's deadline for the answer or when the session ends.
 type LLMFunc func(ctx context.Context, request *pb.LlmInvocation) (*pb.LlmResult, error)
 
-func (s *Session) answerLLM(inv *pb.LlmInvocation) {
-	defer s.inflight.Done()
+// answerLLM asks the LLM function and returns the message with its answer.
+func (s *Session) answerLLM(inv *pb.LlmInvocation) *pb.SessionRequest {
 	ctx := s.ctx
 	if deadline := inv.GetDeadline(); deadline != nil {
 		var cancel context.CancelFunc
@@ -31,7 +31,7 @@ func (s *Session) answerLLM(inv *pb.LlmInvocation) {
 		result = &pb.LlmResult{Error: &message}
 	}
 	result.RequestId = inv.GetRequestId()
-	_ = s.send(&pb.SessionRequest{Kind: &pb.SessionRequest_LlmResult{LlmResult: result}})
+	return &pb.SessionRequest{Kind: &pb.SessionRequest_LlmResult{LlmResult: result}}
 }
 
 func (s *Session) askLLM(ctx context.Context, inv *pb.LlmInvocation) (result *pb.LlmResult, err error) {

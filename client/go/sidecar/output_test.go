@@ -65,7 +65,7 @@ func TestAClientHostedLLMGetsTheSchemaAndIsShownTheErrorOfAnInvalidAnswer(t *tes
 		t.Fatal(err)
 	}
 	collect(t, session)
-	result, err := session.Wait()
+	result, err := session.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	pb "github.com/cleveragents/cleveragents-sidecar/client/go/toolruntimev1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -54,47 +55,76 @@ type SessionOptions struct {
 	// they wait for the DecideApproval RPC or time out.
 	Approve ApprovalFunc
 	// EventBuffer is how many events Events holds that nobody has read yet; zero takes
-	// DefaultEventBuffer. When it is full the oldest unread event is dropped (and counted by
-	// DroppedEvents), so a session whose Events is read slowly or never holds at most this
-	// many events, while its calls, approvals and Wait's result are unaffected.
+	// DefaultEventBuffer. No event is ever dropped: when Events is full the session waits for
+	// its reader and reads no more of the stream meanwhile, so the run waits too (gRPC flow
+	// control holds the sidecar back, and a tool call whose deadline passes meanwhile times
+	// out). Read Events to its end, or set DiscardEvents.
 	EventBuffer int
+	// DiscardEvents hands out no events: Events is closed at once, and the session never
+	// waits for a reader. For a caller that wants only Wait's result.
+	DiscardEvents bool
+	// StreamDeltas also hands out the model's answer as it streams: llm_delta events, whose
+	// sequence is 0, before the llm_responded event that supersedes them (see pb.LlmDelta).
+	StreamDeltas bool
+	// Reattach opens a stream that breaks (the connection dropped, the sidecar restarted)
+	// again and re-attaches it to the run after the last event received, trying for up to
+	// ReattachTimeout from the break: the same tools serve the run, a call still running goes
+	// on, and one answered already is answered again, not run twice. The run waits for this
+	// as long as the sidecar's session_reattach_s.
+	Reattach bool
+	// ReattachTimeout bounds the attempts after each break; zero takes DefaultReattachTimeout.
+	ReattachTimeout time.Duration
 }
 
-// DefaultEventBuffer is SessionOptions.EventBuffer's default: a session's unread events beyond
-// it are dropped, oldest first.
+// DefaultEventBuffer is SessionOptions.EventBuffer's default.
 const DefaultEventBuffer = 1024
 
-// RunFailedError is a run that ended with run_failed; Result is its partial result.
+// DefaultReattachTimeout is SessionOptions.ReattachTimeout's default.
+const DefaultReattachTimeout = 60 * time.Second
+
+// RunFailedError is a run that ended with run_failed: Code is the failure's gRPC status code
+// (codes.Unavailable when the LLM failed, say), Result the partial result. It is a gRPC status
+// error too: status.Code(err) is Code, and status.FromError(err) gives Code and Message.
 type RunFailedError struct {
-	Code    int32
+	Code    codes.Code
 	Message string
 	Result  *pb.ToolCallRunResult
 }
 
 func (e *RunFailedError) Error() string {
-	return fmt.Sprintf("run failed (code %d): %s", e.Code, e.Message)
+	return fmt.Sprintf("run failed (%s): %s", e.Code, e.Message)
+}
+
+// GRPCStatus is the failure as a gRPC status, for status.Code and status.FromError.
+func (e *RunFailedError) GRPCStatus() *status.Status {
+	return status.New(e.Code, e.Message)
 }
 
 // Session is one Session run: the sidecar calls this process's tools over one bidirectional
-// stream. Its tool calls and approvals are answered as they come, whether or not Events is read:
-// unread events are held up to SessionOptions.EventBuffer, the oldest dropped beyond it.
+// stream (a new one after each re-attach). Its tool calls and approvals are answered as they
+// come; its events wait in Events, up to SessionOptions.EventBuffer, for their reader.
 type Session struct {
-	stream pb.ToolRuntimeService_SessionClient
+	client *Client
+	start  *pb.SessionStart
 	tools  map[string]Tool
 	opts   SessionOptions
-	ctx    context.Context // ends with the stream: cancels tool calls still running
+	ctx    context.Context // ends with the session: cancels tool calls still running
 	stop   context.CancelFunc
 
 	sendMu     sync.Mutex
+	stream     pb.ToolRuntimeService_SessionClient // the current stream
+	attached   int                                 // how many streams were opened: the current one's number
 	halfClosed bool
 
-	idMu    sync.Mutex
-	events  chan *pb.RunEvent // buffered: the unread events, receive its only sender
-	dropped atomic.Int64
+	idMu  sync.Mutex
+	runID string
+
+	events  chan *pb.RunEvent // receive its only sender
+	answers *answers
+	leaving atomic.Bool // the caller's context ended: the run is being cancelled, not re-attached
 
 	done     chan struct{}
 	inflight sync.WaitGroup
-	runID    string
 	result   *pb.ToolCallRunResult
 	err      error
 }
@@ -104,13 +134,16 @@ type Session struct {
 const CancelGrace = 5 * time.Second
 
 // StartSession opens a Session run. Cancelling ctx cancels the run: the session sends
-// SessionCancel, and drops the stream if the sidecar has not ended the run within CancelGrace.
-// No goroutine of the session outlives the run, whether or not Events is read or ctx ends.
+// SessionCancel, and drops the stream if the run has not ended within CancelGrace (say, its
+// events are not being read). No goroutine of the session outlives the run.
 func (c *Client) StartSession(ctx context.Context, opts SessionOptions) (*Session, error) {
 	if opts.Spec == nil {
 		return nil, errors.New("SessionOptions.Spec is required")
 	}
-	start := &pb.SessionStart{Spec: opts.Spec, HandlesApprovals: opts.Approve != nil, ClientLlm: opts.LLM != nil}
+	start := &pb.SessionStart{
+		Spec: opts.Spec, HandlesApprovals: opts.Approve != nil, ClientLlm: opts.LLM != nil,
+		StreamDeltas: opts.StreamDeltas,
+	}
 	tools := make(map[string]Tool, len(opts.Tools))
 	for _, tool := range opts.Tools {
 		if tool.Name == "" || tool.Func == nil {
@@ -127,37 +160,42 @@ func (c *Client) StartSession(ctx context.Context, opts SessionOptions) (*Sessio
 		start.Tools = append(start.Tools, spec)
 	}
 	// The stream outlives ctx by the cancellation's grace, so it has a context of its own.
-	streamCtx, stop := context.WithCancel(context.Background())
-	stream, err := c.RPC.Session(streamCtx)
-	if err != nil {
-		stop()
-		return nil, err
-	}
+	sessionCtx, stop := context.WithCancel(context.Background())
 	buffer := opts.EventBuffer
 	if buffer <= 0 {
 		buffer = DefaultEventBuffer
 	}
-	s := &Session{
-		stream: stream, tools: tools, opts: opts, ctx: streamCtx, stop: stop,
-		events: make(chan *pb.RunEvent, buffer), done: make(chan struct{}),
+	if opts.ReattachTimeout <= 0 {
+		opts.ReattachTimeout = DefaultReattachTimeout
 	}
-	if err := s.send(&pb.SessionRequest{Kind: &pb.SessionRequest_Start{Start: start}}); err != nil {
+	s := &Session{
+		client: c, start: start, tools: tools, opts: opts, ctx: sessionCtx, stop: stop,
+		events: make(chan *pb.RunEvent, buffer), answers: newAnswers(), done: make(chan struct{}),
+	}
+	if opts.DiscardEvents {
+		close(s.events)
+	}
+	stream, attach, err := s.open(start)
+	if err != nil {
 		stop()
 		return nil, err
 	}
-	go s.receive()
+	go s.receive(stream, attach)
 	go s.watch(ctx)
 	return s, nil
 }
 
-// Events are the run's events in order; the channel is closed after the last one. Beyond
-// SessionOptions.EventBuffer unread events the oldest are dropped: the terminal event is
-// always the last one left.
+// Events are the run's events in order; the channel is closed after the last one (at once
+// with SessionOptions.DiscardEvents). None is dropped: while the channel is full the session
+// waits for its reader, and the run with it. Only a session given up on is closed early: its
+// context ended and its run did not end within CancelGrace (Wait then says so).
 func (s *Session) Events() <-chan *pb.RunEvent { return s.events }
 
-// DroppedEvents is how many events were dropped unread because Events held
-// SessionOptions.EventBuffer events already.
-func (s *Session) DroppedEvents() int64 { return s.dropped.Load() }
+// DroppedEvents is always 0: a session drops no events (see SessionOptions.EventBuffer).
+//
+// Deprecated: it counted the events dropped when Events was full; they are no longer
+// dropped. It goes in the next release.
+func (s *Session) DroppedEvents() int64 { return 0 }
 
 // RunID is the run's id, known once its run_started event has arrived ("" before).
 func (s *Session) RunID() string {
@@ -168,27 +206,45 @@ func (s *Session) RunID() string {
 
 // Cancel asks the sidecar to cancel the run; it ends with run_cancelled carrying reason.
 func (s *Session) Cancel(reason string) error {
-	return s.send(&pb.SessionRequest{Kind: &pb.SessionRequest_Cancel{Cancel: &pb.SessionCancel{Reason: reason}}})
+	_, err := s.send(&pb.SessionRequest{Kind: &pb.SessionRequest_Cancel{Cancel: &pb.SessionCancel{Reason: reason}}})
+	return err
 }
 
-// Wait blocks until the run has ended and returns its result: for run_completed and
-// run_cancelled (see StopReason) a nil error, for run_failed a *RunFailedError, and the
-// stream's status error when it ended without a terminal event.
-func (s *Session) Wait() (*pb.ToolCallRunResult, error) {
-	<-s.done
-	return s.result, s.err
+// Wait blocks until the run has ended, or ctx has, and returns the run's result: for
+// run_completed and run_cancelled (see StopReason) a nil error, for run_failed a
+// *RunFailedError, and the stream's status error when it ended without a terminal event.
+// When ctx ends first it returns ctx.Err() and the run goes on (cancel it with the context
+// given to StartSession, or Cancel). Unless DiscardEvents is set, the run ends only while
+// someone reads Events.
+func (s *Session) Wait(ctx context.Context) (*pb.ToolCallRunResult, error) {
+	select {
+	case <-s.done:
+		return s.result, s.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Done is closed when the run has ended and Wait returns at once.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
-func (s *Session) send(req *pb.SessionRequest) error {
+var errSessionEnded = errors.New("the session's run has ended")
+
+// send writes req on the current stream, and says which that is (its attach number).
+func (s *Session) send(req *pb.SessionRequest) (int, error) {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	if s.halfClosed {
-		return errors.New("the session's run has ended")
+		return s.attached, errSessionEnded
 	}
-	return s.stream.Send(req)
+	return s.attached, s.stream.Send(req)
+}
+
+// sent is send for an answer: a failed send needs nothing more, since the stream's end
+// says why, and a re-attached stream asks again for what is still owed.
+func (s *Session) sent(req *pb.SessionRequest) int {
+	attach, _ := s.send(req)
+	return attach
 }
 
 func (s *Session) halfClose() {
@@ -200,56 +256,6 @@ func (s *Session) halfClose() {
 	}
 }
 
-// receive reads the stream to its end, queueing events and answering invocations.
-func (s *Session) receive() {
-	var terminal *pb.RunEvent
-	var records []*pb.ToolCallRecord
-	var streamErr error
-	for {
-		resp, err := s.stream.Recv()
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				streamErr = err
-			}
-			break
-		}
-		events := resp.GetEvents()
-		if ev := resp.GetEvent(); ev != nil {
-			events = append(events, ev)
-		}
-		for _, ev := range events {
-			if rec := ev.GetToolCallCompleted().GetRecord(); rec != nil {
-				records = append(records, rec)
-			}
-			if ev.GetRunStarted() != nil {
-				s.idMu.Lock()
-				s.runID = ev.GetRunId()
-				s.idMu.Unlock()
-			}
-			if asked := ev.GetApprovalRequested(); asked != nil && s.opts.Approve != nil {
-				s.inflight.Add(1)
-				go s.decide(asked)
-			}
-			if isTerminal(ev) {
-				terminal = ev
-				s.halfClose() // nothing more to say: the run is over
-			}
-			s.push(ev)
-		}
-		if inv := resp.GetToolInvocation(); inv != nil {
-			s.inflight.Add(1)
-			go s.invoke(inv)
-		}
-		if inv := resp.GetLlmInvocation(); inv != nil && s.opts.LLM != nil {
-			s.inflight.Add(1)
-			go s.answerLLM(inv)
-		}
-	}
-	s.stop() // ends the calls still running
-	s.inflight.Wait()
-	s.finish(terminal, records, streamErr)
-}
-
 func (s *Session) finish(terminal *pb.RunEvent, records []*pb.ToolCallRecord, streamErr error) {
 	if terminal != nil {
 		result := terminalResult(terminal)
@@ -258,7 +264,7 @@ func (s *Session) finish(terminal *pb.RunEvent, records []*pb.ToolCallRecord, st
 		}
 		s.result = result
 		if failed := terminal.GetRunFailed(); failed != nil {
-			s.err = &RunFailedError{Code: failed.GetCode(), Message: failed.GetMessage(), Result: result}
+			s.err = &RunFailedError{Code: codes.Code(failed.GetCode()), Message: failed.GetMessage(), Result: result}
 		}
 	} else if streamErr != nil {
 		s.err = streamErr
@@ -266,23 +272,22 @@ func (s *Session) finish(terminal *pb.RunEvent, records []*pb.ToolCallRecord, st
 		s.err = errors.New("the session ended without a terminal event")
 	}
 	close(s.done)
-	close(s.events) // after done: a reader seeing the end finds Wait's answer ready
+	if !s.opts.DiscardEvents {
+		close(s.events) // after done: a reader seeing the end finds Wait's answer ready
+	}
 }
 
-// push hands ev to Events without waiting for a reader: when Events is full, the oldest
-// unread event makes room (receive is the only sender, so the second try succeeds).
-func (s *Session) push(ev *pb.RunEvent) {
-	for {
-		select {
-		case s.events <- ev:
-			return
-		default:
-		}
-		select {
-		case <-s.events:
-			s.dropped.Add(1)
-		default: // a reader took one meanwhile
-		}
+// deliver hands ev to Events, waiting for the reader while Events is full; false when the
+// session was dropped meanwhile (CancelGrace passed after its context ended).
+func (s *Session) deliver(ev *pb.RunEvent) bool {
+	if s.opts.DiscardEvents {
+		return true
+	}
+	select {
+	case s.events <- ev:
+		return true
+	case <-s.ctx.Done():
+		return false
 	}
 }
 
@@ -293,6 +298,7 @@ func (s *Session) watch(ctx context.Context) {
 		return
 	case <-ctx.Done():
 	}
+	s.leaving.Store(true)
 	_ = s.Cancel(fmt.Sprintf("the client's context ended: %v", ctx.Err()))
 	timer := time.NewTimer(CancelGrace)
 	defer timer.Stop()
@@ -303,8 +309,8 @@ func (s *Session) watch(ctx context.Context) {
 	}
 }
 
-func (s *Session) invoke(inv *pb.ToolInvocation) {
-	defer s.inflight.Done()
+// invoke runs the tool inv names and returns the message answering it.
+func (s *Session) invoke(inv *pb.ToolInvocation) *pb.SessionRequest {
 	ctx := s.ctx
 	if deadline := inv.GetDeadline(); deadline != nil {
 		var cancel context.CancelFunc
@@ -318,7 +324,7 @@ func (s *Session) invoke(inv *pb.ToolInvocation) {
 	} else {
 		result.Outcome = &pb.ToolResult_Output{Output: output}
 	}
-	_ = s.send(&pb.SessionRequest{Kind: &pb.SessionRequest_ToolResult{ToolResult: result}})
+	return &pb.SessionRequest{Kind: &pb.SessionRequest_ToolResult{ToolResult: result}}
 }
 
 func (s *Session) call(ctx context.Context, inv *pb.ToolInvocation) (output string, err error) {
@@ -358,8 +364,8 @@ func encodeOutput(value any) (string, error) {
 	return string(wrapped), nil
 }
 
-func (s *Session) decide(asked *pb.ApprovalRequested) {
-	defer s.inflight.Done()
+// decide asks Approve about asked and returns the message with its decision.
+func (s *Session) decide(asked *pb.ApprovalRequested) *pb.SessionRequest {
 	decision := &pb.ApprovalDecision{CallId: asked.GetCallId()}
 	approved, reason, err := s.opts.Approve(s.ctx, asked)
 	if err != nil {
@@ -367,7 +373,7 @@ func (s *Session) decide(asked *pb.ApprovalRequested) {
 	} else {
 		decision.Approved, decision.Reason = approved, reason
 	}
-	_ = s.send(&pb.SessionRequest{Kind: &pb.SessionRequest_ApprovalDecision{ApprovalDecision: decision}})
+	return &pb.SessionRequest{Kind: &pb.SessionRequest_ApprovalDecision{ApprovalDecision: decision}}
 }
 
 func isTerminal(ev *pb.RunEvent) bool {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	pb "github.com/cleveragents/cleveragents-sidecar/client/go/toolruntimev1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // manyCalls is a run of n calls of a tool returning "ok", then the answer "done".
@@ -23,36 +25,165 @@ func manyCalls(t *testing.T, n int) (*pb.RunSpec, Tool) {
 	return scriptedSpec(t, scriptTurn{ToolCalls: calls}, scriptTurn{Content: "done"}), ok
 }
 
-// A session whose Events nobody reads holds at most EventBuffer events: the oldest are dropped
-// and counted, its calls are answered, Wait returns the result, and the terminal event is last.
-func TestUnreadEventsAreBoundedTheOldestDroppedAndWaitStillReturns(t *testing.T) {
+// next is the session's next event, failing the test if none comes.
+func next(t *testing.T, s *Session) *pb.RunEvent {
+	t.Helper()
+	select {
+	case ev, ok := <-s.Events():
+		if !ok {
+			t.Fatal("the session's events ended early")
+		}
+		return ev
+	case <-time.After(testWait):
+		t.Fatalf("no event came in %s", testWait)
+	}
+	return nil
+}
+
+// watchUntil follows runID until an event for which stop is true, and returns it.
+func watchUntil(t *testing.T, ctx context.Context, client *Client, runID string, stop func(*pb.RunEvent) bool) *pb.RunEvent {
+	t.Helper()
+	w, err := client.Watch(ctx, runID, WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for {
+		ev, err := w.Next()
+		if err != nil {
+			t.Fatalf("watching %s: %v", runID, err)
+		}
+		if stop(ev) {
+			return ev
+		}
+	}
+}
+
+// A reader that stops taking events holds the session back: it reads no more of the stream,
+// so the tool call behind the unread events is not invoked before its deadline and times
+// out (a watcher sees it), and once the reader goes on it gets every event, none dropped.
+func TestASlowReaderHoldsTheSessionBackAndMissesNoEvent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	client := dial(t, ctx, startSidecar(t, nil))
+	called := make(chan struct{}, 1)
+	slow := Tool{Name: "slow", Timeout: 500 * time.Millisecond, Func: func(context.Context, json.RawMessage) (any, error) {
+		called <- struct{}{}
+		return "ok", nil
+	}}
+	spec := scriptedSpec(t,
+		scriptTurn{ToolCalls: []scriptCall{{ID: "c1", Name: "slow", Arguments: map[string]any{}}}},
+		scriptTurn{Content: "done"},
+	)
+	s, err := client.StartSession(ctx, SessionOptions{Spec: spec, Tools: []Tool{slow}, EventBuffer: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := next(t, s) // run_started; then the reader pauses
+	timedOut := watchUntil(t, ctx, client, s.RunID(), func(ev *pb.RunEvent) bool {
+		return ev.GetToolCallCompleted() != nil
+	}).GetToolCallCompleted().GetRecord()
+	if timedOut.GetErrorKind() != pb.ErrorKind_ERROR_KIND_TIMEOUT {
+		t.Fatalf("while the reader paused the call ended %v (%s)", timedOut.GetErrorKind(), timedOut.GetError())
+	}
+	select {
+	case <-called:
+		t.Fatal("the tool ran while the reader paused")
+	default:
+	}
+	events := append([]*pb.RunEvent{first}, collect(t, s)...)
+	for i, ev := range events {
+		if ev.GetSequence() != uint64(i+1) {
+			t.Fatalf("event %d has sequence %d: an event was dropped", i, ev.GetSequence())
+		}
+	}
+	if !isTerminal(events[len(events)-1]) {
+		t.Fatalf("the last event is %v", events[len(events)-1])
+	}
+	result, err := s.Wait(ctx)
+	if err != nil || result.GetContent() != "done" {
+		t.Fatalf("result %v, %v", result, err)
+	}
+}
+
+// With DiscardEvents nobody needs to read Events (closed at once): Wait returns the result.
+func TestDiscardEventsLetsACallerWaitForTheResultAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
 	client := dial(t, ctx, startSidecar(t, nil))
 	spec, tool := manyCalls(t, 20)
-	s, err := client.StartSession(ctx, SessionOptions{Spec: spec, Tools: []Tool{tool}, EventBuffer: 4})
+	s, err := client.StartSession(ctx, SessionOptions{Spec: spec, Tools: []Tool{tool}, DiscardEvents: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	result, err := s.Wait() // Events not read yet
+	if _, open := <-s.Events(); open {
+		t.Fatal("Events handed out an event")
+	}
+	result, err := s.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if result.GetContent() != "done" || len(result.GetToolCallHistory()) != 20 {
 		t.Fatalf("result %q with %d records", result.GetContent(), len(result.GetToolCallHistory()))
 	}
-	events := collect(t, s)
-	if len(events) != 4 || !isTerminal(events[3]) {
-		t.Fatalf("%d events left, the last %v", len(events), events[len(events)-1])
+}
+
+// Wait gives up when its own context ends first, and the run goes on.
+func TestWaitReturnsWhenItsContextEndsAndTheRunGoesOn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	client := dial(t, ctx, startSidecar(t, nil))
+	release := make(chan struct{})
+	hold := Tool{Name: "hold", Func: func(context.Context, json.RawMessage) (any, error) {
+		<-release
+		return "released", nil
+	}}
+	spec := scriptedSpec(t,
+		scriptTurn{ToolCalls: []scriptCall{{ID: "c1", Name: "hold", Arguments: map[string]any{}}}},
+		scriptTurn{Content: "done"},
+	)
+	s, err := client.StartSession(ctx, SessionOptions{Spec: spec, Tools: []Tool{hold}, DiscardEvents: true})
+	if err != nil {
+		t.Fatal(err)
 	}
-	last := events[3].GetSequence()
-	for i, ev := range events {
-		if ev.GetSequence() != last-3+uint64(i) {
-			t.Fatalf("event %d has sequence %d, the last %d", i, ev.GetSequence(), last)
-		}
+	expired, stop := context.WithCancel(ctx)
+	stop()
+	if _, err := s.Wait(expired); err != context.Canceled {
+		t.Fatalf("Wait with an ended context returned %v", err)
 	}
-	if s.DroppedEvents() != int64(last)-4 {
-		t.Fatalf("%d dropped, %d events of which 4 kept", s.DroppedEvents(), last)
+	close(release)
+	result, err := s.Wait(ctx)
+	if err != nil || result.GetContent() != "done" {
+		t.Fatalf("result %v, %v", result, err)
+	}
+}
+
+// A run that ends with run_failed is a *RunFailedError whose Code is a codes.Code, and a
+// gRPC status error with that code.
+func TestAFailedRunIsAStatusErrorWithItsCode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	client := dial(t, ctx, startSidecar(t, nil))
+	llm := func(context.Context, *pb.LlmInvocation) (*pb.LlmResult, error) {
+		return nil, fmt.Errorf("the model is down")
+	}
+	s, err := client.StartSession(ctx, SessionOptions{Spec: &pb.RunSpec{Prompt: "hi"}, LLM: llm, DiscardEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Wait(ctx)
+	failed, ok := err.(*RunFailedError)
+	if !ok {
+		t.Fatalf("Wait returned %T %v", err, err)
+	}
+	if failed.Code != codes.Unavailable || status.Code(err) != failed.Code {
+		t.Fatalf("code %v, status.Code %v", failed.Code, status.Code(err))
+	}
+	if got := status.Convert(err).Message(); !strings.Contains(got, "the model is down") {
+		t.Fatalf("the status's message is %q", got)
+	}
+	if failed.Result.GetStopReason() != pb.StopReason_STOP_REASON_ERROR {
+		t.Fatalf("the partial result's stop reason is %v", failed.Result.GetStopReason())
 	}
 }
 
@@ -69,21 +200,10 @@ func sessionGoroutines() []string {
 	return found
 }
 
-// Once Wait has returned no goroutine of the session is left, though Events was never read
-// and the session's context has not ended.
-func TestNoSessionGoroutineOutlivesARunWhoseEventsAreNotRead(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), testWait)
-	defer cancel()
-	client := dial(t, ctx, startSidecar(t, nil))
-	spec, tool := manyCalls(t, 3)
-	s, err := client.StartSession(ctx, SessionOptions{Spec: spec, Tools: []Tool{tool}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	// Goroutines end just after they signal the end: look again until a generous deadline.
+// noSessionGoroutineLeft fails the test if a goroutine of a session is still running once
+// they have had a generous while to end (they end just after they signal the end).
+func noSessionGoroutineLeft(t *testing.T) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	left := sessionGoroutines()
 	for len(left) > 0 && time.Now().Before(deadline) {
@@ -91,6 +211,47 @@ func TestNoSessionGoroutineOutlivesARunWhoseEventsAreNotRead(t *testing.T) {
 		left = sessionGoroutines()
 	}
 	if len(left) > 0 {
-		t.Fatalf("%d session goroutines left after Wait returned:\n%s", len(left), strings.Join(left, "\n\n"))
+		t.Fatalf("%d session goroutines left after the session ended:\n%s", len(left), strings.Join(left, "\n\n"))
 	}
+}
+
+// Once Wait has returned no goroutine of a session that discards its events is left,
+// though the session's context has not ended.
+func TestNoSessionGoroutineOutlivesARunThatDiscardsItsEvents(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	client := dial(t, ctx, startSidecar(t, nil))
+	spec, tool := manyCalls(t, 3)
+	s, err := client.StartSession(ctx, SessionOptions{Spec: spec, Tools: []Tool{tool}, DiscardEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	noSessionGoroutineLeft(t)
+}
+
+// A session whose reader stopped and whose context then ends cancels its run, and drops the
+// stream after CancelGrace: Wait returns, and no goroutine of the session is left.
+func TestASessionNobodyReadsEndsAfterItsContextDoes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	client := dial(t, ctx, startSidecar(t, nil))
+	spec, tool := manyCalls(t, 3)
+	runCtx, stopRun := context.WithCancel(ctx)
+	s, err := client.StartSession(runCtx, SessionOptions{Spec: spec, Tools: []Tool{tool}, EventBuffer: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next(t, s) // run_started; then nobody reads
+	stopRun()
+	end := watchUntil(t, ctx, client, s.RunID(), isTerminal)
+	if end.GetRunCancelled() == nil {
+		t.Fatalf("the run ended with %v", end)
+	}
+	if _, err := s.Wait(ctx); status.Code(err) != codes.Canceled {
+		t.Fatalf("Wait returned %v", err)
+	}
+	noSessionGoroutineLeft(t)
 }

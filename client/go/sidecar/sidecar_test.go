@@ -15,7 +15,10 @@ import (
 	"time"
 
 	pb "github.com/cleveragents/cleveragents-sidecar/client/go/toolruntimev1"
+	"golang.org/x/oauth2"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/oauth"
 	"google.golang.org/grpc/status"
 )
 
@@ -165,7 +168,7 @@ func TestSessionCallsGoToolsAndReturnsTheResult(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := collect(t, s)
-	result, err := s.Wait()
+	result, err := s.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +228,7 @@ func TestSessionHostsItsOwnReadFileBesideTheSidecarsTools(t *testing.T) {
 				t.Fatal(err)
 			}
 			events := collect(t, s)
-			result, err := s.Wait()
+			result, err := s.Wait(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -274,7 +277,7 @@ func TestApprovalCallbackDecidesSideEffectCalls(t *testing.T) {
 			decided = append(decided, d)
 		}
 	}
-	result, err := s.Wait()
+	result, err := s.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +324,7 @@ func TestCancellingTheContextCancelsTheRun(t *testing.T) {
 	case <-time.After(testWait):
 		t.Fatal("the session did not end after its context was cancelled")
 	}
-	result, err := s.Wait()
+	result, err := s.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +397,7 @@ func bigRun(t *testing.T, ctx context.Context, client *Client) (*Session, []*pb.
 		t.Fatal(err)
 	}
 	events := collect(t, s)
-	if _, err := s.Wait(); err != nil {
+	if _, err := s.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return s, events
@@ -505,5 +508,18 @@ func TestEncodeOutputWrapsWhatIsNotAnObject(t *testing.T) {
 	}
 	if _, err := encodeOutput(func() {}); err == nil {
 		t.Error("a func encoded as JSON")
+	}
+}
+
+// Without WithTransportCredentials the connection is plaintext, and says so: a per-call
+// credential that needs privacy (gRPC's OAuth ones) refuses to be sent on it.
+func TestAPlaintextConnectionRefusesCredentialsThatNeedPrivacy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	token := oauth.NewOauthAccess(&oauth2.Token{AccessToken: "s3cret"})
+	client := dial(t, ctx, startSidecar(t, nil), WithDialOptions(grpc.WithPerRPCCredentials(token)))
+	_, err := client.RPC.ListTools(ctx, &pb.ListToolsRequest{})
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "SecurityLevel") {
+		t.Fatalf("ListTools with an OAuth token on plaintext: %v", err)
 	}
 }

@@ -14,7 +14,7 @@ const tools = {
   // A plain function: the sidecar calls it back with the inputs object.
   capital_of: {
     description: 'The capital city of a country.',
-    input_schema: {
+    inputSchema: {
       type: 'object',
       properties: { country: { type: 'string' } },
       required: ['country'],
@@ -63,19 +63,19 @@ try {
 
 const run = client.session({ prompt: 'What are the capitals of France and Atlantis?', tools, llm });
 for await (const event of run) {
-  if (event.payload !== 'tool_call_completed') continue;
-  const r = event.tool_call_completed.record;
+  if (event.payload !== 'toolCallCompleted') continue;
+  const r = event.toolCallCompleted.record;
   const outcome = r.success ? `ok      ${JSON.stringify(r.output)}` : `FAILED  ${r.error}`;
-  const took = `${r.duration_ms.toFixed(1).padStart(6)} ms`;
+  const took = `${r.durationMs.toFixed(1).padStart(6)} ms`;
   console.log(
-    `${`#${event.sequence}`.padEnd(4)} ${r.call_id}  ${r.tool_name.padEnd(10)} ${took}  ${outcome}`,
+    `${`#${event.sequence}`.padEnd(4)} ${r.callId}  ${r.toolName.padEnd(10)} ${took}  ${outcome}`,
   );
 }
 const result = await run.result;
-const failed = result.tool_call_history.filter((r) => !r.success).length;
+const failed = result.toolCallHistory.filter((r) => !r.success).length;
 console.log(`\nfinal answer: ${result.content}`);
 console.log(
-  `${result.stop_reason}, ${result.iterations} iterations, ${result.tool_call_history.length} tool calls ` +
-    `(${failed} failed), tokens in/out ${result.usage.input_tokens}/${result.usage.output_tokens}`,
+  `${result.stopReason}, ${result.iterations} iterations, ${result.toolCallHistory.length} tool calls ` +
+    `(${failed} failed), tokens in/out ${result.usage.inputTokens}/${result.usage.outputTokens}`,
 );
 client.close();

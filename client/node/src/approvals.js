@@ -1,5 +1,6 @@
 // A session's approver: this process decides the run's tool calls that wait for approval.
 import { describeError } from './errors.js';
+import { withLegacyNames } from './names.js';
 
 /**
  * @typedef {boolean | {approved: boolean, reason?: string}} ApprovalAnswer  an approver's
@@ -7,7 +8,7 @@ import { describeError } from './errors.js';
  */
 
 /**
- * @typedef {(request: import('./values.js').ApprovalRequest & {run_id: string, signal: AbortSignal})
+ * @typedef {(request: import('./values.js').ApprovalRequest & {runId: string, signal: AbortSignal})
  *   => ApprovalAnswer | Promise<ApprovalAnswer>} Approver  decides this session's approval
  *   requests; `signal` aborts when the session ends. Anything but `true` or an object with
  *   `approved: true` denies, and so does an approver that throws (saying why).
@@ -15,7 +16,7 @@ import { describeError } from './errors.js';
 
 /**
  * @internal
- * Ask `approver` about `asked` (an `approval_requested` event's data, of run `runId`) and
+ * Ask `approver` about `asked` (an `approvalRequested` event's data, of run `runId`) and
  * return the `approval_decision` message to send. Its signal aborts with every controller in
  * `inflight` when the session ends.
  *
@@ -25,14 +26,14 @@ import { describeError } from './errors.js';
  * @param {Set<AbortController>} inflight
  */
 export async function decide(approver, runId, asked, inflight) {
-  const { call_id, tool_name, inputs, iteration, reason } = asked;
+  const { callId: call_id, toolName, inputs, iteration, reason } = asked;
   const controller = new AbortController();
   inflight.add(controller);
   let decision;
   try {
-    const answer = await approver({
-      run_id: runId, call_id, tool_name, inputs, iteration, reason, signal: controller.signal,
-    });
+    const answer = await approver(
+      withLegacyNames({ runId, callId: call_id, toolName, inputs, iteration, reason, signal: controller.signal }),
+    );
     decision =
       answer !== null && typeof answer === 'object'
         ? { call_id, approved: answer.approved === true, reason: String(answer.reason ?? '') }

@@ -2,10 +2,12 @@
 import grpc from '@grpc/grpc-js';
 
 import { onAbort } from './abort.js';
+import { OpenCalls } from './calls.js';
 import { Codec } from './codec.js';
 import { RunFailedError, toSidecarError } from './errors.js';
 import { eventStream } from './events.js';
 import { pagedEvents, withRecords } from './history.js';
+import { camelKeys, withLegacyNames } from './names.js';
 import { loadService } from './proto.js';
 import { SessionRun } from './session.js';
 import { normaliseTools } from './tools.js';
@@ -20,7 +22,7 @@ export const RESULT_TRAILER = 'cleveragents-result-bin';
  * @property {AbortSignal} [signal]  aborting it cancels the call (and so its run, unless detached)
  * @property {Record<string, string>} [metadata]  extra request headers
  * @property {boolean} [streamDeltas]  also yield the model's answer as it streams, as
- *   `llm_delta` events (sequence 0); off, the stream holds the logged events only
+ *   `llmDelta` events (sequence 0); off, the stream holds the logged events only
  */
 
 /**
@@ -68,10 +70,16 @@ export class SidecarClient {
   }
 
   #resultOf;
+  #open = new OpenCalls();
 
-  /** Close the channel. */
+  /**
+   * Close the channel, and cancel the calls still under way (they end with CANCELLED, and a
+   * session with `reattach` finds nothing to re-attach with): nothing of this client is left
+   * to keep the process running.
+   */
   close() {
     this.stub.close();
+    this.#open.cancelAll();
   }
 
   /**
@@ -88,7 +96,7 @@ export class SidecarClient {
 
   /**
    * Run the loop with the sidecar's tools and LLM; resolves with the final result (also for a
-   * cancelled run: see `stop_reason`). A failed run rejects with a `RunFailedError` carrying
+   * cancelled run: see `stopReason`). A failed run rejects with a `RunFailedError` carrying
    * the partial result; a refused request with a `SidecarError`.
    *
    * @param {string | import('./values.js').RunSpecInput} spec
@@ -124,7 +132,7 @@ export class SidecarClient {
     };
     let call;
     const open = () => {
-      call = this.stub.StreamToolLoop(request, this.#metadata(options), this.#options(options));
+      call = this.#open.track(this.stub.StreamToolLoop(request, this.#metadata(options), this.#options(options)));
       return call;
     };
     return this.#eventStream(open, () => call, options, null);
@@ -137,7 +145,7 @@ export class SidecarClient {
    * When the sidecar drops this watcher (`RESOURCE_EXHAUSTED`: it fell too far behind, or
    * stopped taking events), it reconnects from the last event it yielded, unless `resume` is
    * false; the error then carries `afterSequence` to reconnect with. With `streamDeltas`, an
-   * iteration's `llm_responded` supersedes its `llm_delta`s (a preview: replace the streamed
+   * iteration's `llmResponded` supersedes its `llmDelta`s (a preview: replace the streamed
    * text with its `content`); after a reconnection past a call's end its deltas may not come.
    *
    * @param {string} runId
@@ -149,7 +157,7 @@ export class SidecarClient {
     const state = { last: options.afterSequence ?? 0 };
     let call;
     const open = () => {
-      call = this.stub.FollowRun(this.#metadata(options), {});
+      call = this.#open.track(this.stub.FollowRun(this.#metadata(options), {}));
       call.write({
         start: { run_id: runId, after_sequence: state.last, stream_deltas: Boolean(options.streamDeltas) },
       });
@@ -173,29 +181,31 @@ export class SidecarClient {
    * of its newest event, and its result once it has ended (`null` before).
    *
    * @param {string} runId
-   * @returns {Promise<{run_id: string, state: string, last_sequence: number,
+   * @returns {Promise<{runId: string, state: import('./values.js').RunState, lastSequence: number,
    *   result: import('./values.js').ToolCallRunResult | null}>}
    */
   async getRun(runId, options = {}) {
     return this.#mapped(async () => {
       const response = await this.#unary('GetRun', { run_id: runId }, options);
-      return { ...response, result: await this.#complete(this.codec.decodeResult(response.result), options) };
+      const result = await this.#complete(this.codec.decodeResult(response.result), options);
+      return withLegacyNames({ ...camelKeys({ ...response, result: null }), result });
     });
   }
 
   /**
    * One page of a run's log (GetRunHistory): the events after `afterSequence`, oldest first,
-   * as many as fit in `maxBytes` (0: the sidecar's page size), with `last_sequence` (the
+   * as many as fit in `maxBytes` (0: the sidecar's page size), with `lastSequence` (the
    * newest event stored) and `finished` (the run had ended).
    *
    * @param {string} runId
    * @param {CallOptions & {afterSequence?: number, maxBytes?: number}} [options]
-   * @returns {Promise<{events: import('./values.js').RunEvent[], last_sequence: number, finished: boolean}>}
+   * @returns {Promise<{events: import('./values.js').RunEvent[], lastSequence: number, finished: boolean}>}
    */
   async getRunHistory(runId, options = {}) {
     const request = { run_id: runId, after_sequence: options.afterSequence ?? 0, max_bytes: options.maxBytes ?? 0 };
     const page = await this.#mapped(() => this.#unary('GetRunHistory', request, options));
-    return { ...page, events: page.events.map((e) => this.codec.decodeEvent(e)) };
+    const events = page.events.map((e) => this.codec.decodeEvent(e));
+    return withLegacyNames({ ...camelKeys({ ...page, events: [] }), events });
   }
 
   /**
@@ -216,7 +226,7 @@ export class SidecarClient {
    *
    * @param {string} runId
    * @param {string} [reason]
-   * @returns {Promise<string>}
+   * @returns {Promise<import('./values.js').RunState>}
    */
   async cancelRun(runId, reason = '', options = {}) {
     const response = await this.#mapped(() => this.#unary('CancelRun', { run_id: runId, reason }, options));
@@ -235,12 +245,13 @@ export class SidecarClient {
 
   /**
    * Run a loop whose tools live in this process. `tools` maps names to plain functions (sync
-   * or async) or to `{description, input_schema, timeout, side_effects, idempotent, handler}`;
+   * or async) or to `{description, inputSchema, timeout, sideEffects, idempotent, handler}`;
    * an array of named functions or definitions works too. A tool receives the inputs object and
-   * a call context (`call_id`, `iteration`, `deadline`, `idempotency_key`, `signal`) and returns
-   * any JSON value: an object is the output, anything else `x` becomes `{"result": x}`. A tool
+   * a call context (`callId`, `toolName`, `iteration`, `deadline`, `idempotencyKey`,
+   * `signal`) and returns any JSON value: an object is the output, anything else `x` becomes
+   * `{"result": x}`. A tool
    * that throws fails its call (a record with `success: false`), and the loop goes on. A tool
-   * with `side_effects` is gated by the run's automation profile like the sidecar's own.
+   * with `sideEffects` is gated by the run's automation profile like the sidecar's own.
    *
    * `llm` is either an `LlmSelection` (`{profile, model, script}`, the sidecar's LLM) or a
    * function `(request) => response` (sync or async): then this process is the LLM. An async
@@ -258,9 +269,9 @@ export class SidecarClient {
    *   approver?: import('./approvals.js').Approver}} spec
    * @param {CallOptions & {reattach?: boolean, reattachTimeoutMs?: number}} [options]
    *   with `reattach: true`, a stream that breaks (the connection dropped, the sidecar
-   *   restarted) is opened again for up to `reattachTimeoutMs` (default 60 000) and
-   *   re-attaches to the run after the last event seen: the same tools serve it, a call still
-   *   running goes on, and one answered already is answered again, not run twice.
+   *   restarted) is opened again for up to `reattachTimeoutMs` (default 60 000) from the
+   *   break and re-attaches to the run after the last event seen: the same tools serve it, a
+   *   call still running goes on, and one answered already is answered again, not run twice.
    * @returns {SessionRun}
    */
   session(spec, options = {}) {
@@ -282,7 +293,7 @@ export class SidecarClient {
       stream_deltas: Boolean(options.streamDeltas),
     };
     const run = new SessionRun({
-      openCall: () => this.stub.Session(this.#metadata(options), this.#options(options)),
+      openCall: () => this.#open.track(this.stub.Session(this.#metadata(options), this.#options(options))),
       codec: this.codec,
       tools: definitions,
       llm: clientLlm ? llm : null,
@@ -300,7 +311,7 @@ export class SidecarClient {
 
   /** `result` with its records put back when it came without them (too large for a message). */
   #complete(result, options = {}, seen = null) {
-    return withRecords(result, () => this.runHistory(result.run_id, { metadata: options.metadata }), seen);
+    return withRecords(result, () => this.runHistory(result.runId, { metadata: options.metadata }), seen);
   }
 
   #metadata(options) {
@@ -328,15 +339,12 @@ export class SidecarClient {
 
   #unary(method, request, options) {
     return new Promise((resolve, reject) => {
-      const call = this.stub[method](
-        request,
-        this.#metadata(options),
-        this.#options(options),
-        (err, response) => {
+      const call = this.#open.track(
+        this.stub[method](request, this.#metadata(options), this.#options(options), (err, response) => {
           detach();
           if (err) reject(err);
           else resolve(response);
-        },
+        }),
       );
       const detach = onAbort(options.signal, () => call.cancel());
     });

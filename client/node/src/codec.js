@@ -3,7 +3,10 @@
 // The wire carries JSON values as JSON text (`inputs`, `output`, `arguments`, `input_schema`,
 // `script`, `resource_bindings`, `project_resources`): the API hands out parsed values and
 // takes plain values, encoding them on the way out. Timestamps become `Date`s, Durations
-// milliseconds, an absent `optional` field `null`. Field names stay as in the .proto files.
+// milliseconds, an absent `optional` field `null`. The wire's field names are the protos'
+// (snake_case); the API's are camelCase (names.js), as the protobuf JSON mapping has them,
+// and so are the payload names (`event.payload === 'toolCallCompleted'`).
+import { camelKeys, camelName, inputKeys, withLegacyNames } from './names.js';
 import { fromDuration, fromTimestamp, toDuration, toTimestamp } from './time.js';
 
 /**
@@ -12,30 +15,45 @@ import { fromDuration, fromTimestamp, toDuration, toTimestamp } from './time.js'
  *   beyond 2^53 into approximate numbers; plug in a lossless parser if your tools need them.
  */
 
-export const TERMINAL = Object.freeze(['run_completed', 'run_failed', 'run_cancelled']);
+/** The payloads that end a run. */
+export const TERMINAL = Object.freeze(/** @type {const} */ (['runCompleted', 'runFailed', 'runCancelled']));
 const SPEC_KEYS = new Set([
   'prompt',
   'context',
-  'max_iterations',
+  'maxIterations',
   'llm',
-  'tool_names',
-  'no_server_tools',
-  'output_schema',
-  'max_output_retries',
-  'run_id',
+  'toolNames',
+  'noServerTools',
+  'outputSchema',
+  'maxOutputRetries',
+  'runId',
   'detach',
 ]);
 const CONTEXT_KEYS = new Set([
-  'plan_id',
+  'planId',
   'phase',
-  'sandbox_root',
-  'automation_profile',
-  'resource_bindings',
-  'project_resources',
-  'tool_call_history',
+  'sandboxRoot',
+  'automationProfile',
+  'resourceBindings',
+  'projectResources',
+  'toolCallHistory',
 ]);
 const LLM_KEYS = new Set(['profile', 'model', 'script']);
 const OUTPUT_KEYS = new Set(['name', 'schema', 'description']);
+const RECORD_KEYS = new Set([
+  'toolName',
+  'inputs',
+  'output',
+  'durationMs',
+  'success',
+  'error',
+  'iteration',
+  'callId',
+  'startedAt',
+  'errorKind',
+  'outputTruncated',
+  'outputBytes',
+]);
 
 export class Codec {
   /** @param {Json} json */
@@ -67,7 +85,8 @@ export class Codec {
 
   /**
    * A wire `RunSpec` from a prompt or a `RunSpecInput`. Unknown keys are rejected, so a
-   * camelCase `maxIterations` is an error rather than silently ignored.
+   * misspelt `maxIteration` is an error rather than silently ignored; the snake_case names
+   * of the first release (`max_iterations`) are still taken, with a deprecation warning.
    *
    * @param {string | import('./values.js').RunSpecInput} input
    * @param {Set<string>} [extra] keys the caller handles itself
@@ -77,29 +96,29 @@ export class Codec {
     if (input === null || typeof input !== 'object') {
       throw new TypeError('a run spec is a prompt string or an object with a prompt');
     }
-    checkKeys(input, SPEC_KEYS, 'run spec', extra);
+    input = inputKeys(input, SPEC_KEYS, 'run spec', extra);
     const spec = {
       prompt: input.prompt ?? '',
-      max_iterations: input.max_iterations ?? 0,
-      tool_names: input.tool_names ?? [],
-      no_server_tools: Boolean(input.no_server_tools),
-      run_id: input.run_id ?? '',
+      max_iterations: input.maxIterations ?? 0,
+      tool_names: input.toolNames ?? [],
+      no_server_tools: Boolean(input.noServerTools),
+      run_id: input.runId ?? '',
       detach: Boolean(input.detach),
     };
     if (input.context) spec.context = this.encodeContext(input.context);
-    if (input.output_schema) spec.output_schema = this.encodeOutputSchema(input.output_schema);
-    if (input.max_output_retries !== undefined && input.max_output_retries !== null) {
-      spec.max_output_retries = input.max_output_retries;
+    if (input.outputSchema) spec.output_schema = this.encodeOutputSchema(input.outputSchema);
+    if (input.maxOutputRetries !== undefined && input.maxOutputRetries !== null) {
+      spec.max_output_retries = input.maxOutputRetries;
     }
     if (input.llm && typeof input.llm === 'object') {
-      checkKeys(input.llm, LLM_KEYS, 'llm');
+      const llm = inputKeys(input.llm, LLM_KEYS, 'llm');
       spec.llm = {
-        profile: input.llm.profile ?? '',
-        model: input.llm.model ?? '',
+        profile: llm.profile ?? '',
+        model: llm.model ?? '',
         script:
-          typeof input.llm.script === 'string' // already JSON text
-            ? input.llm.script
-            : this.stringify(input.llm.script, 'llm.script'),
+          typeof llm.script === 'string' // already JSON text
+            ? llm.script
+            : this.stringify(llm.script, 'llm.script'),
       };
     }
     return spec;
@@ -112,11 +131,11 @@ export class Codec {
    * @param {import('./values.js').OutputSchemaInput} output
    */
   encodeOutputSchema(output) {
-    if (typeof output !== 'object') throw new TypeError('output_schema is an object {name, schema, description}');
-    checkKeys(output, OUTPUT_KEYS, 'output_schema');
+    if (typeof output !== 'object') throw new TypeError('outputSchema is an object {name, schema, description}');
+    inputKeys(output, OUTPUT_KEYS, 'outputSchema');
     return {
       name: output.name ?? 'output',
-      schema: typeof output.schema === 'string' ? output.schema : this.stringify(output.schema, 'output_schema.schema'),
+      schema: typeof output.schema === 'string' ? output.schema : this.stringify(output.schema, 'outputSchema.schema'),
       description: output.description ?? '',
     };
   }
@@ -124,31 +143,39 @@ export class Codec {
   /** An `OutputSchema` as plain values (`null` for none). */
   decodeOutputSchema(wire) {
     if (!wire) return null;
-    return { ...wire, schema: this.parse(wire.schema, 'output_schema.schema') };
+    return withLegacyNames({ ...camelKeys(wire), schema: this.parse(wire.schema, 'outputSchema.schema') });
   }
 
-  encodeContext(context) {
-    checkKeys(context, CONTEXT_KEYS, 'context');
+  encodeContext(input) {
+    const context = inputKeys(input, CONTEXT_KEYS, 'context');
     return {
-      plan_id: context.plan_id ?? '',
+      plan_id: context.planId ?? '',
       phase: context.phase ?? '',
-      sandbox_root: context.sandbox_root ?? '',
-      automation_profile: context.automation_profile ?? '',
-      resource_bindings: this.stringify(context.resource_bindings, 'context.resource_bindings'),
-      project_resources: this.stringify(context.project_resources, 'context.project_resources'),
-      tool_call_history: (context.tool_call_history ?? []).map((r) => this.encodeRecord(r)),
+      sandbox_root: context.sandboxRoot ?? '',
+      automation_profile: context.automationProfile ?? '',
+      resource_bindings: this.stringify(context.resourceBindings, 'context.resourceBindings'),
+      project_resources: this.stringify(context.projectResources, 'context.projectResources'),
+      tool_call_history: (context.toolCallHistory ?? []).map((r) => this.encodeRecord(r)),
     };
   }
 
-  /** @param {import('./values.js').ToolCallRecord} record */
-  encodeRecord(record) {
+  /** @param {import('./values.js').ToolCallRecord} input */
+  encodeRecord(input) {
+    const record = inputKeys(input, RECORD_KEYS, 'record');
     const wire = {
-      ...record,
+      tool_name: record.toolName ?? '',
       inputs: this.stringify(record.inputs ?? {}, 'record.inputs'),
       output: this.stringify(record.output ?? {}, 'record.output'),
-      started_at: toTimestamp(record.started_at),
+      duration_ms: record.durationMs ?? 0,
+      success: Boolean(record.success),
+      iteration: record.iteration ?? 0,
+      call_id: record.callId ?? '',
+      started_at: toTimestamp(record.startedAt),
+      error_kind: record.errorKind ?? 'ERROR_KIND_UNSPECIFIED',
+      output_truncated: Boolean(record.outputTruncated),
+      output_bytes: record.outputBytes ?? 0,
     };
-    if (record.error === null || record.error === undefined) delete wire.error;
+    if (record.error !== null && record.error !== undefined) wire.error = record.error;
     return wire;
   }
 
@@ -157,9 +184,9 @@ export class Codec {
     return {
       name: tool.name,
       description: tool.description ?? '',
-      input_schema: this.stringify(tool.input_schema, `tools[${tool.name}].input_schema`),
+      input_schema: this.stringify(tool.inputSchema, `tools[${tool.name}].inputSchema`),
       timeout: tool.timeout ? toDuration(tool.timeout) : null,
-      side_effects: Boolean(tool.side_effects),
+      side_effects: Boolean(tool.sideEffects),
       idempotent: Boolean(tool.idempotent),
     };
   }
@@ -169,7 +196,7 @@ export class Codec {
     return {
       id: call.id ?? '',
       name: call.name,
-      arguments: this.stringify(call.arguments ?? {}, `tool_calls[${call.name}].arguments`),
+      arguments: this.stringify(call.arguments ?? {}, `toolCalls[${call.name}].arguments`),
     };
   }
 
@@ -177,40 +204,36 @@ export class Codec {
 
   /** @returns {import('./values.js').ToolCallRecord} */
   decodeRecord(wire) {
-    const { _error, ...record } = wire; // `_error`: the synthetic oneof of `optional error`
-    return {
-      ...record,
-      inputs: this.parse(wire.inputs, 'record.inputs'),
-      output: this.parse(wire.output, 'record.output'),
-      error: wire.error ?? null,
-      started_at: fromTimestamp(wire.started_at),
-    };
+    const record = camelKeys(wire);
+    record.inputs = this.parse(wire.inputs, 'record.inputs');
+    record.output = this.parse(wire.output, 'record.output');
+    record.error = wire.error ?? null;
+    record.startedAt = fromTimestamp(wire.started_at);
+    return record;
   }
 
   /**
-   * A result: `output` the structured answer parsed (`null` without one), `output_json` its
+   * A result: `output` the structured answer parsed (`null` without one), `outputJson` its
    * JSON text as the sidecar validated it.
    *
    * @returns {import('./values.js').ToolCallRunResult | null}
    */
   decodeResult(wire) {
     if (!wire) return null;
-    return {
-      ...wire,
-      tool_call_history: wire.tool_call_history.map((r) => this.decodeRecord(r)),
-      output: wire.output ? this.parse(wire.output, 'result.output') : null,
-      output_json: wire.output ?? '',
-      output_error: wire.output_error ?? '',
-    };
+    const result = camelKeys(wire);
+    result.toolCallHistory = wire.tool_call_history.map((r) => this.decodeRecord(r));
+    result.output = wire.output ? this.parse(wire.output, 'result.output') : null;
+    result.outputJson = wire.output ?? '';
+    result.outputError = wire.output_error ?? '';
+    return withLegacyNames(result);
   }
 
   /** @returns {import('./values.js').ToolSpec} */
   decodeToolSpec(wire) {
-    return {
-      ...wire,
-      input_schema: this.parse(wire.input_schema, `${wire.name}.input_schema`, { type: 'object' }),
-      timeout: fromDuration(wire.timeout),
-    };
+    const spec = camelKeys(wire);
+    spec.inputSchema = this.parse(wire.input_schema, `${wire.name}.inputSchema`, { type: 'object' });
+    spec.timeout = fromDuration(wire.timeout);
+    return spec;
   }
 
   /** @returns {import('./values.js').ToolCall} */
@@ -218,83 +241,91 @@ export class Codec {
     return { ...wire, arguments: this.parse(wire.arguments, `${wire.name}.arguments`) };
   }
 
+  /** @returns {import('./hosted_llm.js').LlmMessage} */
   decodeMessage(wire) {
-    return { ...wire, tool_calls: wire.tool_calls.map((c) => this.decodeToolCall(c)) };
+    const message = camelKeys(wire);
+    message.toolCalls = wire.tool_calls.map((c) => this.decodeToolCall(c));
+    return message;
   }
 
   decodeSpec(wire) {
     if (!wire) return null;
-    const spec = { ...wire };
+    const spec = camelKeys(wire);
     if (wire.context) {
-      spec.context = {
-        ...wire.context,
-        resource_bindings: this.parse(wire.context.resource_bindings, 'context.resource_bindings'),
-        project_resources: this.parse(wire.context.project_resources, 'context.project_resources'),
-        tool_call_history: wire.context.tool_call_history.map((r) => this.decodeRecord(r)),
-      };
+      const { context } = spec;
+      context.resourceBindings = this.parse(wire.context.resource_bindings, 'context.resourceBindings');
+      context.projectResources = this.parse(wire.context.project_resources, 'context.projectResources');
+      context.toolCallHistory = wire.context.tool_call_history.map((r) => this.decodeRecord(r));
     }
-    if (wire.llm) spec.llm = { ...wire.llm, script: this.parse(wire.llm.script, 'llm.script', null) };
-    spec.output_schema = this.decodeOutputSchema(wire.output_schema);
-    const { _max_output_retries: presence, ...rest } = spec;
-    rest.max_output_retries = presence === 'max_output_retries' ? wire.max_output_retries : null;
-    return rest;
+    if (wire.llm) spec.llm.script = this.parse(wire.llm.script, 'llm.script', null);
+    spec.outputSchema = this.decodeOutputSchema(wire.output_schema);
+    spec.maxOutputRetries = wire._max_output_retries === 'max_output_retries' ? wire.max_output_retries : null;
+    return withLegacyNames(spec);
   }
 
   /** @returns {import('./values.js').RunEvent} */
   decodeEvent(wire) {
-    const { payload } = wire;
+    const { payload: field } = wire;
+    const payload = field ? camelName(field) : field;
     const event = {
-      run_id: wire.run_id,
+      runId: wire.run_id,
       sequence: wire.sequence,
       time: fromTimestamp(wire.time),
       payload,
     };
-    const data = wire[payload];
-    switch (payload) {
+    const data = wire[field];
+    switch (field) {
       case 'run_started':
-        event.run_started = { spec: this.decodeSpec(data.spec) };
+        event.runStarted = withLegacyNames({ spec: this.decodeSpec(data.spec) });
         break;
-      case 'llm_responded':
-        event.llm_responded = { ...data, tool_calls: data.tool_calls.map((c) => this.decodeToolCall(c)) };
+      case 'llm_responded': {
+        const responded = camelKeys(data);
+        responded.toolCalls = data.tool_calls.map((c) => this.decodeToolCall(c));
+        event.llmResponded = responded;
         break;
-      case 'tool_call_started':
-        event.tool_call_started = { ...data, inputs: this.parse(data.inputs, 'tool_call_started.inputs') };
+      }
+      case 'tool_call_started': {
+        const started = camelKeys(data);
+        started.inputs = this.parse(data.inputs, 'toolCallStarted.inputs');
+        event.toolCallStarted = started;
         break;
+      }
       case 'tool_call_completed':
-        event.tool_call_completed = { record: this.decodeRecord(data.record) };
+        event.toolCallCompleted = { record: this.decodeRecord(data.record) };
         break;
       case 'run_completed':
       case 'run_failed':
-      case 'run_cancelled':
-        event[payload] = { ...data, result: this.decodeResult(data.result) };
-        break;
-      case 'iteration_started':
-        event.iteration_started = { ...data };
-        break;
-      case 'tool_call_progress':
-        event.tool_call_progress = {
-          call_id: data.call_id,
-          tool_name: data.tool_name,
-          progress: data.progress,
-          total: data._total === 'total' ? data.total : null,
-          message: data.message,
-          iteration: data.iteration,
-        };
-        break;
-      case 'llm_delta': {
-        const { _tool_call_index: _presence, ...delta } = data;
-        const index = data._tool_call_index === 'tool_call_index' ? data.tool_call_index : null;
-        event.llm_delta = { ...delta, tool_call_index: index, count: data.count || 1 };
+      case 'run_cancelled': {
+        const ended = camelKeys(data);
+        ended.result = this.decodeResult(data.result);
+        event[payload] = ended;
         break;
       }
-      case 'approval_requested':
-        event.approval_requested = { ...data, inputs: this.parse(data.inputs, 'approval_requested.inputs') };
+      case 'tool_call_progress': {
+        const progress = camelKeys(data);
+        progress.total = data._total === 'total' ? data.total : null;
+        event.toolCallProgress = progress;
         break;
+      }
+      case 'llm_delta': {
+        const delta = camelKeys(data);
+        delta.toolCallIndex = data._tool_call_index === 'tool_call_index' ? data.tool_call_index : null;
+        delta.count = data.count || 1;
+        event.llmDelta = withLegacyNames(delta);
+        break;
+      }
+      case 'approval_requested': {
+        const asked = camelKeys(data);
+        asked.inputs = this.parse(data.inputs, 'approvalRequested.inputs');
+        event.approvalRequested = asked;
+        break;
+      }
       default:
-        // A payload this client does not know (a newer server): passed through as it came.
-        if (payload) event[payload] = data;
+        // Any other payload (iteration_started, approval_decided, run_resumed, and one this
+        // client does not know, from a newer server): its fields as they came, camelCase.
+        if (field) event[payload] = camelKeys(data);
     }
-    return event;
+    return withLegacyNames(event);
   }
 }
 
@@ -313,13 +344,4 @@ export function wireEvents(response) {
   const batch = response.events ?? [];
   if (!response.event) return batch;
   return batch.length ? [...batch, response.event] : [response.event];
-}
-
-function checkKeys(object, allowed, what, extra = new Set()) {
-  for (const key of Object.keys(object)) {
-    if (!allowed.has(key) && !extra.has(key)) {
-      const known = [...allowed, ...extra].join(', ');
-      throw new TypeError(`unknown ${what} field '${key}' (fields are named as in the protos: ${known})`);
-    }
-  }
 }

@@ -1,4 +1,5 @@
 // A watcher's LLM deltas across reconnections: each piece of the model's answer yielded once.
+import { withLegacyNames } from './names.js';
 
 /**
  * After a reconnection the sidecar sends the current call's deltas again from index 0, joined
@@ -15,9 +16,9 @@ export class DeltaDedup {
     for (const call of this.#calls.values()) call.received = null;
   }
 
-  /** The part of `event` (an `llm_delta`) not yielded yet, or `null` if nothing of it is new. */
+  /** The part of `event` (an `llmDelta`) not yielded yet, or `null` if nothing of it is new. */
   admit(event) {
-    const delta = event.llm_delta;
+    const delta = event.llmDelta;
     let call = this.#calls.get(delta.iteration);
     if (!call) {
       call = { next: 0, text: 0, args: new Map(), received: null };
@@ -33,7 +34,7 @@ export class DeltaDedup {
           : { text: call.text, args: new Map(call.args) };
     }
     const end = delta.index + delta.count;
-    const tool = delta.tool_call_index;
+    const tool = delta.toolCallIndex;
     const seen = tool === null ? call.text : (call.args.get(tool) ?? 0);
     const at = tool === null ? call.received.text : (call.received.args.get(tool) ?? 0);
     const piece = tool === null ? delta.text : delta.arguments;
@@ -41,19 +42,23 @@ export class DeltaDedup {
     else call.received.args.set(tool, at + piece.length);
     if (end <= call.next) return null; // all of it yielded already
     const fresh = piece.slice(Math.max(0, seen - at));
-    const trimmed = { ...delta, index: Math.max(delta.index, call.next), count: end - Math.max(delta.index, call.next) };
+    const trimmed = withLegacyNames({
+      ...delta,
+      index: Math.max(delta.index, call.next),
+      count: end - Math.max(delta.index, call.next),
+    });
     if (tool === null) {
       trimmed.text = fresh;
       call.text = seen + fresh.length;
     } else {
       trimmed.arguments = fresh;
       if (call.args.has(tool) && delta.index < call.next) {
-        trimmed.tool_call_id = ''; // the call's first delta, with its id and name, was yielded
-        trimmed.tool_name = '';
+        trimmed.toolCallId = ''; // the call's first delta, with its id and name, was yielded
+        trimmed.toolName = '';
       }
       call.args.set(tool, seen + fresh.length);
     }
     call.next = end;
-    return { ...event, llm_delta: trimmed };
+    return withLegacyNames({ ...event, llmDelta: trimmed });
   }
 }

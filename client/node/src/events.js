@@ -38,13 +38,13 @@ export function eventStream({ open, current, options, watch, codec, complete }) 
             // actually yielded (a drop surfaces only after the batch in hand is yielded).
             for (const wire of wireEvents(message)) {
               let event = codec.decodeEvent(wire);
-              if (deltas && event.payload === 'llm_delta') {
+              if (deltas && event.payload === 'llmDelta') {
                 event = deltas.admit(event);
                 if (event === null) continue; // yielded already, before the reconnection
               }
               seen.add(event);
               const terminal = event[event.payload];
-              if (terminal?.result?.history_omitted) terminal.result = await complete(terminal.result, seen);
+              if (terminal?.result?.historyOmitted) terminal.result = await complete(terminal.result, seen);
               if (watch && event.sequence) watch.state.last = event.sequence; // a delta's is 0
               yield event;
             }

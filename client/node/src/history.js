@@ -1,9 +1,10 @@
 // Reading a run's log page by page (GetRunHistory), and results given their records back.
+import { withLegacyNames } from './names.js';
 
 /**
  * Every event of a run's log after `afterSequence` that is stored now, oldest first.
  *
- * @param {(afterSequence: number) => Promise<{events: any[], last_sequence: number, finished: boolean}>} page
+ * @param {(afterSequence: number) => Promise<{events: any[], lastSequence: number, finished: boolean}>} page
  *   reads one page
  * @param {number} afterSequence
  * @returns {AsyncGenerator<any, void, undefined>}
@@ -11,7 +12,7 @@
 export async function* pagedEvents(page, afterSequence) {
   let after = afterSequence;
   for (;;) {
-    const { events, last_sequence: last, finished } = await page(after);
+    const { events, lastSequence: last, finished } = await page(after);
     yield* events;
     if (events.length === 0) return;
     after = events[events.length - 1].sequence;
@@ -21,7 +22,7 @@ export async function* pagedEvents(page, afterSequence) {
 
 /**
  * The records a stream's `tool_call_completed` events carried, and the order the model asked
- * for each iteration's calls (its `llm_responded` events): parallel calls complete in any
+ * for each iteration's calls (its `llmResponded` events): parallel calls complete in any
  * order, and a result's history is in the order asked.
  */
 export class RecordsSeen {
@@ -30,9 +31,9 @@ export class RecordsSeen {
 
   /** Take note of `event` (a decoded `RunEvent`). */
   add(event) {
-    if (event.payload === 'tool_call_completed') this.#records.push(event.tool_call_completed.record);
-    if (event.payload === 'llm_responded') {
-      const { iteration, tool_calls: calls } = event.llm_responded;
+    if (event.payload === 'toolCallCompleted') this.#records.push(event.toolCallCompleted.record);
+    if (event.payload === 'llmResponded') {
+      const { iteration, toolCalls: calls } = event.llmResponded;
       calls.forEach((call, index) => this.#asked.set(`${iteration}:${call.id}`, index));
     }
   }
@@ -43,13 +44,13 @@ export class RecordsSeen {
 
   /** The records, by iteration and then as the model asked (calls of unknown order last). */
   inOrder() {
-    const rank = (r) => this.#asked.get(`${r.iteration}:${r.call_id}`) ?? Number.MAX_SAFE_INTEGER;
+    const rank = (r) => this.#asked.get(`${r.iteration}:${r.callId}`) ?? Number.MAX_SAFE_INTEGER;
     return [...this.#records].sort((a, b) => a.iteration - b.iteration || rank(a) - rank(b));
   }
 }
 
 /**
- * `result` with its records put back when the sidecar left them out (`history_omitted`: too
+ * `result` with its records put back when the sidecar left them out (`historyOmitted`: too
  * many for one message): those in `seen` when they are all of them, else the ones `events`
  * (the run's whole log) carries.
  *
@@ -58,11 +59,11 @@ export class RecordsSeen {
  * @param {RecordsSeen | null} [seen]  what a stream already carried
  */
 export async function withRecords(result, events, seen = null) {
-  if (!result?.history_omitted) return result;
+  if (!result?.historyOmitted) return result;
   let records = seen;
-  if (!records || records.count !== result.tool_call_count) {
+  if (!records || records.count !== result.toolCallCount) {
     records = new RecordsSeen();
     for await (const event of events()) records.add(event);
   }
-  return { ...result, tool_call_history: records.inOrder() };
+  return withLegacyNames({ ...result, toolCallHistory: records.inOrder() });
 }

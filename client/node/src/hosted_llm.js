@@ -2,17 +2,28 @@
 // and the conversation it is given, held across invocations.
 import { abortAt, untilAborted } from './abort.js';
 import { describeError } from './errors.js';
-import { streamAnswer, streams } from './llm_stream.js';
+import { streamAnswer, streams, wireUsage } from './llm_stream.js';
+import { inputKeys, withLegacyNames } from './names.js';
 import { fromTimestamp } from './time.js';
+
+const RESPONSE_KEYS = new Set(['content', 'toolCalls', 'usage', 'refusal']);
+
+/**
+ * @typedef {object} LlmMessage  one message of the conversation a client-hosted LLM is given
+ * @property {import('./values.js').Role} role
+ * @property {string} content
+ * @property {import('./values.js').ToolCall[]} toolCalls  what an assistant message asked for
+ * @property {string} toolCallId  the call a tool message answers
+ * @property {boolean} isError  a tool message whose call failed
+ */
 
 /**
  * @typedef {object} LlmRequest  what a client-hosted LLM function receives
- * @property {string} request_id
+ * @property {string} requestId
  * @property {number} iteration
- * @property {Array<{role: string, content: string, tool_calls: import('./values.js').ToolCall[],
- *   tool_call_id: string, is_error: boolean}>} messages  the whole conversation, oldest first
+ * @property {LlmMessage[]} messages  the whole conversation, oldest first
  * @property {import('./values.js').ToolSpec[]} tools
- * @property {import('./values.js').OutputSchema | null} output_schema  the run's output schema:
+ * @property {import('./values.js').OutputSchema | null} outputSchema  the run's output schema:
  *   a final answer (no tool calls) must be its `content` as JSON text matching it (the sidecar
  *   validates it, and sends an invalid one back with the error as a user message)
  * @property {Date | null} deadline  when the sidecar stops waiting for the answer
@@ -28,9 +39,9 @@ import { fromTimestamp } from './time.js';
  *   which reach the run's `streamDeltas` streams as they come, and returns the whole answer, or
  *   nothing for the answer its pieces spell.
  * @property {string} [content]
- * @property {Array<{id: string, name: string, arguments?: Record<string, any> | string}>} [tool_calls]
+ * @property {Array<{id: string, name: string, arguments?: Record<string, any> | string}>} [toolCalls]
  *   `arguments`: an object, or its JSON text (passed on as it is)
- * @property {{input_tokens: number, output_tokens: number}} [usage]
+ * @property {{inputTokens: number, outputTokens: number}} [usage]
  * @property {string} [refusal]  the model declined: the run ends with `STOP_REASON_REFUSAL`
  */
 
@@ -69,16 +80,17 @@ export class HostedLlm {
     const deadline = fromTimestamp(invocation.deadline);
     const controller = new AbortController();
     const { signal } = controller;
-    const request = {
-      request_id: invocation.request_id,
+    const requestId = invocation.request_id;
+    const request = withLegacyNames({
+      requestId,
       iteration: invocation.iteration,
       messages: [],
       tools: invocation.tools.map((t) => codec.decodeToolSpec(t)),
-      output_schema: codec.decodeOutputSchema(invocation.output_schema),
+      outputSchema: codec.decodeOutputSchema(invocation.output_schema),
       deadline,
       signal,
-    };
-    const why = new Error(`the sidecar's deadline for LLM request ${request.request_id} has passed`);
+    });
+    const why = new Error(`the sidecar's deadline for LLM request ${requestId} has passed`);
     inflight.add(controller);
     const timer = abortAt(controller, deadline, why);
     let answer;
@@ -98,23 +110,24 @@ export class HostedLlm {
       request.messages = [...this.#conversation];
       let response = await untilAborted(Promise.resolve(this.#llm(request)), signal);
       if (streams(response)) {
-        response = await streamAnswer(response, request.request_id, send, signal);
+        response = await streamAnswer(response, requestId, send, signal);
       }
       if (typeof response === 'string') response = { content: response };
       if (!response || typeof response !== 'object') {
         throw new TypeError(`the LLM function returned ${response === null ? 'null' : typeof response}`);
       }
+      response = inputKeys(response, RESPONSE_KEYS, 'LLM response');
       answer = {
-        request_id: request.request_id,
+        request_id: requestId,
         content: response.content ?? '',
-        tool_calls: (response.tool_calls ?? []).map((c) =>
+        tool_calls: (response.toolCalls ?? []).map((c) =>
           typeof c.arguments === 'string' ? { id: c.id ?? '', name: c.name, arguments: c.arguments } : codec.encodeToolCall(c),
         ),
-        usage: response.usage ?? null,
+        usage: wireUsage(response.usage),
         refusal: response.refusal ?? '',
       };
     } catch (err) {
-      answer = { request_id: request.request_id, error: describeError(err) };
+      answer = { request_id: requestId, error: describeError(err) };
     } finally {
       clearTimeout(timer);
       inflight.delete(controller);

@@ -20,6 +20,13 @@ export function connect(target, options) {
 
 // The types a TypeScript user names (`import type { RunEvent } from '@cleveragents/sidecar-client'`).
 /** @typedef {import('./values.js').RunEvent} RunEvent */
+/** @typedef {import('./values.js').Payload} Payload */
+/** @typedef {import('./values.js').LlmDelta} LlmDelta */
+/** @typedef {import('./values.js').ToolCallRecord} ToolCallRecord */
+/** @typedef {import('./values.js').StopReason} StopReason */
+/** @typedef {import('./values.js').ErrorKind} ErrorKind */
+/** @typedef {import('./values.js').RunState} RunState */
+/** @typedef {import('./values.js').Role} Role */
 /** @typedef {import('./values.js').RunSpecInput} RunSpecInput */
 /** @typedef {import('./values.js').ToolCallRunResult} ToolCallRunResult */
 /** @typedef {import('./values.js').ToolSpec} ToolSpec */
@@ -27,6 +34,7 @@ export function connect(target, options) {
 /** @typedef {import('./approvals.js').ApprovalAnswer} ApprovalAnswer */
 /** @typedef {import('./approvals.js').Approver} Approver */
 /** @typedef {import('./hosted_llm.js').LlmRequest} LlmRequest */
+/** @typedef {import('./hosted_llm.js').LlmMessage} LlmMessage */
 /** @typedef {import('./hosted_llm.js').LlmResponse} LlmResponse */
 /** @typedef {import('./llm_stream.js').LlmDeltaInput} LlmDeltaInput */
 /** @typedef {import('./client.js').ClientOptions} ClientOptions */

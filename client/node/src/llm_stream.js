@@ -1,15 +1,35 @@
 // A client-hosted LLM that streams: an async generator (or any async iterable) whose pieces
 // go to the sidecar as `llm_delta` messages before its answer.
 import { untilAborted } from './abort.js';
+import { inputKeys } from './names.js';
+
+const PIECE_KEYS = new Set(['text', 'toolCallIndex', 'toolCallId', 'toolName', 'arguments', 'usage']);
+const USAGE_KEYS = new Set(['inputTokens', 'outputTokens', 'reportedTotalTokens']);
 
 /**
- * @typedef {string | {text?: string, tool_call_index?: number | null, tool_call_id?: string,
- *   tool_name?: string, arguments?: string,
- *   usage?: {input_tokens: number, output_tokens: number}}} LlmDeltaInput  one piece a
- *   streaming LLM function yields: a string (text), or an object shaped like an `llm_delta`
- *   event's: `text`, or a tool call's `tool_call_index` (0-based) with `tool_call_id` and
- *   `tool_name` on its first piece and a fragment of its `arguments` JSON text; `usage` so far
+ * @typedef {string | {text?: string, toolCallIndex?: number | null, toolCallId?: string,
+ *   toolName?: string, arguments?: string,
+ *   usage?: {inputTokens: number, outputTokens: number}}} LlmDeltaInput  one piece a
+ *   streaming LLM function yields: a string (text), or an object shaped like an `llmDelta`
+ *   event's: `text`, or a tool call's `toolCallIndex` (0-based) with `toolCallId` and
+ *   `toolName` on its first piece and a fragment of its `arguments` JSON text; `usage` so far
  */
+
+/**
+ * @internal
+ * A wire `Usage` from `{inputTokens, outputTokens}` (`null` for none).
+ *
+ * @param {{inputTokens?: number, outputTokens?: number, reportedTotalTokens?: number} | null | undefined} usage
+ */
+export function wireUsage(usage) {
+  if (!usage) return null;
+  const { inputTokens, outputTokens, reportedTotalTokens } = inputKeys(usage, USAGE_KEYS, 'usage');
+  return {
+    input_tokens: inputTokens ?? 0,
+    output_tokens: outputTokens ?? 0,
+    reported_total_tokens: reportedTotalTokens ?? 0,
+  };
+}
 
 /** @internal Whether what an LLM function returned streams (an async iterable), rather than answers. */
 export function streams(value) {
@@ -28,38 +48,39 @@ function stringField(piece, key, index) {
 }
 
 /**
- * The wire fields of one yielded piece, or a TypeError saying what is wrong with it: nothing
- * a piece says may be lost (text beside a tool call's fragment) or mangled (an object's
- * `arguments` turned into "[object Object]").
+ * The wire fields of one yielded piece (`delta`) and the usage it gave (`usage`, as given), or
+ * a TypeError saying what is wrong with it: nothing a piece says may be lost (text beside a
+ * tool call's fragment) or mangled (an object's `arguments` turned into "[object Object]").
  */
 function toDelta(piece, index) {
-  if (typeof piece === 'string') return { text: piece };
+  if (typeof piece === 'string') return { delta: { text: piece }, usage: null };
   if (piece === null || typeof piece !== 'object' || Array.isArray(piece)) {
     const kind = piece === null ? 'null' : Array.isArray(piece) ? 'an array' : typeof piece;
-    throw new TypeError(`the LLM stream's piece ${index} is ${kind}, not a string or an llm_delta object`);
+    throw new TypeError(`the LLM stream's piece ${index} is ${kind}, not a string or an llmDelta object`);
   }
+  piece = inputKeys(piece, PIECE_KEYS, `the LLM stream's piece ${index}`);
   const delta = {};
-  const tool = piece.tool_call_index;
+  const tool = piece.toolCallIndex;
   const said = stringField(piece, 'text', index);
   if (tool !== undefined && tool !== null) {
     if (!Number.isInteger(tool) || tool < 0) {
-      throw new TypeError(`the LLM stream's piece ${index} has tool_call_index ${tool}, not an integer >= 0`);
+      throw new TypeError(`the LLM stream's piece ${index} has toolCallIndex ${tool}, not an integer >= 0`);
     }
     if (said) {
       throw new TypeError(
-        `the LLM stream's piece ${index} has both text and a tool_call_index: yield the text ` +
+        `the LLM stream's piece ${index} has both text and a toolCallIndex: yield the text ` +
           `and the tool call's fragment as pieces of their own`,
       );
     }
     delta.tool_call_index = tool;
-    delta.tool_call_id = stringField(piece, 'tool_call_id', index);
-    delta.tool_name = stringField(piece, 'tool_name', index);
+    delta.tool_call_id = stringField(piece, 'toolCallId', index);
+    delta.tool_name = stringField(piece, 'toolName', index);
     delta.arguments = stringField(piece, 'arguments', index);
   } else {
     delta.text = said;
   }
-  if (piece.usage) delta.usage = piece.usage;
-  return delta;
+  if (piece.usage) delta.usage = wireUsage(piece.usage);
+  return { delta, usage: piece.usage ?? null };
 }
 
 /**
@@ -100,13 +121,13 @@ export async function streamAnswer(stream, requestId, send, signal) {
       const { value, done } = await untilAborted(next, signal);
       if (done) {
         if (value !== undefined && value !== null) return value;
-        const tool_calls = [...calls.keys()].sort((a, b) => a - b).map((key) => {
+        const toolCalls = [...calls.keys()].sort((a, b) => a - b).map((key) => {
           const call = calls.get(key);
           return { id: call.id, name: call.name, arguments: call.arguments.join('') || '{}' };
         });
-        return { content: text.join(''), tool_calls, usage };
+        return { content: text.join(''), toolCalls, usage };
       }
-      const delta = toDelta(value, index);
+      const { delta, usage: said } = toDelta(value, index);
       if (delta.tool_call_index === undefined) {
         text.push(delta.text);
       } else {
@@ -117,7 +138,7 @@ export async function streamAnswer(stream, requestId, send, signal) {
         }
         call.arguments.push(delta.arguments);
       }
-      if (delta.usage) usage = delta.usage;
+      if (said) usage = said;
       await send({ llm_delta: { request_id: requestId, index, ...delta } });
     }
   } finally {

@@ -20,9 +20,10 @@ export const DEFAULT_PROTOS_DIR = existsSync(path.join(here, '../protos'))
 export const SERVICE_PROTO = 'cleveragents/toolruntime/v1/service.proto';
 
 /**
- * How the messages look in JavaScript:
+ * How the wire messages look in JavaScript (`stub` hands them out as they are; the client's
+ * API converts them, camelCase, in codec.js):
  * - `keepCase`: field names exactly as in the .proto files (snake_case), so the proto comments
- *   are the documentation of every object this client returns;
+ *   document every wire object;
  * - `longs: Number`: the 64-bit fields (`sequence`, `after_sequence`, token counts, timestamp
  *   seconds) are plain numbers; they are exact up to 2^53, far beyond any real value here;
  * - `enums: String`: enum values by their proto names (`"STOP_REASON_FINAL_ANSWER"`);

@@ -22,14 +22,16 @@ import { runTool } from './tools.js';
  * without waiting for the iterator to take them, as when each came in a message of its own.
  */
 export class SessionRun {
-  /** @type {string | null} the run's id, known from its `run_started` event on */
+  /** @type {string | null} the run's id, known from its `runStarted` event on */
   runId = null;
 
   #call;
   #openCall;
   #start;
-  /** with `reattach`: when to stop trying to re-attach (ms since the epoch), else null */
-  #reattachUntil = null;
+  /** with `reattach`: how long after a break to go on trying to re-attach (ms), else null */
+  #reattachTimeoutMs = null;
+  /** when the current break began (`performance.now()`): its first failure since a message */
+  #brokenAt = null;
   #attempt = 0;
   #lastSequence = 0;
   /** what was answered: a re-attached stream may ask again */
@@ -61,7 +63,7 @@ export class SessionRun {
   constructor({ openCall, codec, tools, llm, approver = null, start, reattach = false, reattachTimeoutMs = 60_000 }) {
     this.#openCall = openCall;
     this.#start = start;
-    if (reattach) this.#reattachUntil = Date.now() + reattachTimeoutMs;
+    if (reattach) this.#reattachTimeoutMs = reattachTimeoutMs;
     this.#approver = approver;
     this.#codec = codec;
     this.#tools = tools;
@@ -93,21 +95,32 @@ export class SessionRun {
     const lost = status.code === Status.UNAVAILABLE || status.code === Status.CANCELLED;
     const held = status.code === Status.FAILED_PRECONDITION && /not waiting/.test(status.details ?? '');
     const backoff = [50, 100, 200, 500, 1000][Math.min(this.#attempt, 4)];
+    this.#brokenAt ??= performance.now(); // the window counts from the break, not the start
     const retry =
-      this.#reattachUntil !== null && !this.#terminal && !this.#leaving && this.runId && (lost || held) &&
-      Date.now() + backoff <= this.#reattachUntil;
+      this.#reattachTimeoutMs !== null && !this.#terminal && !this.#leaving && this.runId && (lost || held) &&
+      performance.now() - this.#brokenAt + backoff <= this.#reattachTimeoutMs;
     if (!retry) {
       this.#finish(status);
       return;
     }
     this.#attempt += 1;
     const start = { ...this.#start, reattach_run_id: this.runId, after_sequence: this.#lastSequence };
-    setTimeout(() => this.#attach(start), backoff); // a backoff between attempts
+    setTimeout(() => this.#reattach(start), backoff); // a backoff between attempts
+  }
+
+  /** Attach again, unless the client has been closed meanwhile: then the session ends. */
+  #reattach(start) {
+    try {
+      this.#attach(start);
+    } catch (err) {
+      // grpc-js opens no call on a closed channel ("Channel has been shut down").
+      this.#finish({ code: Status.CANCELLED, details: `the session could not re-attach: ${err.message}` });
+    }
   }
 
   /**
-   * The run's result: resolves on `run_completed` and `run_cancelled` (see `stop_reason`),
-   * rejects with a `RunFailedError` on `run_failed`, and with a `SidecarError` when the
+   * The run's result: resolves on `runCompleted` and `runCancelled` (see `stopReason`),
+   * rejects with a `RunFailedError` on `runFailed`, and with a `SidecarError` when the
    * stream ends with a non-OK status (its `result` is the partial result if one was sent).
    *
    * @returns {Promise<import('./values.js').ToolCallRunResult>}
@@ -116,7 +129,7 @@ export class SessionRun {
     return this.#result;
   }
 
-  /** Ask the sidecar to cancel the run; it ends with `run_cancelled` carrying `reason`. */
+  /** Ask the sidecar to cancel the run; it ends with `runCancelled` carrying `reason`. */
   cancel(reason = '') {
     return this.#send({ cancel: { reason } });
   }
@@ -169,26 +182,27 @@ export class SessionRun {
   }
 
   #onMessage(message) {
+    this.#brokenAt = null; // a stream delivers: a later break has a window of its own
     let queued = false;
     try {
       // The events first (a batch, or the one event), then the invocation they precede.
       for (const wire of wireEvents(message)) {
         const event = this.#codec.decodeEvent(wire);
-        if (event.payload === 'run_started') this.runId = event.run_id;
+        if (event.payload === 'runStarted') this.runId = event.runId;
         this.#lastSequence = Number(event.sequence);
         this.#attempt = 0;
         this.#records.add(event);
         if (TERMINAL.includes(event.payload)) {
           const result = event[event.payload].result;
-          if (result?.history_omitted) result.tool_call_history = this.#records.inOrder();
+          if (result?.historyOmitted) result.toolCallHistory = this.#records.inOrder();
           this.#terminal = event;
           if (this.#leaving) this.#call.cancel();
           else this.#outbox.halfClose(); // nothing more to say: the run is over
         }
         this.#queue.push(event);
         queued = true;
-        if (event.payload === 'approval_requested' && this.#approver) {
-          void this.#decide(event.run_id, event.approval_requested);
+        if (event.payload === 'approvalRequested' && this.#approver) {
+          void this.#decide(event.runId, event.approvalRequested);
         }
       }
       if (message.kind === 'tool_invocation') {
@@ -237,8 +251,8 @@ export class SessionRun {
     } else if (!terminal) {
       this.#error = new Error('the session ended without a terminal event');
       this.#settle.reject(this.#error);
-    } else if (terminal.payload === 'run_failed') {
-      const { code, message, result } = terminal.run_failed;
+    } else if (terminal.payload === 'runFailed') {
+      const { code, message, result } = terminal.runFailed;
       this.#settle.reject(new RunFailedError(code, message, result));
     } else {
       this.#settle.resolve(partial);

@@ -1,9 +1,11 @@
 // The tools this process hosts in a session: their definitions, and one invocation run.
 import { abortAt } from './abort.js';
 import { ToolError, describeError } from './errors.js';
+import { inputKeys, withLegacyNames } from './names.js';
 import { fromTimestamp } from './time.js';
 
 const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+const DEFINITION_KEYS = new Set(['name', 'description', 'inputSchema', 'timeout', 'sideEffects', 'idempotent', 'handler']);
 
 /**
  * A tool handler's return value as the JSON object the record will hold: objects as they
@@ -24,9 +26,9 @@ export function normaliseOutput(value) {
  * @typedef {object} ToolDefinition
  * @property {string} [name]  defaults to the key (object form) or the function's name
  * @property {string} [description]
- * @property {Record<string, any>} [input_schema]  JSON Schema; omitted = any object
+ * @property {Record<string, any>} [inputSchema]  JSON Schema; omitted = any object
  * @property {number} [timeout]  milliseconds; omitted = the sidecar's default
- * @property {boolean} [side_effects]  it may change something: an automation profile may then
+ * @property {boolean} [sideEffects]  it may change something: an automation profile may then
  *   ask for approval before it runs (the approver decides), or forbid it
  * @property {boolean} [idempotent]  safe to run twice with the same inputs (see the README's
  *   "Durability")
@@ -35,11 +37,11 @@ export function normaliseOutput(value) {
 
 /**
  * @typedef {object} ToolCallContext
- * @property {string} call_id
- * @property {string} tool_name
+ * @property {string} callId
+ * @property {string} toolName
  * @property {number} iteration
  * @property {Date | null} deadline  when the sidecar stops waiting for this call
- * @property {string} idempotency_key  `RUN_ID:CALL_ID`, the same each time this call is invoked
+ * @property {string} idempotencyKey  `RUN_ID:CALL_ID`, the same each time this call is invoked
  * @property {AbortSignal} signal  aborted at the deadline or when the session ends
  */
 
@@ -57,7 +59,7 @@ export function normaliseTools(tools) {
   /** @type {Array<[string | undefined, ToolLike]>} */
   const entries = Array.isArray(tools) ? tools.map((t) => [undefined, t]) : Object.entries(tools);
   for (const [key, tool] of entries) {
-    const def = typeof tool === 'function' ? { handler: tool } : { ...tool };
+    const def = typeof tool === 'function' ? { handler: tool } : { ...inputKeys(tool, DEFINITION_KEYS, 'tool definition') };
     def.name = def.name ?? key ?? (typeof tool === 'function' ? tool.name : undefined);
     if (typeof def.handler !== 'function') {
       throw new TypeError(`tool ${def.name ?? '(unnamed)'}: give a function or {handler: function}`);
@@ -94,15 +96,14 @@ export async function runTool(invocation, { tools, codec, inflight }) {
     const tool = tools.get(tool_name);
     if (!tool) throw new ToolError(`this client hosts no tool named ${tool_name}`);
     const inputs = codec.parse(invocation.inputs, 'inputs');
-    const idempotency_key = invocation.idempotency_key ?? '';
-    const context = {
-      call_id,
-      tool_name,
+    const context = withLegacyNames({
+      callId: call_id,
+      toolName: tool_name,
       iteration,
       deadline,
-      idempotency_key,
+      idempotencyKey: invocation.idempotency_key ?? '',
       signal: controller.signal,
-    };
+    });
     const value = await tool.handler(inputs, context);
     answer = { call_id, output: codec.stringify(normaliseOutput(value), 'output') };
   } catch (err) {

@@ -5,13 +5,13 @@ import { test } from 'node:test';
 
 import { abortAt, untilAborted } from '../src/abort.js';
 import { streamAnswer } from '../src/llm_stream.js';
-import { signalled, within } from './sidecar.js';
+import { WAIT_MS, signalled, within } from './sidecar.js';
 
 test('abortAt aborts with its reason at a deadline, and arms nothing without one or beyond setTimeout', async () => {
   const passed = new AbortController();
   const reason = new Error('the deadline passed');
   abortAt(passed, new Date(Date.now() - 1000), reason);
-  await within(new Promise((resolve) => passed.signal.addEventListener('abort', resolve)), 5000, 'the abort');
+  await within(new Promise((resolve) => passed.signal.addEventListener('abort', resolve)), WAIT_MS, 'the abort');
   assert.equal(passed.signal.reason, reason);
 
   const far = new AbortController();
@@ -59,7 +59,7 @@ test('streamAnswer stops waiting for a stalled generator when its signal aborts,
 
   await assert.rejects(answering, /the deadline passed/);
   gate.resolve();
-  await within(closed.promise, 5000, "the generator's finally");
+  await within(closed.promise, WAIT_MS, "the generator's finally");
   assert.deepEqual(taken, ['b'], 'closed at its next yield');
   assert.deepEqual(sent.map((m) => m.llm_delta.text), ['a']);
 });

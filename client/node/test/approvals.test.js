@@ -28,7 +28,7 @@ after(async () => {
 
 const writeTwo = (sandbox) => ({
   prompt: 'Write the notes and the build script.',
-  context: { sandbox_root: sandbox },
+  context: { sandboxRoot: sandbox },
   llm: script(
     callTurn('notes', ['w1', 'write_file', { path: 'NOTES.md', content: '# notes\n' }]),
     callTurn('script', ['w2', 'write_file', { path: 'build.sh', content: 'rm -rf /\n' }]),
@@ -37,7 +37,7 @@ const writeTwo = (sandbox) => ({
 });
 
 const decisions = (events) =>
-  events.filter((e) => e.payload === 'approval_decided').map((e) => e.approval_decided);
+  events.filter((e) => e.payload === 'approvalDecided').map((e) => e.approvalDecided);
 
 test('the approver decides each gated call: an approved write runs, a denied one does not', async () => {
   const sandbox = mkdtempSync(path.join(dir, 'run-'));
@@ -55,29 +55,29 @@ test('the approver decides each gated call: an approved write runs, a denied one
   assertEventLog(assert, events);
   const result = await run.result;
   assert.deepEqual(
-    asked.map((r) => [r.run_id, r.call_id, r.tool_name, r.inputs.path, r.iteration]),
+    asked.map((r) => [r.runId, r.callId, r.toolName, r.inputs.path, r.iteration]),
     [[run.runId, 'w1', 'write_file', 'NOTES.md', 1], [run.runId, 'w2', 'write_file', 'build.sh', 2]],
   );
   assert.match(asked[0].reason, /supervised/);
   assert.ok(asked[0].signal instanceof AbortSignal);
   assert.deepEqual(
-    decisions(events).map((d) => [d.call_id, d.approved, d.reason, d.decided_by]),
+    decisions(events).map((d) => [d.callId, d.approved, d.reason, d.decidedBy]),
     [['w1', true, 'docs only', 'session'], ['w2', false, 'only Markdown files may be written', 'session']],
   );
   assert.equal(readFileSync(path.join(sandbox, 'NOTES.md'), 'utf8'), '# notes\n');
   assert.ok(!existsSync(path.join(sandbox, 'build.sh')));
-  const [wrote, denied] = result.tool_call_history;
+  const [wrote, denied] = result.toolCallHistory;
   assert.ok(wrote.success);
-  assert.equal(denied.error_kind, 'ERROR_KIND_DENIED');
+  assert.equal(denied.errorKind, 'ERROR_KIND_DENIED');
   assert.equal(denied.error, 'denied by session: only Markdown files may be written');
 });
 
 test('an approver returning true or false decides without a reason', async () => {
   const sandbox = mkdtempSync(path.join(dir, 'run-'));
-  const run = client.session({ ...writeTwo(sandbox), approver: (r) => r.call_id === 'w1' });
+  const run = client.session({ ...writeTwo(sandbox), approver: (r) => r.callId === 'w1' });
   const events = await collect(run);
   assert.deepEqual(
-    decisions(events).map((d) => [d.call_id, d.approved, d.reason]),
+    decisions(events).map((d) => [d.callId, d.approved, d.reason]),
     [['w1', true, ''], ['w2', false, '']],
   );
   assert.ok(existsSync(path.join(sandbox, 'NOTES.md')));
@@ -107,10 +107,10 @@ test('an approver that throws denies the call, saying why, and the run goes on',
 test('approval_requested events carry their inputs as an object', async () => {
   const sandbox = mkdtempSync(path.join(dir, 'run-'));
   const events = await collect(client.session({ ...writeTwo(sandbox), approver: () => true }));
-  const requested = events.filter((e) => e.payload === 'approval_requested').map((e) => e.approval_requested);
+  const requested = events.filter((e) => e.payload === 'approvalRequested').map((e) => e.approvalRequested);
   const { path: file, content } = requested[0].inputs;
   assert.deepEqual([file, content], ['NOTES.md', '# notes\n']);
-  assert.match(requested[0].how_to_answer, /\S/);
+  assert.match(requested[0].howToAnswer, /\S/);
 });
 
 test('an approver that is not a function is a TypeError', () => {
@@ -123,18 +123,18 @@ test("a session tool declaring side_effects is gated like the sidecar's own: the
   const run = client.session({
     prompt: 'Write a note, then read it.',
     tools: {
-      write_note: { side_effects: true, handler: ({ text }) => wrote.push(text) },
+      write_note: { sideEffects: true, handler: ({ text }) => wrote.push(text) },
       read_note: () => ({ text: wrote.join('') }),
     },
     llm: script(callTurn('both', ['w', 'write_note', { text: 'hi' }], ['r', 'read_note', {}]), { content: 'done' }),
     approver: (request) => {
-      asked.push(request.tool_name);
+      asked.push(request.toolName);
       return { approved: true, reason: 'notes are fine' };
     },
   });
   const events = await collect(run);
   assert.deepEqual(asked, ['write_note']);
-  assert.deepEqual(decisions(events).map((d) => [d.call_id, d.approved, d.reason]), [['w', true, 'notes are fine']]);
+  assert.deepEqual(decisions(events).map((d) => [d.callId, d.approved, d.reason]), [['w', true, 'notes are fine']]);
   assert.deepEqual(wrote, ['hi']);
-  assert.equal((await run.result).tool_call_history.length, 2);
+  assert.equal((await run.result).toolCallHistory.length, 2);
 });

@@ -104,12 +104,12 @@ describe('streamToolLoop with batched events', () => {
     const n = 200;
     const already = wire.of('StreamToolLoop').length;
     const events = await collect(
-      client.streamToolLoop({ prompt: 'p', max_iterations: n + 5, llm: echoScript(n) }),
+      client.streamToolLoop({ prompt: 'p', maxIterations: n + 5, llm: echoScript(n) }),
     );
     const total = 4 * n + 4;
     assertEventLog(assert, events);
     assertOneToN(events, total);
-    assert.equal(events.at(-1).run_completed.result.iterations, n + 1);
+    assert.equal(events.at(-1).runCompleted.result.iterations, n + 1);
 
     const calls = wire.of('StreamToolLoop').slice(already);
     assert.equal(calls.length, 1);
@@ -136,7 +136,7 @@ describe('streamToolLoop with batched events', () => {
     try {
       const n = 50;
       const events = await collect(
-        unbatched.streamToolLoop({ prompt: 'p', max_iterations: n + 5, llm: echoScript(n) }),
+        unbatched.streamToolLoop({ prompt: 'p', maxIterations: n + 5, llm: echoScript(n) }),
       );
       assertEventLog(assert, events);
       assertOneToN(events, 4 * n + 4);
@@ -145,7 +145,7 @@ describe('streamToolLoop with batched events', () => {
       assert.equal(responses.length, 4 * n + 4, 'one message per event');
       assert.ok(responses.every((r) => r.events.length === 0 && r.event !== null));
 
-      const id = events[0].run_id;
+      const id = events[0].runId;
       assert.deepEqual(await collect(unbatched.watchRun(id)), events);
     } finally {
       unbatched.close();
@@ -163,11 +163,11 @@ describe('session with batched events', () => {
     turns.push({ content: 'done' });
     const run = client.session({
       prompt: 'Add, many times.',
-      max_iterations: n + 5,
+      maxIterations: n + 5,
       llm: script(...turns),
       tools: {
         add: async ({ a, b }, call) => {
-          called.push(call.call_id);
+          called.push(call.callId);
           if (a % 3 === 0) await new Promise((resolve) => setTimeout(resolve, 5));
           return { sum: a + b };
         },
@@ -183,7 +183,7 @@ describe('session with batched events', () => {
     const result = await run.result;
     assert.equal(result.content, 'done');
     assert.deepEqual(
-      result.tool_call_history.map((r) => [r.call_id, r.success, r.output.sum]),
+      result.toolCallHistory.map((r) => [r.callId, r.success, r.output.sum]),
       ids.map((id, i) => [id, true, i + 1000]),
       'every invocation was answered',
     );
@@ -191,14 +191,14 @@ describe('session with batched events', () => {
     for (let i = 0; i < n; i += 1) {
       const mine = events.filter(
         (e) =>
-          (e.payload === 'iteration_started' && e.iteration_started.iteration === i + 1) ||
-          (e.payload === 'llm_responded' && e.llm_responded.iteration === i + 1) ||
-          (e.payload === 'tool_call_started' && e.tool_call_started.call_id === `c${i}`) ||
-          (e.payload === 'tool_call_completed' && e.tool_call_completed.record.call_id === `c${i}`),
+          (e.payload === 'iterationStarted' && e.iterationStarted.iteration === i + 1) ||
+          (e.payload === 'llmResponded' && e.llmResponded.iteration === i + 1) ||
+          (e.payload === 'toolCallStarted' && e.toolCallStarted.callId === `c${i}`) ||
+          (e.payload === 'toolCallCompleted' && e.toolCallCompleted.record.callId === `c${i}`),
       );
       assert.deepEqual(
         mine.map((e) => e.payload),
-        ['iteration_started', 'llm_responded', 'tool_call_started', 'tool_call_completed'],
+        ['iterationStarted', 'llmResponded', 'toolCallStarted', 'toolCallCompleted'],
       );
     }
 
@@ -240,14 +240,14 @@ describe('session with batched events', () => {
     const llmCalls = [];
     const run = client.session({
       prompt: 'count',
-      max_iterations: n + 5,
+      maxIterations: n + 5,
       tools: { inc: ({ value }) => ({ value: value + 1 }) },
       llm: (request) => {
         llmCalls.push(request.iteration);
         const last = request.messages.at(-1);
         const value = last.role === 'ROLE_TOOL' ? JSON.parse(last.content).value : 0;
         if (request.iteration > n) return `reached ${value}`;
-        return { tool_calls: [{ id: `i${request.iteration}`, name: 'inc', arguments: { value } }] };
+        return { toolCalls: [{ id: `i${request.iteration}`, name: 'inc', arguments: { value } }] };
       },
     });
     const events = await collect(run);
@@ -270,12 +270,12 @@ describe('watchRun (FollowRun, batched and acknowledged)', () => {
     const id = runId();
     const start = client.streamToolLoop({
       prompt: 'p',
-      run_id: id,
+      runId: id,
       detach: true,
-      max_iterations: n + 5,
+      maxIterations: n + 5,
       llm: burstScript(n),
     });
-    for await (const event of start) if (event.payload === 'tool_call_started') break;
+    for await (const event of start) if (event.payload === 'toolCallStarted') break;
     const already = wire.of('FollowRun').length;
     const total = 4 * n + 8;
 
@@ -302,7 +302,7 @@ describe('watchRun (FollowRun, batched and acknowledged)', () => {
     const n = 150;
     const id = runId();
     // Some 5 MB of events (8 KiB echoed four times a turn): several of the sidecar's 1 MiB windows.
-    await client.runToolLoop({ prompt: 'p', run_id: id, max_iterations: n + 5, llm: burstScript(n, 'x'.repeat(8192)) });
+    await client.runToolLoop({ prompt: 'p', runId: id, maxIterations: n + 5, llm: burstScript(n, 'x'.repeat(8192)) });
     const already = wire.of('FollowRun').length;
     const events = await collect(client.watchRun(id));
     assertOneToN(events, 4 * n + 8);
@@ -346,14 +346,14 @@ describe('watchRun (FollowRun, batched and acknowledged)', () => {
       const id = runId();
       const start = smallClient.streamToolLoop({
         prompt: 'p',
-        run_id: id,
+        runId: id,
         detach: true,
-        max_iterations: n + 5,
+        maxIterations: n + 5,
         // Some 10 MB of events: more than flow control lets through to a reader that has
         // stopped, so the sidecar falls behind writing them, and drops this watcher.
         llm: burstScript(n, 'x'.repeat(8192)),
       });
-      for await (const event of start) if (event.payload === 'tool_call_started') break;
+      for await (const event of start) if (event.payload === 'toolCallStarted') break;
 
       const events = [];
       const lastBeforeCall = []; // per FollowRun call: the last sequence yielded before it opened
@@ -369,7 +369,7 @@ describe('watchRun (FollowRun, batched and acknowledged)', () => {
           const batch = calls.at(-1).responses.find(holds);
           if (batch && Number(batch.events.at(-1).sequence) !== event.sequence) {
             stalled = event.sequence;
-            await waitForEnd(smallClient, id, 10_000);
+            await waitForEnd(smallClient, id);
           }
         }
       }

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
 import { SidecarClient } from '../src/index.js';
-import { callTurn, collect, runId, script, useSidecar } from './sidecar.js';
+import { WAIT_MS, callTurn, collect, runId, script, useSidecar } from './sidecar.js';
 
 let sidecar;
 let client;
@@ -27,18 +27,18 @@ function assertSpelled(events) {
   const args = new Map();
   const deltas = [];
   for (const event of events) {
-    if (event.payload === 'llm_delta') {
-      const delta = event.llm_delta;
+    if (event.payload === 'llmDelta') {
+      const delta = event.llmDelta;
       assert.equal(event.sequence, 0);
       assert.equal(delta.index, next);
       next = delta.index + delta.count;
       deltas.push(delta);
-      if (delta.tool_call_index === null) text += delta.text;
-      else args.set(delta.tool_call_index, (args.get(delta.tool_call_index) ?? '') + delta.arguments);
-    } else if (event.payload === 'llm_responded') {
-      const responded = event.llm_responded;
+      if (delta.toolCallIndex === null) text += delta.text;
+      else args.set(delta.toolCallIndex, (args.get(delta.toolCallIndex) ?? '') + delta.arguments);
+    } else if (event.payload === 'llmResponded') {
+      const responded = event.llmResponded;
       assert.equal(text, responded.content);
-      responded.tool_calls.forEach((c, i) => assert.deepEqual(JSON.parse(args.get(i)), c.arguments));
+      responded.toolCalls.forEach((c, i) => assert.deepEqual(JSON.parse(args.get(i)), c.arguments));
       text = '';
       next = 0;
       args.clear();
@@ -52,11 +52,11 @@ test('streamToolLoop yields llm_delta events only with streamDeltas', async () =
   const plain = await collect(client.streamToolLoop({ prompt: 'go', llm }));
   const live = await collect(client.streamToolLoop({ prompt: 'go', llm }, { streamDeltas: true }));
 
-  assert.ok(!plain.some((e) => e.payload === 'llm_delta'));
+  assert.ok(!plain.some((e) => e.payload === 'llmDelta'));
   const deltas = assertSpelled(live);
-  assert.ok(deltas.some((d) => d.tool_name === 'echo' && d.tool_call_index === 0));
+  assert.ok(deltas.some((d) => d.toolName === 'echo' && d.toolCallIndex === 0));
   assert.deepEqual(
-    live.filter((e) => e.payload !== 'llm_delta').map((e) => e.payload),
+    live.filter((e) => e.payload !== 'llmDelta').map((e) => e.payload),
     plain.map((e) => e.payload),
   );
 });
@@ -64,13 +64,13 @@ test('streamToolLoop yields llm_delta events only with streamDeltas', async () =
 test('watchRun with streamDeltas follows a run and its answers as they stream', async () => {
   const id = runId('deltas');
   const llm = script(callTurn('napping', ['n1', 'sleep', { seconds: 0.3 }]), { content: LONG });
-  const starter = client.streamToolLoop({ prompt: 'go', llm, run_id: id, detach: true });
-  for await (const event of starter) if (event.payload === 'run_started') break;
+  const starter = client.streamToolLoop({ prompt: 'go', llm, runId: id, detach: true });
+  for await (const event of starter) if (event.payload === 'runStarted') break;
   const watched = await collect(client.watchRun(id, { streamDeltas: true }));
 
   const deltas = assertSpelled(watched);
   assert.ok(deltas.length > 0);
-  assert.equal(watched.at(-1).payload, 'run_completed');
+  assert.equal(watched.at(-1).payload, 'runCompleted');
   assert.ok(deltas.map((d) => d.text).join('').endsWith(LONG)); // the last answer, at least
 });
 
@@ -90,7 +90,7 @@ test('a client-hosted LLM that is an async generator streams its answer to a wat
   const watch = async () => {
     const events = [];
     for await (const event of client.watchRun(id, { streamDeltas: true })) {
-      if (event.payload === 'llm_delta') sawFirst();
+      if (event.payload === 'llmDelta') sawFirst();
       events.push(event);
     }
     return events;
@@ -101,10 +101,10 @@ test('a client-hosted LLM that is an async generator streams its answer to a wat
       watching = watch();
       yield 'Let me ';
       // The rest only once the watcher has the first piece: it sees the answer as it streams.
-      await Promise.race([firstSeen, new Promise((_, no) => setTimeout(no, 10_000, new Error('unseen')).unref())]);
+      await Promise.race([firstSeen, new Promise((_, no) => setTimeout(no, WAIT_MS, new Error('unseen')).unref())]);
       yield { text: 'shout.' };
-      yield { tool_call_index: 0, tool_call_id: 's1', tool_name: 'shout', arguments: '{"text":' };
-      yield { tool_call_index: 0, arguments: ' "hi"}' };
+      yield { toolCallIndex: 0, toolCallId: 's1', toolName: 'shout', arguments: '{"text":' };
+      yield { toolCallIndex: 0, arguments: ' "hi"}' };
       return; // the answer the pieces spell
     }
     yield 'HI';
@@ -112,7 +112,7 @@ test('a client-hosted LLM that is an async generator streams its answer to a wat
     return 'HI back';
   }
   const run = client.session(
-    { prompt: 'go', run_id: id, llm, tools: { shout: ({ text }) => ({ loud: text.toUpperCase() }) } },
+    { prompt: 'go', runId: id, llm, tools: { shout: ({ text }) => ({ loud: text.toUpperCase() }) } },
     { streamDeltas: true },
   );
   const own = await collect(run);
@@ -120,14 +120,14 @@ test('a client-hosted LLM that is an async generator streams its answer to a wat
 
   const result = await run.result;
   assert.equal(result.content, 'HI back');
-  assert.deepEqual(result.tool_call_history[0].inputs, { text: 'hi' });
+  assert.deepEqual(result.toolCallHistory[0].inputs, { text: 'hi' });
   for (const events of [own, watched]) {
     const deltas = assertSpelled(events);
-    assert.equal(deltas.filter((d) => d.tool_call_index === null).map((d) => d.text).join(''), 'Let me shout.HI back');
-    assert.ok(deltas.some((d) => d.tool_call_index === 0 && d.tool_name === 'shout'));
+    assert.equal(deltas.filter((d) => d.toolCallIndex === null).map((d) => d.text).join(''), 'Let me shout.HI back');
+    assert.ok(deltas.some((d) => d.toolCallIndex === 0 && d.toolName === 'shout'));
   }
-  assert.ok(watched.filter((e) => e.payload === 'llm_delta').length >= 2, 'the watcher got live pieces too');
-  assert.equal(watched.at(-1).payload, 'run_completed');
+  assert.ok(watched.filter((e) => e.payload === 'llmDelta').length >= 2, 'the watcher got live pieces too');
+  assert.equal(watched.at(-1).payload, 'runCompleted');
 });
 
 test('a streaming LLM that yields what is not a piece fails its run, saying which', async () => {
@@ -138,7 +138,7 @@ test('a streaming LLM that yields what is not a piece fails its run, saying whic
   const run = client.session({ prompt: 'go', llm }, { streamDeltas: true });
   const events = await collect(run);
 
-  assert.equal(events.at(-1).payload, 'run_failed');
-  assert.match(events.at(-1).run_failed.message, /piece 1 is number, not a string or an llm_delta object/);
+  assert.equal(events.at(-1).payload, 'runFailed');
+  assert.match(events.at(-1).runFailed.message, /piece 1 is number, not a string or an llmDelta object/);
   await assert.rejects(run.result, /piece 1 is number/);
 });

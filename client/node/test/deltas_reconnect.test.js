@@ -42,19 +42,19 @@ test('a slow watcher reconnected mid-answer yields each piece of the text once',
   const id = runId('redelta');
   const starter = client.streamToolLoop({
     prompt: 'go',
-    run_id: id,
+    runId: id,
     detach: true,
     llm: { profile: 'slow', script: [{ content: answer }] },
   });
-  for await (const event of starter) if (event.payload === 'run_started') break;
+  for await (const event of starter) if (event.payload === 'runStarted') break;
 
   let text = '';
   let next = 0;
   let deltas = 0;
   let responded = null;
   for await (const event of client.watchRun(id, { streamDeltas: true })) {
-    if (event.payload === 'llm_delta') {
-      const delta = event.llm_delta;
+    if (event.payload === 'llmDelta') {
+      const delta = event.llmDelta;
       assert.equal(delta.index, next, 'no delta yielded twice or skipped');
       next = delta.index + delta.count;
       text += delta.text;
@@ -64,8 +64,8 @@ test('a slow watcher reconnected mid-answer yields each piece of the text once',
       // deltas 0.1 s apart) is still answering. The pause is the consumer's pace, not a
       // synchronisation: the test fails if no reconnection happened.
       if (deltas === 2) await sleep(3000);
-    } else if (event.payload === 'llm_responded') {
-      responded = event.llm_responded.content;
+    } else if (event.payload === 'llmResponded') {
+      responded = event.llmResponded.content;
     }
   }
   assert.ok(follows >= 2, 'the watcher was dropped and reconnected');

@@ -6,7 +6,7 @@ import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
-import { useSidecar } from './sidecar.js';
+import { WAIT_MS, useSidecar } from './sidecar.js';
 
 const EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../examples/session.js');
 let sidecar;
@@ -21,7 +21,7 @@ after(async () => {
 
 test('examples/session.js hosts two tools and prints each record, then the result', async () => {
   const { stdout } = await promisify(execFile)(process.execPath, [EXAMPLE, sidecar.address], {
-    timeout: 15_000,
+    timeout: WAIT_MS,
   });
   const lines = stdout.trim().split('\n');
   assert.match(

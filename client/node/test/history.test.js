@@ -32,7 +32,7 @@ function readsSpec(id) {
   const turns = [];
   for (let i = 1; i <= READS; i += 1) turns.push(callTurn('', [`r${i}`, 'read_file', { path: 'big.txt' }]));
   turns.push({ content: 'read them all' });
-  return { prompt: 'read', run_id: id, context: { sandbox_root: sandbox }, llm: script(...turns) };
+  return { prompt: 'read', runId: id, context: { sandboxRoot: sandbox }, llm: script(...turns) };
 }
 
 const callIds = Array.from({ length: READS }, (_, i) => `r${i + 1}`);
@@ -41,22 +41,22 @@ describe('a run whose result is bigger than one message', () => {
   test('runToolLoop, getRun, watchRun and runHistory all give every record, in order', async () => {
     const id = runId('big');
     const result = await client.runToolLoop(readsSpec(id));
-    assert.equal(result.history_omitted, true);
-    assert.equal(result.tool_call_count, READS);
-    assert.deepEqual(result.tool_call_history.map((r) => r.call_id), callIds);
-    assert.ok(result.tool_call_history.every((r) => r.output.content.length === MIB));
+    assert.equal(result.historyOmitted, true);
+    assert.equal(result.toolCallCount, READS);
+    assert.deepEqual(result.toolCallHistory.map((r) => r.callId), callIds);
+    assert.ok(result.toolCallHistory.every((r) => r.output.content.length === MIB));
 
     const info = await client.getRun(id);
-    assert.deepEqual(info.result.tool_call_history.map((r) => r.call_id), callIds);
+    assert.deepEqual(info.result.toolCallHistory.map((r) => r.callId), callIds);
 
     const watched = await collect(client.watchRun(id));
     assertEventLog(assert, watched);
-    assert.deepEqual(watched.at(-1).run_completed.result.tool_call_history.map((r) => r.call_id), callIds);
+    assert.deepEqual(watched.at(-1).runCompleted.result.toolCallHistory.map((r) => r.callId), callIds);
 
     const paged = await collect(client.runHistory(id));
     assert.deepEqual(paged.map((e) => e.sequence), watched.map((e) => e.sequence));
     assert.deepEqual(
-      paged.filter((e) => e.payload === 'tool_call_completed').map((e) => e.tool_call_completed.record.call_id),
+      paged.filter((e) => e.payload === 'toolCallCompleted').map((e) => e.toolCallCompleted.record.callId),
       callIds,
     );
   });
@@ -69,24 +69,24 @@ describe('a run whose result is bigger than one message', () => {
       (err) => err,
     );
     assert.equal(error.name, 'RunFailedError');
-    assert.equal(error.result.history_omitted, true);
-    assert.deepEqual(error.result.tool_call_history.map((r) => r.call_id), callIds);
+    assert.equal(error.result.historyOmitted, true);
+    assert.deepEqual(error.result.toolCallHistory.map((r) => r.callId), callIds);
   });
 
   test('getRunHistory pages stay small when asked, and say where the log ends', async () => {
     const id = runId('pages');
     await client.runToolLoop({
       prompt: 'echo',
-      run_id: id,
+      runId: id,
       llm: script(callTurn('', ['e1', 'echo', { text: 'x'.repeat(3000) }]), { content: 'done' }),
     });
     const first = await client.getRunHistory(id, { maxBytes: 1000 });
     assert.equal(first.events.length, 1);
-    assert.equal(first.events[0].payload, 'run_started');
+    assert.equal(first.events[0].payload, 'runStarted');
     assert.equal(first.finished, true);
     const all = await collect(client.runHistory(id, { maxBytes: 1000 }));
-    assert.deepEqual(all.map((e) => e.sequence), Array.from({ length: first.last_sequence }, (_, i) => i + 1));
-    const rest = await client.getRunHistory(id, { afterSequence: first.last_sequence });
+    assert.deepEqual(all.map((e) => e.sequence), Array.from({ length: first.lastSequence }, (_, i) => i + 1));
+    const rest = await client.getRunHistory(id, { afterSequence: first.lastSequence });
     assert.deepEqual(rest.events, []);
   });
 });
@@ -99,8 +99,8 @@ describe('a session whose result is bigger than one message', () => {
     turns.push({ content: 'done' });
     const run = client.session({ prompt: 'blobs', tools: { blob }, llm: script(...turns) });
     const result = await run.result;
-    assert.equal(result.history_omitted, true);
-    assert.deepEqual(result.tool_call_history.map((r) => r.call_id), turns.slice(0, READS).map((t) => t.tool_calls[0].id));
-    assert.ok(result.tool_call_history.every((r) => r.output.blob.length === MIB));
+    assert.equal(result.historyOmitted, true);
+    assert.deepEqual(result.toolCallHistory.map((r) => r.callId), turns.slice(0, READS).map((t) => t.tool_calls[0].id));
+    assert.ok(result.toolCallHistory.every((r) => r.output.blob.length === MIB));
   });
 });

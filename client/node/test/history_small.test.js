@@ -38,15 +38,15 @@ test('streams put the records back with the per-call metadata', async () => {
   const text = 'e'.repeat(8_000);
   const ids = ['e1', 'e2', 'e3', 'e4', 'e5', 'e6'];
   const turns = ids.map((id) => callTurn('', [id, 'echo', { text }]));
-  const spec = { prompt: 'echo', run_id: runId('auth'), llm: script(...turns, { content: 'done' }) };
+  const spec = { prompt: 'echo', runId: runId('auth'), llm: script(...turns, { content: 'done' }) };
   const streamed = await collect(client.streamToolLoop(spec, { metadata: auth }));
-  const terminal = streamed.at(-1).run_completed.result;
-  assert.deepEqual(terminal.tool_call_history.map((r) => r.call_id), ids);
+  const terminal = streamed.at(-1).runCompleted.result;
+  assert.deepEqual(terminal.toolCallHistory.map((r) => r.callId), ids);
   // A watcher joining after the calls did not see them: it pages them in, with its token.
   const late = { afterSequence: streamed.length - 1, metadata: auth };
-  const watched = await collect(client.watchRun(spec.run_id, late));
-  const history = watched.at(-1).run_completed.result.tool_call_history;
-  assert.deepEqual(history.map((r) => r.call_id), ids);
+  const watched = await collect(client.watchRun(spec.runId, late));
+  const history = watched.at(-1).runCompleted.result.toolCallHistory;
+  assert.deepEqual(history.map((r) => r.callId), ids);
 });
 
 test('records put back keep the order the model asked, not the order they finished', async () => {
@@ -57,15 +57,15 @@ test('records put back keep the order the model asked, not the order they finish
     turns.push(callTurn('', [`s${i}`, 'sleep', { seconds: 0.05 }], [`e${i}`, 'echo', { text }]));
     asked.push(`s${i}`, `e${i}`);
   }
-  const spec = { prompt: 'go', run_id: runId('order'), max_iterations: 5, llm: script(...turns) };
+  const spec = { prompt: 'go', runId: runId('order'), maxIterations: 5, llm: script(...turns) };
   const events = await collect(client.streamToolLoop(spec, { metadata: auth }));
-  const finished = events.filter((e) => e.payload === 'tool_call_completed');
+  const finished = events.filter((e) => e.payload === 'toolCallCompleted');
   assert.deepEqual(
-    finished.slice(0, 2).map((e) => e.tool_call_completed.record.call_id),
+    finished.slice(0, 2).map((e) => e.toolCallCompleted.record.callId),
     ['e0', 's0'],
   );
-  const streamed = events.at(-1).run_completed.result.tool_call_history;
-  assert.deepEqual(streamed.map((r) => r.call_id), asked);
-  const paged = await client.runToolLoop({ ...spec, run_id: runId('order') }, { metadata: auth });
-  assert.deepEqual(paged.tool_call_history.map((r) => r.call_id), asked);
+  const streamed = events.at(-1).runCompleted.result.toolCallHistory;
+  assert.deepEqual(streamed.map((r) => r.callId), asked);
+  const paged = await client.runToolLoop({ ...spec, runId: runId('order') }, { metadata: auth });
+  assert.deepEqual(paged.toolCallHistory.map((r) => r.callId), asked);
 });

@@ -33,7 +33,7 @@ after(async () => {
 
 test("another identity's run is NOT_FOUND, and its own is there", async () => {
   const id = runId('alice');
-  await alice.runToolLoop({ prompt: 'mine', run_id: id, llm: script({ content: 'kept' }) });
+  await alice.runToolLoop({ prompt: 'mine', runId: id, llm: script({ content: 'kept' }) });
   await assert.rejects(bob.getRun(id), (err) => err.code === Status.NOT_FOUND);
   assert.equal((await alice.getRun(id)).result.content, 'kept');
 });

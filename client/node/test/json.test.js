@@ -20,8 +20,8 @@ after(async () => {
 });
 
 const completed = (events) =>
-  events.filter((e) => e.payload === 'tool_call_completed').map((e) => e.tool_call_completed.record);
-const started = (events) => events.filter((e) => e.payload === 'tool_call_started');
+  events.filter((e) => e.payload === 'toolCallCompleted').map((e) => e.toolCallCompleted.record);
+const started = (events) => events.filter((e) => e.payload === 'toolCallStarted');
 
 describe('lone surrogates', () => {
   test('a JS tool returning a string cut inside an emoji gets a failed record, and the run goes on', async () => {
@@ -34,12 +34,12 @@ describe('lone surrogates', () => {
     });
     const events = await collect(run);
     assertEventLog(assert, events);
-    assert.equal(events.at(-1).payload, 'run_completed');
+    assert.equal(events.at(-1).payload, 'runCompleted');
     assert.equal(started(events).length, 2);
     const [bad, good] = completed(events);
-    assert.equal(bad.call_id, 'c1');
+    assert.equal(bad.callId, 'c1');
     assert.equal(bad.success, false);
-    assert.equal(bad.error_kind, 'ERROR_KIND_EXCEPTION');
+    assert.equal(bad.errorKind, 'ERROR_KIND_EXCEPTION');
     assert.match(bad.error, /lone surrogate \\ud83d/);
     assert.deepEqual(good.output, { result: '🙂🙂' });
     assert.equal((await run.result).content, 'done');
@@ -53,21 +53,21 @@ describe('lone surrogates', () => {
         seen.push(structuredClone(request));
         if (request.iteration === 1) {
           const path = `notes-${'🙂'.slice(0, 1)}.txt`;
-          return { tool_calls: [{ id: 'r1', name: 'read_file', arguments: { path } }] };
+          return { toolCalls: [{ id: 'r1', name: 'read_file', arguments: { path } }] };
         }
         return 'could not read it';
       },
     });
     const events = await collect(run);
     assertEventLog(assert, events);
-    assert.equal(events.at(-1).payload, 'run_completed');
+    assert.equal(events.at(-1).payload, 'runCompleted');
     const [record] = completed(events);
     assert.equal(record.success, false);
-    assert.equal(record.error_kind, 'ERROR_KIND_INVALID_ARGUMENTS');
+    assert.equal(record.errorKind, 'ERROR_KIND_INVALID_ARGUMENTS');
     assert.match(record.error, /not valid JSON \(a string holds a lone surrogate \\ud83d/);
     const answer = seen[1].messages.at(-1);
-    assert.equal(answer.tool_call_id, 'r1');
-    assert.equal(answer.is_error, true);
+    assert.equal(answer.toolCallId, 'r1');
+    assert.equal(answer.isError, true);
     assert.match(answer.content, /lone surrogate/);
   });
 });

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
 import { SidecarClient, Status } from '../src/index.js';
-import { collect, signalled, startSidecar, within } from './sidecar.js';
+import { WAIT_MS, collect, signalled, startSidecar, within } from './sidecar.js';
 
 let sidecar;
 let client;
@@ -27,9 +27,9 @@ const STOPPED = /the sidecar's deadline for LLM request llm_1 has passed|the ses
 async function assertTimedOut(run) {
   const events = await collect(run);
   const failed = events.at(-1);
-  assert.equal(failed.payload, 'run_failed');
-  assert.equal(failed.run_failed.code, Status.DEADLINE_EXCEEDED);
-  assert.match(failed.run_failed.message, /did not answer LLM invocation 'llm_1' within 0.5s/);
+  assert.equal(failed.payload, 'runFailed');
+  assert.equal(failed.runFailed.code, Status.DEADLINE_EXCEEDED);
+  assert.match(failed.runFailed.message, /did not answer LLM invocation 'llm_1' within 0.5s/);
   await assert.rejects(run.result, /did not answer LLM invocation/);
   return events;
 }
@@ -49,7 +49,7 @@ test('a streaming LLM still streaming at its deadline has its signal aborted and
   }
   await assertTimedOut(client.session({ prompt: 'go', llm }, { streamDeltas: true }));
 
-  await within(closed.promise, 5000, "the generator's finally");
+  await within(closed.promise, WAIT_MS, "the generator's finally");
   assert.ok(request.deadline instanceof Date, 'the request carries its deadline');
   assert.equal(request.signal.aborted, true);
   assert.match(request.signal.reason.message, STOPPED);
@@ -70,6 +70,6 @@ test('an LLM whose promise is pending at its deadline has its signal aborted, an
   };
   await assertTimedOut(client.session({ prompt: 'go', llm }));
 
-  await within(answered.promise, 5000, 'the abort');
+  await within(answered.promise, WAIT_MS, 'the abort');
   assert.match(request.signal.reason.message, STOPPED);
 });

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
 import { SidecarClient } from '../src/index.js';
-import { collect, signalled, useSidecar, within } from './sidecar.js';
+import { WAIT_MS, collect, signalled, useSidecar, within } from './sidecar.js';
 
 let sidecar;
 let client;
@@ -33,8 +33,8 @@ test('a streaming LLM that yields a bad piece is closed (its finally runs) befor
   const run = client.session({ prompt: 'go', llm }, { streamDeltas: true });
   const events = await collect(run);
 
-  assert.equal(events.at(-1).payload, 'run_failed');
-  assert.match(events.at(-1).run_failed.message, /piece 1 is number/);
+  assert.equal(events.at(-1).payload, 'runFailed');
+  assert.match(events.at(-1).runFailed.message, /piece 1 is number/);
   assert.equal(closed, true, "the generator's finally ran");
   await assert.rejects(run.result, /piece 1 is number/);
 });
@@ -63,25 +63,25 @@ test('a streaming LLM stalled mid-answer is closed when its run is cancelled', a
   await run.cancel('enough');
 
   const seen = await events;
-  assert.equal(seen.at(-1).payload, 'run_cancelled');
+  assert.equal(seen.at(-1).payload, 'runCancelled');
   assert.deepEqual(
-    seen.filter((e) => e.payload === 'llm_delta').map((e) => e.llm_delta.text),
+    seen.filter((e) => e.payload === 'llmDelta').map((e) => e.llmDelta.text),
     ['thinking'],
   );
-  await within(closed.promise, 5000, "the stalled generator's finally");
+  await within(closed.promise, WAIT_MS, "the stalled generator's finally");
   assert.equal(request.signal.aborted, true);
   assert.match(request.signal.reason.message, /the session has ended/);
 });
 
 for (const [what, piece, why] of [
   [
-    'both text and a tool_call_index',
-    { text: 'lost?', tool_call_index: 0, tool_call_id: 'c1', tool_name: 'echo', arguments: '{}' },
-    /piece 1 has both text and a tool_call_index/,
+    'both text and a toolCallIndex',
+    { text: 'lost?', toolCallIndex: 0, toolCallId: 'c1', toolName: 'echo', arguments: '{}' },
+    /piece 1 has both text and a toolCallIndex/,
   ],
   [
     'arguments that are an object, not JSON text',
-    { tool_call_index: 0, tool_call_id: 'c1', tool_name: 'echo', arguments: { text: 'hi' } },
+    { toolCallIndex: 0, toolCallId: 'c1', toolName: 'echo', arguments: { text: 'hi' } },
     /piece 1 has arguments that are an object, not a string/,
   ],
 ]) {
@@ -93,9 +93,9 @@ for (const [what, piece, why] of [
     const run = client.session({ prompt: 'go', llm }, { streamDeltas: true });
     const events = await collect(run);
 
-    assert.equal(events.at(-1).payload, 'run_failed');
-    assert.match(events.at(-1).run_failed.message, why);
-    assert.equal(events.filter((e) => e.payload === 'llm_delta').length, 1, 'only the good piece was sent');
+    assert.equal(events.at(-1).payload, 'runFailed');
+    assert.match(events.at(-1).runFailed.message, why);
+    assert.equal(events.filter((e) => e.payload === 'llmDelta').length, 1, 'only the good piece was sent');
     await assert.rejects(run.result, why);
   });
 }

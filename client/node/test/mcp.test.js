@@ -51,9 +51,9 @@ test('a scripted run calls an MCP server tool and gets its structured result', a
   );
   const result = await client.runToolLoop({ prompt: 'when?', llm });
 
-  const [record] = result.tool_call_history;
+  const [record] = result.toolCallHistory;
   assert.equal(record.success, true, record.error ?? '');
-  assert.equal(record.tool_name, 'time_convert_time');
+  assert.equal(record.toolName, 'time_convert_time');
   assert.equal(record.output.time_difference, '+8.0h');
   assert.match(record.output.target.datetime, /T17:30:00\+09:00$/);
 });
@@ -71,12 +71,12 @@ test("an MCP tool's progress arrives as tool_call_progress events between its st
   const events = await collect(client.streamToolLoop({ prompt: 'go', llm }));
 
   const kinds = events.map((e) => e.payload);
-  const started = kinds.indexOf('tool_call_started');
+  const started = kinds.indexOf('toolCallStarted');
   assert.deepEqual(kinds.slice(started, started + 5), [
-    'tool_call_started', 'tool_call_progress', 'tool_call_progress', 'tool_call_progress', 'tool_call_completed',
+    'toolCallStarted', 'toolCallProgress', 'toolCallProgress', 'toolCallProgress', 'toolCallCompleted',
   ]);
-  const progress = events.filter((e) => e.payload === 'tool_call_progress').map((e) => e.tool_call_progress);
+  const progress = events.filter((e) => e.payload === 'toolCallProgress').map((e) => e.toolCallProgress);
   assert.deepEqual(progress[2], {
-    call_id: 'p1', tool_name: 'f_spam_progress', progress: 3, total: 3, message: 'step 3', iteration: 1,
+    callId: 'p1', toolName: 'f_spam_progress', progress: 3, total: 3, message: 'step 3', iteration: 1,
   });
 });

@@ -9,7 +9,7 @@ import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
-import { useSidecar } from './sidecar.js';
+import { WAIT_MS, useSidecar } from './sidecar.js';
 
 const run = promisify(execFile);
 const PACKAGE_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -72,7 +72,7 @@ test('the installed copy imports by name, reads its own protos and talks to a si
     'console.log(JSON.stringify({ protos: DEFAULT_PROTOS_DIR, tools: tools.map((t) => t.name) }));',
   ].join('\n');
   writeFileSync(path.join(project, 'main.js'), script);
-  const { stdout } = await run(process.execPath, ['main.js', sidecar.address], { cwd: project, timeout: 15_000 });
+  const { stdout } = await run(process.execPath, ['main.js', sidecar.address], { cwd: project, timeout: WAIT_MS });
   const { protos, tools } = JSON.parse(stdout);
   assert.equal(protos, path.join(project, 'node_modules', NAME, 'protos'));
   assert.ok(tools.includes('echo'));

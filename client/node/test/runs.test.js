@@ -44,75 +44,75 @@ describe('runToolLoop', () => {
       ),
     });
     assert.equal(result.content, 'All done.');
-    assert.equal(result.stop_reason, 'STOP_REASON_FINAL_ANSWER');
+    assert.equal(result.stopReason, 'STOP_REASON_FINAL_ANSWER');
     assert.equal(result.iterations, 2);
-    assert.equal(result.terminated_by_limit, false);
-    assert.deepEqual(result.usage, { input_tokens: 120, output_tokens: 7, reported_total_tokens: 0 });
-    assert.match(result.run_id, /^[0-9a-f]{32}$/);
-    const [first, second] = result.tool_call_history;
+    assert.equal(result.terminatedByLimit, false);
+    assert.deepEqual(result.usage, { inputTokens: 120, outputTokens: 7, reportedTotalTokens: 0 });
+    assert.match(result.runId, /^[0-9a-f]{32}$/);
+    const [first, second] = result.toolCallHistory;
     assert.deepEqual(first.inputs, { text: 'one' });
     assert.deepEqual(first.output, { text: 'one' });
     assert.equal(first.success, true);
     assert.equal(first.error, null);
-    assert.equal(first.error_kind, 'ERROR_KIND_UNSPECIFIED');
-    assert.equal(first.call_id, 'call_1');
+    assert.equal(first.errorKind, 'ERROR_KIND_UNSPECIFIED');
+    assert.equal(first.callId, 'call_1');
     assert.equal(first.iteration, 1);
-    assert.ok(first.started_at instanceof Date);
-    assert.equal(typeof first.duration_ms, 'number');
+    assert.ok(first.startedAt instanceof Date);
+    assert.equal(typeof first.durationMs, 'number');
     assert.ok(!('_error' in first), 'the synthetic oneof of `optional error` is not exposed');
     // echo's schema forbids extra keys: a failed record, and the loop went on.
     assert.equal(second.success, false);
-    assert.equal(second.error_kind, 'ERROR_KIND_INVALID_ARGUMENTS');
+    assert.equal(second.errorKind, 'ERROR_KIND_INVALID_ARGUMENTS');
     assert.equal(typeof second.error, 'string');
     assert.deepEqual(second.output, {});
   });
 
   test('a prompt string is a spec; the default script calls echo', async () => {
     const result = await client.runToolLoop('Say hello');
-    assert.equal(result.stop_reason, 'STOP_REASON_FINAL_ANSWER');
-    assert.equal(result.tool_call_history[0].tool_name, 'echo');
-    assert.deepEqual(result.tool_call_history[0].output, { text: 'hello from the sidecar' });
+    assert.equal(result.stopReason, 'STOP_REASON_FINAL_ANSWER');
+    assert.equal(result.toolCallHistory[0].toolName, 'echo');
+    assert.deepEqual(result.toolCallHistory[0].output, { text: 'hello from the sidecar' });
   });
 
   test('the iteration limit ends a run with terminated_by_limit', async () => {
     const loop = callTurn('again', ['c', 'echo', { text: 'x' }]);
     const result = await client.runToolLoop({
       prompt: 'loop',
-      max_iterations: 2,
+      maxIterations: 2,
       llm: script(loop, { ...loop }, { content: 'never' }),
     });
-    assert.equal(result.stop_reason, 'STOP_REASON_MAX_ITERATIONS');
-    assert.equal(result.terminated_by_limit, true);
+    assert.equal(result.stopReason, 'STOP_REASON_MAX_ITERATIONS');
+    assert.equal(result.terminatedByLimit, true);
     assert.equal(result.iterations, 2);
     assert.equal(result.content, 'again\nagain');
   });
 
-  test('context: sandbox_root and resource_bindings reach the tool inputs as JSON', async () => {
+  test('context: sandboxRoot and resourceBindings reach the tool inputs as JSON', async () => {
     const id = runId();
     const sandbox = realpathSync(mkdtempSync(path.join(os.tmpdir(), 'context-')));
     const result = await client.runToolLoop({
       prompt: 'p',
-      run_id: id,
-      tool_names: ['sleep'],
+      runId: id,
+      toolNames: ['sleep'],
       context: {
-        plan_id: 'plan-1',
-        sandbox_root: sandbox,
-        resource_bindings: { repo: { path: '/src', big: 12345 } },
+        planId: 'plan-1',
+        sandboxRoot: sandbox,
+        resourceBindings: { repo: { path: '/src', big: 12345 } },
       },
       llm: script(callTurn('', ['c', 'sleep', { seconds: 0 }]), { content: 'ok' }),
     });
-    assert.equal(result.run_id, id);
+    assert.equal(result.runId, id);
     // The runtime adds the context keys to every call's inputs, and the record shows them.
-    const { inputs } = result.tool_call_history[0];
+    const { inputs } = result.toolCallHistory[0];
     assert.equal(inputs.sandbox_root, sandbox);
     rmSync(sandbox, { recursive: true, force: true });
     assert.deepEqual(inputs.resource_bindings, { repo: { path: '/src', big: 12345 } });
   });
 
-  test('spec fields are named as in the protos: a camelCase key is a TypeError', async () => {
-    await assert.rejects(client.runToolLoop({ prompt: 'p', maxIterations: 3 }), {
+  test('a spec field the RunSpec does not have is a TypeError naming its fields', async () => {
+    await assert.rejects(client.runToolLoop({ prompt: 'p', maxIteration: 3 }), {
       name: 'TypeError',
-      message: /unknown run spec field 'maxIterations'/,
+      message: /unknown run spec field 'maxIteration' \(its fields are prompt, context, maxIterations, /,
     });
     await assert.rejects(client.runToolLoop({ prompt: 'p', llm: { scripts: [] } }), TypeError);
   });
@@ -149,47 +149,47 @@ describe('streamToolLoop', () => {
     );
     assertEventLog(assert, events);
     const kinds = events.map((e) => e.payload);
-    assert.deepEqual(kinds.slice(0, 3), ['run_started', 'iteration_started', 'llm_responded']);
-    assert.deepEqual(kinds.slice(-3), ['iteration_started', 'llm_responded', 'run_completed']);
+    assert.deepEqual(kinds.slice(0, 3), ['runStarted', 'iterationStarted', 'llmResponded']);
+    assert.deepEqual(kinds.slice(-3), ['iterationStarted', 'llmResponded', 'runCompleted']);
     assert.deepEqual(kinds.slice(3, 7).sort(), [
-      'tool_call_completed',
-      'tool_call_completed',
-      'tool_call_started',
-      'tool_call_started',
+      'toolCallCompleted',
+      'toolCallCompleted',
+      'toolCallStarted',
+      'toolCallStarted',
     ]);
     // echo finishes before sleep: completions come in the order the calls end.
-    const completed = events.filter((e) => e.payload === 'tool_call_completed');
+    const completed = events.filter((e) => e.payload === 'toolCallCompleted');
     assert.deepEqual(
-      completed.map((e) => e.tool_call_completed.record.call_id),
+      completed.map((e) => e.toolCallCompleted.record.callId),
       ['a', 'b'],
     );
 
     const [started, iteration, responded] = events;
-    assert.equal(started.run_started.spec.prompt, 'two tools then answer');
-    assert.equal(started.run_started.spec.max_iterations, 25, 'the accepted spec, defaults filled in');
-    assert.equal(started.run_started.spec.llm.profile, 'scripted');
-    assert.equal(started.run_started.spec.llm.script[1].content, 'final', 'script decoded');
-    assert.deepEqual(started.run_started.spec.tool_names, SERVER_TOOLS);
-    assert.equal(iteration.iteration_started.iteration, 1);
-    assert.deepEqual(responded.llm_responded.tool_calls[0], {
+    assert.equal(started.runStarted.spec.prompt, 'two tools then answer');
+    assert.equal(started.runStarted.spec.maxIterations, 25, 'the accepted spec, defaults filled in');
+    assert.equal(started.runStarted.spec.llm.profile, 'scripted');
+    assert.equal(started.runStarted.spec.llm.script[1].content, 'final', 'script decoded');
+    assert.deepEqual(started.runStarted.spec.toolNames, SERVER_TOOLS);
+    assert.equal(iteration.iterationStarted.iteration, 1);
+    assert.deepEqual(responded.llmResponded.toolCalls[0], {
       id: 'a',
       name: 'echo',
       arguments: { text: 'A' },
     });
-    const toolStarted = events.find((e) => e.payload === 'tool_call_started');
-    assert.deepEqual(toolStarted.tool_call_started.inputs, { text: 'A' });
+    const toolStarted = events.find((e) => e.payload === 'toolCallStarted');
+    assert.deepEqual(toolStarted.toolCallStarted.inputs, { text: 'A' });
 
-    const result = events.at(-1).run_completed.result;
+    const result = events.at(-1).runCompleted.result;
     assert.equal(result.content, 'final');
-    assert.equal(result.run_id, started.run_id);
+    assert.equal(result.runId, started.runId);
     assert.deepEqual(
-      result.tool_call_history.map((r) => r.call_id),
+      result.toolCallHistory.map((r) => r.callId),
       ['a', 'b'],
       'history in the order the model asked',
     );
     assert.deepEqual(
-      result.tool_call_history,
-      completed.map((e) => e.tool_call_completed.record),
+      result.toolCallHistory,
+      completed.map((e) => e.toolCallCompleted.record),
     );
   });
 
@@ -204,23 +204,23 @@ describe('streamToolLoop', () => {
       await failing.stop();
     }
     assertEventLog(assert, events);
-    const failed = events.at(-1).run_failed;
+    const failed = events.at(-1).runFailed;
     assert.equal(failed.code, 14);
     assert.match(failed.message, /overloaded/);
-    assert.equal(failed.result.stop_reason, 'STOP_REASON_ERROR');
-    assert.equal(failed.result.tool_call_history.length, 1);
+    assert.equal(failed.result.stopReason, 'STOP_REASON_ERROR');
+    assert.equal(failed.result.toolCallHistory.length, 1);
   });
 });
 
 describe('getRun and listTools', () => {
   test('getRun reports a finished run with its result and last sequence', async () => {
     const id = runId();
-    const events = await collect(client.streamToolLoop({ prompt: 'p', run_id: id }));
+    const events = await collect(client.streamToolLoop({ prompt: 'p', runId: id }));
     const info = await client.getRun(id);
-    assert.equal(info.run_id, id);
+    assert.equal(info.runId, id);
     assert.equal(info.state, 'RUN_STATE_COMPLETED');
-    assert.equal(info.last_sequence, events.length);
-    assert.deepEqual(info.result, events.at(-1).run_completed.result);
+    assert.equal(info.lastSequence, events.length);
+    assert.deepEqual(info.result, events.at(-1).runCompleted.result);
   });
 
   test('listTools returns the server tools with their schemas as objects', async () => {
@@ -230,8 +230,8 @@ describe('getRun and listTools', () => {
       SERVER_TOOLS,
     );
     const echo = tools[0];
-    assert.equal(echo.input_schema.type, 'object');
-    assert.deepEqual(echo.input_schema.required, ['text']);
+    assert.equal(echo.inputSchema.type, 'object');
+    assert.deepEqual(echo.inputSchema.required, ['text']);
     assert.equal(echo.timeout, null);
   });
 });

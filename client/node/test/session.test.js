@@ -28,7 +28,7 @@ after(async () => {
 });
 
 const records = (events) =>
-  events.filter((e) => e.payload === 'tool_call_completed').map((e) => e.tool_call_completed.record);
+  events.filter((e) => e.payload === 'toolCallCompleted').map((e) => e.toolCallCompleted.record);
 
 describe('session tools', () => {
   test('sync and async JS tools are called with the inputs object; outputs are recorded', async () => {
@@ -50,7 +50,7 @@ describe('session tools', () => {
         },
         word_count: {
           description: 'Count words.',
-          input_schema: {
+          inputSchema: {
             type: 'object',
             properties: { text: { type: 'string' } },
             required: ['text'],
@@ -66,20 +66,20 @@ describe('session tools', () => {
     assertEventLog(assert, events);
     const result = await run.result;
     assert.equal(result.content, 'Paris; 3 words.');
-    assert.equal(run.runId, events[0].run_id);
-    assert.deepEqual(events[0].run_started.spec.tool_names, [...SERVER_TOOLS, 'capital_of', 'word_count']);
-    const [capital, count] = result.tool_call_history;
+    assert.equal(run.runId, events[0].runId);
+    assert.deepEqual(events[0].runStarted.spec.toolNames, [...SERVER_TOOLS, 'capital_of', 'word_count']);
+    const [capital, count] = result.toolCallHistory;
     assert.deepEqual(capital.output, { country: 'France', capital: 'Paris' });
     assert.deepEqual(count.output, { result: 3 });
     assert.ok(capital.success && count.success);
     // Completions stream as they arrive: the sync tool answers first.
     assert.deepEqual(
-      records(events).map((r) => r.call_id),
+      records(events).map((r) => r.callId),
       ['c1', 'c2'],
     );
     const [context] = calls;
-    assert.equal(context.call_id, 'c1');
-    assert.equal(context.tool_name, 'capital_of');
+    assert.equal(context.callId, 'c1');
+    assert.equal(context.toolName, 'capital_of');
     assert.equal(context.iteration, 1);
     assert.ok(context.deadline instanceof Date && context.deadline > new Date());
     assert.ok(context.signal instanceof AbortSignal);
@@ -91,7 +91,7 @@ describe('session tools', () => {
       prompt: 'p',
       llm: script(callTurn('look', ['k1', 'lookup', {}]), { content: 'ok' }),
       tools: {
-        lookup: { idempotent: true, handler: (_inputs, call) => seen.push(call.idempotency_key) && {} },
+        lookup: { idempotent: true, handler: (_inputs, call) => seen.push(call.idempotencyKey) && {} },
       },
     });
     await collect(run);
@@ -102,28 +102,28 @@ describe('session tools', () => {
   test("the runtime's own read_file beside server tools the run names: no conflict", async () => {
     const run = client.session({
       prompt: 'p',
-      tool_names: ['echo'],
+      toolNames: ['echo'],
       llm: script(callTurn('read', ['r1', 'read_file', { path: 'notes.txt' }]), { content: 'ok' }),
       tools: { read_file: ({ path }) => ({ mine: path }) },
     });
     const events = await collect(run);
     const result = await run.result;
-    assert.deepEqual(events[0].run_started.spec.tool_names, ['echo', 'read_file']);
-    assert.deepEqual(result.tool_call_history[0].output, { mine: 'notes.txt' });
+    assert.deepEqual(events[0].runStarted.spec.toolNames, ['echo', 'read_file']);
+    assert.deepEqual(result.toolCallHistory[0].output, { mine: 'notes.txt' });
   });
 
   test("no_server_tools: the run offers only the session's own tools", async () => {
     const run = client.session({
       prompt: 'p',
-      no_server_tools: true,
+      noServerTools: true,
       llm: script(callTurn('read', ['r1', 'read_file', { path: 'a' }]), { content: 'ok' }),
       tools: { read_file: ({ path }) => ({ mine: path }) },
     });
     const events = await collect(run);
     const result = await run.result;
-    assert.deepEqual(events[0].run_started.spec.tool_names, ['read_file']);
-    assert.equal(events[0].run_started.spec.no_server_tools, true);
-    assert.deepEqual(result.tool_call_history[0].output, { mine: 'a' });
+    assert.deepEqual(events[0].runStarted.spec.toolNames, ['read_file']);
+    assert.equal(events[0].runStarted.spec.noServerTools, true);
+    assert.deepEqual(result.toolCallHistory[0].output, { mine: 'a' });
   });
 
   test('a JS tool that throws gives a failed record and the loop continues', async () => {
@@ -144,13 +144,13 @@ describe('session tools', () => {
     const events = await collect(run);
     assertEventLog(assert, events);
     const result = await run.result;
-    assert.equal(result.stop_reason, 'STOP_REASON_FINAL_ANSWER');
+    assert.equal(result.stopReason, 'STOP_REASON_FINAL_ANSWER');
     assert.equal(result.content, 'recovered');
     assert.equal(result.iterations, 3);
-    const [bad, good, exact] = result.tool_call_history;
+    const [bad, good, exact] = result.toolCallHistory;
     assert.equal(bad.success, false);
     assert.equal(bad.error, 'RangeError: exploded: test');
-    assert.equal(bad.error_kind, 'ERROR_KIND_EXCEPTION');
+    assert.equal(bad.errorKind, 'ERROR_KIND_EXCEPTION');
     assert.deepEqual(bad.output, {});
     assert.equal(good.success, true, 'the server tool in the same turn ran');
     assert.equal(exact.error, 'not allowed here', 'ToolError: the message exactly');
@@ -170,7 +170,7 @@ describe('session tools', () => {
         bigint: () => ({ n: 10n }),
       },
     });
-    const [nothing, list, text, bigint] = (await run.result).tool_call_history;
+    const [nothing, list, text, bigint] = (await run.result).toolCallHistory;
     assert.deepEqual(nothing.output, { result: null });
     assert.deepEqual(list.output, { result: [1, 'two'] });
     assert.deepEqual(text.output, { result: 'plain' });
@@ -197,9 +197,9 @@ describe('session tools', () => {
       },
     });
     const result = await run.result;
-    const [record] = result.tool_call_history;
+    const [record] = result.toolCallHistory;
     assert.equal(record.success, false);
-    assert.equal(record.error_kind, 'ERROR_KIND_TIMEOUT');
+    assert.equal(record.errorKind, 'ERROR_KIND_TIMEOUT');
     assert.ok(signal.aborted);
     assert.equal(result.content, 'gave up on it');
   });
@@ -220,7 +220,7 @@ describe('session tools', () => {
       llm: script(callTurn('', ...calls), { content: 'ok' }),
       tools: { wait },
     }).result;
-    assert.equal(result.tool_call_history.length, 4);
+    assert.equal(result.toolCallHistory.length, 4);
     assert.equal(peak, 4, 'all four calls were in flight at once');
   });
 
@@ -248,7 +248,7 @@ describe('session with a JS LLM', () => {
       tools: {
         add: {
           description: 'Add two numbers.',
-          input_schema: {
+          inputSchema: {
             type: 'object',
             properties: { a: { type: 'number' }, b: { type: 'number' } },
             required: ['a', 'b'],
@@ -264,11 +264,11 @@ describe('session with a JS LLM', () => {
         if (request.iteration === 1) {
           return {
             content: 'Calling tools.',
-            tool_calls: [
+            toolCalls: [
               { id: 't1', name: 'add', arguments: { a: 2, b: 3 } },
               { id: 't2', name: 'broken', arguments: {} },
             ],
-            usage: { input_tokens: 10, output_tokens: 2 },
+            usage: { inputTokens: 10, outputTokens: 2 },
           };
         }
         return 'The answer is 5.'; // a string is the content of a final answer
@@ -278,28 +278,28 @@ describe('session with a JS LLM', () => {
     assertEventLog(assert, events);
     const result = await run.result;
     assert.equal(result.content, 'The answer is 5.');
-    assert.deepEqual(result.usage, { input_tokens: 10, output_tokens: 2, reported_total_tokens: 0 });
-    assert.equal(events[0].run_started.spec.llm.profile, 'client');
+    assert.deepEqual(result.usage, { inputTokens: 10, outputTokens: 2, reportedTotalTokens: 0 });
+    assert.equal(events[0].runStarted.spec.llm.profile, 'client');
 
     const [first, second] = requests;
-    assert.equal(first.request_id, 'llm_1');
+    assert.equal(first.requestId, 'llm_1');
     assert.deepEqual(
       first.messages.map((m) => m.role),
       ['ROLE_USER'],
     );
     assert.equal(first.messages[0].content, 'What is 2 + 3?');
     const add = first.tools.find((t) => t.name === 'add');
-    assert.deepEqual(add.input_schema.required, ['a', 'b'], 'schemas arrive as objects');
+    assert.deepEqual(add.inputSchema.required, ['a', 'b'], 'schemas arrive as objects');
     assert.deepEqual(
       second.messages.map((m) => m.role),
       ['ROLE_USER', 'ROLE_ASSISTANT', 'ROLE_TOOL', 'ROLE_TOOL'],
     );
-    assert.deepEqual(second.messages[1].tool_calls[0].arguments, { a: 2, b: 3 });
+    assert.deepEqual(second.messages[1].toolCalls[0].arguments, { a: 2, b: 3 });
     const [ok, failed] = second.messages.slice(2);
-    assert.equal(ok.tool_call_id, 't1');
+    assert.equal(ok.toolCallId, 't1');
     assert.deepEqual(JSON.parse(ok.content), { sum: 5 });
-    assert.equal(ok.is_error, false);
-    assert.equal(failed.is_error, true);
+    assert.equal(ok.isError, false);
+    assert.equal(failed.isError, true);
     assert.deepEqual(JSON.parse(failed.content), { error: 'Error: out of order' });
   });
 
@@ -311,12 +311,12 @@ describe('session with a JS LLM', () => {
       },
     });
     const events = await collect(run);
-    assert.equal(events.at(-1).payload, 'run_failed');
+    assert.equal(events.at(-1).payload, 'runFailed');
     await assert.rejects(run.result, (err) => {
       assert.ok(err instanceof RunFailedError);
       assert.equal(err.codeName, 'UNAVAILABLE');
       assert.match(err.details, /provider down/);
-      assert.equal(err.result.stop_reason, 'STOP_REASON_ERROR');
+      assert.equal(err.result.stopReason, 'STOP_REASON_ERROR');
       return true;
     });
   });
@@ -339,11 +339,11 @@ describe('session cancellation', () => {
     });
     const events = await collect(run);
     assertEventLog(assert, events);
-    const cancelled = events.at(-1).run_cancelled;
+    const cancelled = events.at(-1).runCancelled;
     assert.equal(cancelled.reason, 'the user pressed stop');
-    assert.equal(cancelled.result.stop_reason, 'STOP_REASON_CANCELLED');
-    const [record] = cancelled.result.tool_call_history;
-    assert.equal(record.error_kind, 'ERROR_KIND_CANCELLED');
+    assert.equal(cancelled.result.stopReason, 'STOP_REASON_CANCELLED');
+    const [record] = cancelled.result.toolCallHistory;
+    assert.equal(record.errorKind, 'ERROR_KIND_CANCELLED');
     assert.deepEqual(await run.result, cancelled.result, 'a cancelled run resolves with its result');
     assert.ok(toolSignal.aborted, 'the session ended: the tool was told');
   });
@@ -352,12 +352,12 @@ describe('session cancellation', () => {
     const id = runId();
     const run = client.session({
       prompt: 'p',
-      run_id: id,
+      runId: id,
       llm: script(callTurn('', ['s', 'sleep', { seconds: 30 }]), { content: 'never' }),
       tools: { unused: () => 0 },
     });
     for await (const event of run) {
-      if (event.payload === 'tool_call_started') break;
+      if (event.payload === 'toolCallStarted') break;
     }
     await assert.rejects(run.result, { codeName: 'CANCELLED' });
     const info = await waitForEnd(client, id);
@@ -367,9 +367,9 @@ describe('session cancellation', () => {
   test('leaving the loop at the terminal event keeps the result', async () => {
     const run = client.session({ prompt: 'p', tools: { unused: () => 0 } });
     for await (const event of run) {
-      if (event.payload === 'run_completed') break;
+      if (event.payload === 'runCompleted') break;
     }
-    assert.equal((await run.result).stop_reason, 'STOP_REASON_FINAL_ANSWER');
+    assert.equal((await run.result).stopReason, 'STOP_REASON_FINAL_ANSWER');
   });
 
   test('an AbortSignal cancels the session call', async () => {

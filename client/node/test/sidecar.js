@@ -7,6 +7,14 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
+import './guard.js'; // a file run alone (`node test/x.test.js`) is guarded too
+
+/**
+ * The bound of the tests' waits for an event (a sidecar's start, a run's end): generous, as
+ * these machines are loaded; a wait that passes takes only as long as its event.
+ */
+export const WAIT_MS = 60_000;
+
 /** The tools a default sidecar serves: the built-ins, then the sandboxed file tools. */
 export const SERVER_TOOLS = ['echo', 'sleep', 'read_file', 'write_file', 'edit_file', 'list_dir', 'search_files', 'make_dir'];
 
@@ -43,20 +51,29 @@ export async function startSidecar(args = [], extraEnv = {}) {
   const orphanGuard = () => child.kill('SIGKILL');
   process.once('exit', orphanGuard);
   const lines = createInterface({ input: child.stdout });
-  const first = await Promise.race([
-    new Promise((resolve) => lines.once('line', resolve)),
-    exited.then(({ code, signal }) => {
-      throw new Error(`the sidecar exited (${code ?? signal}) before listening:\n${stderr}`);
-    }),
-    new Promise((_, reject) =>
-      setTimeout(() => reject(new Error(`the sidecar did not start in 20 s:\n${stderr}`)), 20_000).unref(),
-    ),
-  ]);
-  lines.close();
-  const match = /^cleveragents-sidecar listening on (\S+)$/.exec(first);
-  if (!match) {
+  let timer;
+  let match;
+  try {
+    const first = await Promise.race([
+      new Promise((resolve) => lines.once('line', resolve)),
+      exited.then(({ code, signal }) => {
+        throw new Error(`the sidecar exited (${code ?? signal}) before listening:\n${stderr}`);
+      }),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`the sidecar did not start in ${WAIT_MS} ms:\n${stderr}`)), WAIT_MS);
+      }),
+    ]);
+    match = /^cleveragents-sidecar listening on (\S+)$/.exec(first);
+    if (!match) throw new Error(`unexpected first line from the sidecar: ${first}`);
+  } catch (err) {
+    // A sidecar that did not come up is not left running, holding this process up.
+    process.off('exit', orphanGuard);
     child.kill('SIGKILL');
-    throw new Error(`unexpected first line from the sidecar: ${first}`);
+    await exited;
+    throw err;
+  } finally {
+    clearTimeout(timer);
+    lines.close();
   }
   return {
     address: match[1],
@@ -181,7 +198,7 @@ export async function collect(stream) {
   return events;
 }
 
-const TERMINALS = ['run_completed', 'run_failed', 'run_cancelled'];
+const TERMINALS = ['runCompleted', 'runFailed', 'runCancelled'];
 
 /**
  * Assert the invariants of one run's event log (API.md): sequences 1, 2, 3… without gaps, one
@@ -195,28 +212,28 @@ export function assertEventLog(assert, events, { from = 1 } = {}) {
     events.map((_, i) => from + i),
     'sequences are consecutive',
   );
-  assert.equal(new Set(events.map((e) => e.run_id)).size, 1, 'one run id');
-  if (from === 1) assert.equal(events[0].payload, 'run_started');
+  assert.equal(new Set(events.map((e) => e.runId)).size, 1, 'one run id');
+  if (from === 1) assert.equal(events[0].payload, 'runStarted');
   const terminals = events.filter((e) => TERMINALS.includes(e.payload));
   assert.equal(terminals.length, 1, 'exactly one terminal event');
   assert.equal(events.at(-1), terminals[0], 'the terminal event is last');
   const started = new Set();
   const iterations = new Set();
   for (const event of events) {
-    if (event.payload === 'tool_call_started') started.add(event.tool_call_started.call_id);
-    if (event.payload === 'tool_call_completed' && from === 1) {
-      assert.ok(started.has(event.tool_call_completed.record.call_id), 'started before completed');
+    if (event.payload === 'toolCallStarted') started.add(event.toolCallStarted.callId);
+    if (event.payload === 'toolCallCompleted' && from === 1) {
+      assert.ok(started.has(event.toolCallCompleted.record.callId), 'started before completed');
     }
-    if (event.payload === 'iteration_started') iterations.add(event.iteration_started.iteration);
-    if (event.payload === 'llm_responded' && from === 1) {
-      assert.ok(iterations.has(event.llm_responded.iteration), 'iteration started before its answer');
+    if (event.payload === 'iterationStarted') iterations.add(event.iterationStarted.iteration);
+    if (event.payload === 'llmResponded' && from === 1) {
+      assert.ok(iterations.has(event.llmResponded.iteration), 'iteration started before its answer');
     }
     assert.ok(event.time instanceof Date, 'time is a Date');
   }
 }
 
 /** Poll `getRun` until the run has ended; returns its info. */
-export async function waitForEnd(client, runId, timeoutMs = 5000) {
+export async function waitForEnd(client, runId, timeoutMs = WAIT_MS) {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const info = await client.getRun(runId);
@@ -227,7 +244,7 @@ export async function waitForEnd(client, runId, timeoutMs = 5000) {
 }
 
 /** Wait until `predicate()` is true. */
-export async function until(predicate, timeoutMs = 5000) {
+export async function until(predicate, timeoutMs = WAIT_MS) {
   const limit = Date.now() + timeoutMs;
   while (!(await predicate())) {
     if (Date.now() > limit) throw new Error('timed out waiting for a condition');

@@ -66,25 +66,25 @@ describe('INVALID_ARGUMENT', () => {
   });
 
   test('max_iterations below 0 or above the cap', async () => {
-    await assert.rejects(client.runToolLoop({ prompt: 'p', max_iterations: -1 }), status('INVALID_ARGUMENT'));
+    await assert.rejects(client.runToolLoop({ prompt: 'p', maxIterations: -1 }), status('INVALID_ARGUMENT'));
     await assert.rejects(
-      client.runToolLoop({ prompt: 'p', max_iterations: 100000 }),
+      client.runToolLoop({ prompt: 'p', maxIterations: 100000 }),
       status('INVALID_ARGUMENT', /cap/),
     );
   });
 
   test('a JSON field of the wrong shape (not an object)', async () => {
     await assert.rejects(
-      client.runToolLoop({ prompt: 'p', context: { resource_bindings: ['a'] } }),
+      client.runToolLoop({ prompt: 'p', context: { resourceBindings: ['a'] } }),
       status('INVALID_ARGUMENT', /resource_bindings/),
     );
-    const run = client.session({ prompt: 'p', tools: { t: { input_schema: 'string', handler: () => 1 } } });
+    const run = client.session({ prompt: 'p', tools: { t: { inputSchema: 'string', handler: () => 1 } } });
     await assert.rejects(run.result, status('INVALID_ARGUMENT', /input_schema/));
   });
 
   test('watching past the end of a finished run', async () => {
     const id = runId();
-    await client.runToolLoop({ prompt: 'p', run_id: id });
+    await client.runToolLoop({ prompt: 'p', runId: id });
     await assert.rejects(
       collect(client.watchRun(id, { afterSequence: 999 })),
       status('INVALID_ARGUMENT', /past/),
@@ -105,11 +105,11 @@ describe('NOT_FOUND', () => {
       status('NOT_FOUND', /gpt-9/),
     );
     await assert.rejects(
-      client.runToolLoop({ prompt: 'p', tool_names: ['echo', 'nope'] }),
+      client.runToolLoop({ prompt: 'p', toolNames: ['echo', 'nope'] }),
       status('NOT_FOUND', /nope/),
     );
     await assert.rejects(
-      client.session({ prompt: 'p', tool_names: ['nope'], tools: { t: () => 1 } }).result,
+      client.session({ prompt: 'p', toolNames: ['nope'], tools: { t: () => 1 } }).result,
       status('NOT_FOUND', /nope/),
     );
   });
@@ -117,17 +117,17 @@ describe('NOT_FOUND', () => {
 
 test('ALREADY_EXISTS: a live run id reused', async () => {
   const id = runId();
-  const live = client.streamToolLoop({ prompt: 'p', run_id: id, llm: sleeper(30) });
+  const live = client.streamToolLoop({ prompt: 'p', runId: id, llm: sleeper(30) });
   const iterator = live[Symbol.asyncIterator]();
-  assert.equal((await iterator.next()).value.payload, 'run_started'); // the run is live
+  assert.equal((await iterator.next()).value.payload, 'runStarted'); // the run is live
   await assert.rejects(
-    client.runToolLoop({ prompt: 'p', run_id: id }),
+    client.runToolLoop({ prompt: 'p', runId: id }),
     status('ALREADY_EXISTS', new RegExp(id)),
   );
   await client.cancelRun(id);
   let last;
   for (let next = await iterator.next(); !next.done; next = await iterator.next()) last = next.value;
-  assert.equal(last.payload, 'run_cancelled');
+  assert.equal(last.payload, 'runCancelled');
 });
 
 describe('FAILED_PRECONDITION: session messages out of order (raw stub)', () => {
@@ -196,9 +196,9 @@ describe('UNAVAILABLE: a run whose LLM fails', () => {
     await assert.rejects(failingClient.runToolLoop({ prompt: 'p' }), (err) => {
       assert.ok(err instanceof RunFailedError);
       assert.ok(status('UNAVAILABLE', /overloaded/)(err));
-      assert.equal(err.result.stop_reason, 'STOP_REASON_ERROR');
+      assert.equal(err.result.stopReason, 'STOP_REASON_ERROR');
       assert.equal(err.result.content, 'one turn only');
-      assert.deepEqual(err.result.tool_call_history[0].output, { text: 'kept' });
+      assert.deepEqual(err.result.toolCallHistory[0].output, { text: 'kept' });
       return true;
     });
   });
@@ -218,7 +218,7 @@ describe('FAILED_PRECONDITION: a script that runs out of turns', () => {
     await assert.rejects(client.runToolLoop({ prompt: 'p', llm: turns }), (err) => {
       assert.ok(err instanceof RunFailedError);
       assert.ok(status('FAILED_PRECONDITION', /script has 1 response/)(err));
-      assert.equal(err.result.tool_call_history.length, 1);
+      assert.equal(err.result.toolCallHistory.length, 1);
       return true;
     });
   });
@@ -230,7 +230,7 @@ test('RESOURCE_EXHAUSTED: too many concurrent runs', async () => {
   try {
     const live = other.streamToolLoop({ prompt: 'p', llm: sleeper(30) });
     const iterator = live[Symbol.asyncIterator]();
-    await iterator.next(); // run_started: the one run allowed is live
+    await iterator.next(); // runStarted: the one run allowed is live
     await assert.rejects(other.runToolLoop('p'), status('RESOURCE_EXHAUSTED'));
     live.cancel();
     await assert.rejects(async () => {

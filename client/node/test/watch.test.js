@@ -50,7 +50,7 @@ function burstScript(n, text = 'x') {
 describe('watchRun', () => {
   test('resumes a detached run after the last event seen, then follows it live', async () => {
     const id = runId();
-    const stream = client.streamToolLoop({ prompt: 'p', run_id: id, detach: true, llm: sleepyScript() });
+    const stream = client.streamToolLoop({ prompt: 'p', runId: id, detach: true, llm: sleepyScript() });
     const seen = [];
     for await (const event of stream) {
       seen.push(event);
@@ -58,7 +58,7 @@ describe('watchRun', () => {
     }
     const rest = await collect(client.watchRun(id, { afterSequence: 3 }));
     assertEventLog(assert, rest, { from: 4 });
-    assert.equal(rest.at(-1).payload, 'run_completed');
+    assert.equal(rest.at(-1).payload, 'runCompleted');
     assertEventLog(assert, [...seen, ...rest]);
 
     // The whole log replays from 0 once the run is over, identical to what was streamed.
@@ -68,9 +68,9 @@ describe('watchRun', () => {
 
   test('several watchers of one live run see the same log', async () => {
     const id = runId();
-    const stream = client.streamToolLoop({ prompt: 'p', run_id: id, llm: sleepyScript() });
+    const stream = client.streamToolLoop({ prompt: 'p', runId: id, llm: sleepyScript() });
     const iterator = stream[Symbol.asyncIterator]();
-    await iterator.next(); // run_started: the run exists
+    await iterator.next(); // runStarted: the run exists
     const watchers = await Promise.all([
       collect(client.watchRun(id)),
       collect(client.watchRun(id, { afterSequence: 1 })),
@@ -100,14 +100,14 @@ describe('watchRun', () => {
       const id = runId();
       const start = client.streamToolLoop({
         prompt: 'p',
-        run_id: id,
+        runId: id,
         detach: true,
-        max_iterations: 400,
+        maxIterations: 400,
         // Some 10 MB of events: more than flow control and batching let through to a reader
         // that has stopped, so the sidecar falls behind writing them and drops the watcher.
         llm: burstScript(300, BIG_TEXT),
       });
-      for await (const event of start) if (event.payload === 'tool_call_started') break;
+      for await (const event of start) if (event.payload === 'toolCallStarted') break;
       const events = await collect(client.watchRun(id)); // attached during the nap
       assertEventLog(assert, events);
       assert.equal(events.length, 4 * 300 + 8);
@@ -117,12 +117,12 @@ describe('watchRun', () => {
       const id = runId();
       const start = client.streamToolLoop({
         prompt: 'p',
-        run_id: id,
+        runId: id,
         detach: true,
-        max_iterations: 400,
+        maxIterations: 400,
         llm: burstScript(300, BIG_TEXT),
       });
-      for await (const event of start) if (event.payload === 'tool_call_started') break;
+      for await (const event of start) if (event.payload === 'toolCallStarted') break;
       const watcher = client.watchRun(id, { resume: false });
       const seen = [];
       const error = await (async () => {
@@ -151,12 +151,12 @@ describe('watchRun', () => {
       const id = runId();
       const start = client.streamToolLoop({
         prompt: 'p',
-        run_id: id,
+        runId: id,
         detach: true,
-        max_iterations: 400,
+        maxIterations: 400,
         llm: burstScript(300),
       });
-      for await (const event of start) if (event.payload === 'tool_call_started') break;
+      for await (const event of start) if (event.payload === 'toolCallStarted') break;
       const events = await collect(client.watchRun(id, { resume: false }));
       assert.equal(events.length, 4 * 300 + 8);
     },
@@ -168,27 +168,27 @@ describe('cancelling runs', () => {
     const events = [];
     for await (const event of client.streamToolLoop({ prompt: 'p', llm: sleepyScript(30) })) {
       events.push(event);
-      if (event.payload === 'tool_call_started') {
-        assert.equal(await client.cancelRun(event.run_id, 'enough'), 'RUN_STATE_CANCELLED');
+      if (event.payload === 'toolCallStarted') {
+        assert.equal(await client.cancelRun(event.runId, 'enough'), 'RUN_STATE_CANCELLED');
       }
     }
     assertEventLog(assert, events);
-    const { reason, result } = events.at(-1).run_cancelled;
+    const { reason, result } = events.at(-1).runCancelled;
     assert.equal(reason, 'enough');
-    assert.equal(result.stop_reason, 'STOP_REASON_CANCELLED');
-    assert.equal(result.tool_call_history[0].error_kind, 'ERROR_KIND_CANCELLED');
+    assert.equal(result.stopReason, 'STOP_REASON_CANCELLED');
+    assert.equal(result.toolCallHistory[0].errorKind, 'ERROR_KIND_CANCELLED');
     assert.equal(result.content, 'waiting');
     // Cancelling an ended run changes nothing.
-    assert.equal(await client.cancelRun(events[0].run_id), 'RUN_STATE_CANCELLED');
+    assert.equal(await client.cancelRun(events[0].runId), 'RUN_STATE_CANCELLED');
   });
 
   test('cancelRun makes runToolLoop resolve with the partial result', async () => {
     const id = runId();
-    const pending = client.runToolLoop({ prompt: 'p', run_id: id, llm: sleepyScript(30) });
-    await until(async () => (await client.getRun(id).catch(() => null))?.last_sequence >= 4);
+    const pending = client.runToolLoop({ prompt: 'p', runId: id, llm: sleepyScript(30) });
+    await until(async () => (await client.getRun(id).catch(() => null))?.lastSequence >= 4);
     await client.cancelRun(id);
     const result = await pending;
-    assert.equal(result.stop_reason, 'STOP_REASON_CANCELLED');
+    assert.equal(result.stopReason, 'STOP_REASON_CANCELLED');
   });
 
   test('aborting a stream (AbortSignal or cancel()) cancels its run', async () => {
@@ -196,13 +196,13 @@ describe('cancelling runs', () => {
       const id = runId();
       const controller = new AbortController();
       const stream = client.streamToolLoop(
-        { prompt: 'p', run_id: id, llm: sleepyScript(30) },
+        { prompt: 'p', runId: id, llm: sleepyScript(30) },
         { signal: controller.signal },
       );
       await assert.rejects(
         (async () => {
           for await (const event of stream) {
-            if (event.payload === 'tool_call_started') {
+            if (event.payload === 'toolCallStarted') {
               if (how === 'signal') controller.abort();
               else stream.cancel();
             }
@@ -212,7 +212,7 @@ describe('cancelling runs', () => {
       );
       const info = await waitForEnd(client, id);
       assert.equal(info.state, 'RUN_STATE_CANCELLED', how);
-      assert.equal(info.result.stop_reason, 'STOP_REASON_CANCELLED');
+      assert.equal(info.result.stopReason, 'STOP_REASON_CANCELLED');
     }
   });
 
@@ -222,16 +222,16 @@ describe('cancelling runs', () => {
     // deadline fires first, or the run's partial result (stopped by the deadline) gets back
     // just before it. A loaded machine sees both.
     const outcome = await client
-      .runToolLoop({ prompt: 'p', run_id: id, llm: sleepyScript(30) }, { timeoutMs: 300 })
+      .runToolLoop({ prompt: 'p', runId: id, llm: sleepyScript(30) }, { timeoutMs: 300 })
       .then(
         (result) => ({ result }),
         (error) => ({ error }),
       );
     if (outcome.error) assert.equal(outcome.error.codeName, 'DEADLINE_EXCEEDED');
-    else assert.equal(outcome.result.stop_reason, 'STOP_REASON_DEADLINE');
+    else assert.equal(outcome.result.stopReason, 'STOP_REASON_DEADLINE');
     const info = await waitForEnd(client, id);
     assert.equal(info.state, 'RUN_STATE_CANCELLED');
-    assert.equal(info.result.tool_call_history[0].error_kind, 'ERROR_KIND_CANCELLED');
+    assert.equal(info.result.toolCallHistory[0].errorKind, 'ERROR_KIND_CANCELLED');
   });
 
   test(
@@ -241,9 +241,9 @@ describe('cancelling runs', () => {
       for (let i = 0; i < 10; i += 1) {
         const id = runId();
         await client
-          .runToolLoop({ prompt: 'p', run_id: id, llm: sleepyScript(30) }, { timeoutMs: 100 })
+          .runToolLoop({ prompt: 'p', runId: id, llm: sleepyScript(30) }, { timeoutMs: 100 })
           .catch(() => {});
-        reasons.push((await waitForEnd(client, id)).result.stop_reason);
+        reasons.push((await waitForEnd(client, id)).result.stopReason);
       }
       assert.deepEqual(reasons, Array(10).fill('STOP_REASON_DEADLINE'));
     },
@@ -251,8 +251,8 @@ describe('cancelling runs', () => {
 
   test('a detached run survives its stream and can be cancelled from another call', async () => {
     const id = runId();
-    const stream = client.streamToolLoop({ prompt: 'p', run_id: id, detach: true, llm: sleepyScript(30) });
-    for await (const event of stream) if (event.payload === 'tool_call_started') break;
+    const stream = client.streamToolLoop({ prompt: 'p', runId: id, detach: true, llm: sleepyScript(30) });
+    for await (const event of stream) if (event.payload === 'toolCallStarted') break;
     await new Promise((resolve) => setTimeout(resolve, 50));
     assert.equal((await client.getRun(id)).state, 'RUN_STATE_RUNNING');
     assert.equal(await client.cancelRun(id), 'RUN_STATE_CANCELLED');

@@ -3,14 +3,14 @@
  *   decision: `true`/`false`, or an object with a reason (the model sees a denial's reason)
  */
 /**
- * @typedef {(request: import('./values.js').ApprovalRequest & {run_id: string, signal: AbortSignal})
+ * @typedef {(request: import('./values.js').ApprovalRequest & {runId: string, signal: AbortSignal})
  *   => ApprovalAnswer | Promise<ApprovalAnswer>} Approver  decides this session's approval
  *   requests; `signal` aborts when the session ends. Anything but `true` or an object with
  *   `approved: true` denies, and so does an approver that throws (saying why).
  */
 /**
  * @internal
- * Ask `approver` about `asked` (an `approval_requested` event's data, of run `runId`) and
+ * Ask `approver` about `asked` (an `approvalRequested` event's data, of run `runId`) and
  * return the `approval_decision` message to send. Its signal aborts with every controller in
  * `inflight` when the session ends.
  *
@@ -40,6 +40,6 @@ export type ApprovalAnswer = boolean | {
  *   `approved: true` denies, and so does an approver that throws (saying why).
  */
 export type Approver = (request: import("./values.js").ApprovalRequest & {
-    run_id: string;
+    runId: string;
     signal: AbortSignal;
 }) => ApprovalAnswer | Promise<ApprovalAnswer>;

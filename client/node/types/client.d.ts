@@ -10,7 +10,11 @@ export class SidecarClient {
     metadata: Record<string, string>;
     /** @type {any} The underlying grpc-js client, for anything this wrapper does not cover. */
     stub: any;
-    /** Close the channel. */
+    /**
+     * Close the channel, and cancel the calls still under way (they end with CANCELLED, and a
+     * session with `reattach` finds nothing to re-attach with): nothing of this client is left
+     * to keep the process running.
+     */
     close(): void;
     /**
      * Resolve once the channel is connected (rejects after `timeoutMs`).
@@ -21,7 +25,7 @@ export class SidecarClient {
     waitForReady(timeoutMs?: number): Promise<void>;
     /**
      * Run the loop with the sidecar's tools and LLM; resolves with the final result (also for a
-     * cancelled run: see `stop_reason`). A failed run rejects with a `RunFailedError` carrying
+     * cancelled run: see `stopReason`). A failed run rejects with a `RunFailedError` carrying
      * the partial result; a refused request with a `SidecarError`.
      *
      * @param {string | import('./values.js').RunSpecInput} spec
@@ -44,7 +48,7 @@ export class SidecarClient {
      * When the sidecar drops this watcher (`RESOURCE_EXHAUSTED`: it fell too far behind, or
      * stopped taking events), it reconnects from the last event it yielded, unless `resume` is
      * false; the error then carries `afterSequence` to reconnect with. With `streamDeltas`, an
-     * iteration's `llm_responded` supersedes its `llm_delta`s (a preview: replace the streamed
+     * iteration's `llmResponded` supersedes its `llmDelta`s (a preview: replace the streamed
      * text with its `content`); after a reconnection past a call's end its deltas may not come.
      *
      * @param {string} runId
@@ -64,30 +68,30 @@ export class SidecarClient {
      * of its newest event, and its result once it has ended (`null` before).
      *
      * @param {string} runId
-     * @returns {Promise<{run_id: string, state: string, last_sequence: number,
+     * @returns {Promise<{runId: string, state: import('./values.js').RunState, lastSequence: number,
      *   result: import('./values.js').ToolCallRunResult | null}>}
      */
     getRun(runId: string, options?: {}): Promise<{
-        run_id: string;
-        state: string;
-        last_sequence: number;
+        runId: string;
+        state: import("./values.js").RunState;
+        lastSequence: number;
         result: import("./values.js").ToolCallRunResult | null;
     }>;
     /**
      * One page of a run's log (GetRunHistory): the events after `afterSequence`, oldest first,
-     * as many as fit in `maxBytes` (0: the sidecar's page size), with `last_sequence` (the
+     * as many as fit in `maxBytes` (0: the sidecar's page size), with `lastSequence` (the
      * newest event stored) and `finished` (the run had ended).
      *
      * @param {string} runId
      * @param {CallOptions & {afterSequence?: number, maxBytes?: number}} [options]
-     * @returns {Promise<{events: import('./values.js').RunEvent[], last_sequence: number, finished: boolean}>}
+     * @returns {Promise<{events: import('./values.js').RunEvent[], lastSequence: number, finished: boolean}>}
      */
     getRunHistory(runId: string, options?: CallOptions & {
         afterSequence?: number;
         maxBytes?: number;
     }): Promise<{
         events: import("./values.js").RunEvent[];
-        last_sequence: number;
+        lastSequence: number;
         finished: boolean;
     }>;
     /**
@@ -108,9 +112,9 @@ export class SidecarClient {
      *
      * @param {string} runId
      * @param {string} [reason]
-     * @returns {Promise<string>}
+     * @returns {Promise<import('./values.js').RunState>}
      */
-    cancelRun(runId: string, reason?: string, options?: {}): Promise<string>;
+    cancelRun(runId: string, reason?: string, options?: {}): Promise<import("./values.js").RunState>;
     /**
      * The sidecar's own tools.
      *
@@ -119,12 +123,13 @@ export class SidecarClient {
     listTools(options?: {}): Promise<import("./values.js").ToolSpec[]>;
     /**
      * Run a loop whose tools live in this process. `tools` maps names to plain functions (sync
-     * or async) or to `{description, input_schema, timeout, side_effects, idempotent, handler}`;
+     * or async) or to `{description, inputSchema, timeout, sideEffects, idempotent, handler}`;
      * an array of named functions or definitions works too. A tool receives the inputs object and
-     * a call context (`call_id`, `iteration`, `deadline`, `idempotency_key`, `signal`) and returns
-     * any JSON value: an object is the output, anything else `x` becomes `{"result": x}`. A tool
+     * a call context (`callId`, `toolName`, `iteration`, `deadline`, `idempotencyKey`,
+     * `signal`) and returns any JSON value: an object is the output, anything else `x` becomes
+     * `{"result": x}`. A tool
      * that throws fails its call (a record with `success: false`), and the loop goes on. A tool
-     * with `side_effects` is gated by the run's automation profile like the sidecar's own.
+     * with `sideEffects` is gated by the run's automation profile like the sidecar's own.
      *
      * `llm` is either an `LlmSelection` (`{profile, model, script}`, the sidecar's LLM) or a
      * function `(request) => response` (sync or async): then this process is the LLM. An async
@@ -142,9 +147,9 @@ export class SidecarClient {
      *   approver?: import('./approvals.js').Approver}} spec
      * @param {CallOptions & {reattach?: boolean, reattachTimeoutMs?: number}} [options]
      *   with `reattach: true`, a stream that breaks (the connection dropped, the sidecar
-     *   restarted) is opened again for up to `reattachTimeoutMs` (default 60 000) and
-     *   re-attaches to the run after the last event seen: the same tools serve it, a call still
-     *   running goes on, and one answered already is answered again, not run twice.
+     *   restarted) is opened again for up to `reattachTimeoutMs` (default 60 000) from the
+     *   break and re-attaches to the run after the last event seen: the same tools serve it, a
+     *   call still running goes on, and one answered already is answered again, not run twice.
      * @returns {SessionRun}
      */
     session(spec: import("./values.js").RunSpecInput & {
@@ -176,7 +181,7 @@ export type CallOptions = {
     metadata?: Record<string, string> | undefined;
     /**
      * also yield the model's answer as it streams, as
-     * `llm_delta` events (sequence 0); off, the stream holds the logged events only
+     * `llmDelta` events (sequence 0); off, the stream holds the logged events only
      */
     streamDeltas?: boolean | undefined;
 };

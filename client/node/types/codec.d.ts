@@ -18,7 +18,8 @@ export function wireEvents(response: {
  *   How JSON text is read and written. The default is the global `JSON`, which turns integers
  *   beyond 2^53 into approximate numbers; plug in a lossless parser if your tools need them.
  */
-export const TERMINAL: readonly string[];
+/** The payloads that end a run. */
+export const TERMINAL: readonly ["runCompleted", "runFailed", "runCancelled"];
 export class Codec {
     /** @param {Json} json */
     constructor(json: Json);
@@ -29,17 +30,18 @@ export class Codec {
     stringify(value: any, field: any): string;
     /**
      * A wire `RunSpec` from a prompt or a `RunSpecInput`. Unknown keys are rejected, so a
-     * camelCase `maxIterations` is an error rather than silently ignored.
+     * misspelt `maxIteration` is an error rather than silently ignored; the snake_case names
+     * of the first release (`max_iterations`) are still taken, with a deprecation warning.
      *
      * @param {string | import('./values.js').RunSpecInput} input
      * @param {Set<string>} [extra] keys the caller handles itself
      */
     encodeSpec(input: string | import("./values.js").RunSpecInput, extra?: Set<string>): {
-        prompt: string;
-        max_iterations: number;
-        tool_names: string[];
+        prompt: any;
+        max_iterations: any;
+        tool_names: any;
         no_server_tools: boolean;
-        run_id: string;
+        run_id: any;
         detach: boolean;
     };
     /**
@@ -55,7 +57,7 @@ export class Codec {
     };
     /** An `OutputSchema` as plain values (`null` for none). */
     decodeOutputSchema(wire: any): any;
-    encodeContext(context: any): {
+    encodeContext(input: any): {
         plan_id: any;
         phase: any;
         sandbox_root: any;
@@ -64,27 +66,22 @@ export class Codec {
         project_resources: string;
         tool_call_history: any;
     };
-    /** @param {import('./values.js').ToolCallRecord} record */
-    encodeRecord(record: import("./values.js").ToolCallRecord): {
+    /** @param {import('./values.js').ToolCallRecord} input */
+    encodeRecord(input: import("./values.js").ToolCallRecord): {
+        tool_name: any;
         inputs: string;
         output: string;
+        duration_ms: any;
+        success: boolean;
+        iteration: any;
+        call_id: any;
         started_at: {
             seconds: number;
             nanos: number;
         } | null;
-        tool_name: string;
-        duration_ms: number;
-        success: boolean;
-        /**
-         * `null` when the call succeeded
-         */
-        error: string | null;
-        iteration: number;
-        call_id: string;
-        /**
-         * an `ErrorKind` name, `"ERROR_KIND_UNSPECIFIED"` on success
-         */
-        error_kind: string;
+        error_kind: any;
+        output_truncated: boolean;
+        output_bytes: any;
     };
     /** A wire `ToolSpec` from a tool definition (see `normaliseTools` in tools.js). */
     encodeToolSpec(tool: any): {
@@ -107,7 +104,7 @@ export class Codec {
     /** @returns {import('./values.js').ToolCallRecord} */
     decodeRecord(wire: any): import("./values.js").ToolCallRecord;
     /**
-     * A result: `output` the structured answer parsed (`null` without one), `output_json` its
+     * A result: `output` the structured answer parsed (`null` without one), `outputJson` its
      * JSON text as the sidecar validated it.
      *
      * @returns {import('./values.js').ToolCallRunResult | null}
@@ -117,7 +114,8 @@ export class Codec {
     decodeToolSpec(wire: any): import("./values.js").ToolSpec;
     /** @returns {import('./values.js').ToolCall} */
     decodeToolCall(wire: any): import("./values.js").ToolCall;
-    decodeMessage(wire: any): any;
+    /** @returns {import('./hosted_llm.js').LlmMessage} */
+    decodeMessage(wire: any): import("./hosted_llm.js").LlmMessage;
     decodeSpec(wire: any): any;
     /** @returns {import('./values.js').RunEvent} */
     decodeEvent(wire: any): import("./values.js").RunEvent;

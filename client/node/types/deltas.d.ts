@@ -7,7 +7,7 @@
 export class DeltaDedup {
     /** A new connection: its deltas are counted afresh. */
     connected(): void;
-    /** The part of `event` (an `llm_delta`) not yielded yet, or `null` if nothing of it is new. */
+    /** The part of `event` (an `llmDelta`) not yielded yet, or `null` if nothing of it is new. */
     admit(event: any): any;
     #private;
 }

@@ -1,11 +1,18 @@
 /**
+ * @typedef {object} LlmMessage  one message of the conversation a client-hosted LLM is given
+ * @property {import('./values.js').Role} role
+ * @property {string} content
+ * @property {import('./values.js').ToolCall[]} toolCalls  what an assistant message asked for
+ * @property {string} toolCallId  the call a tool message answers
+ * @property {boolean} isError  a tool message whose call failed
+ */
+/**
  * @typedef {object} LlmRequest  what a client-hosted LLM function receives
- * @property {string} request_id
+ * @property {string} requestId
  * @property {number} iteration
- * @property {Array<{role: string, content: string, tool_calls: import('./values.js').ToolCall[],
- *   tool_call_id: string, is_error: boolean}>} messages  the whole conversation, oldest first
+ * @property {LlmMessage[]} messages  the whole conversation, oldest first
  * @property {import('./values.js').ToolSpec[]} tools
- * @property {import('./values.js').OutputSchema | null} output_schema  the run's output schema:
+ * @property {import('./values.js').OutputSchema | null} outputSchema  the run's output schema:
  *   a final answer (no tool calls) must be its `content` as JSON text matching it (the sidecar
  *   validates it, and sends an invalid one back with the error as a user message)
  * @property {Date | null} deadline  when the sidecar stops waiting for the answer
@@ -20,9 +27,9 @@
  *   which reach the run's `streamDeltas` streams as they come, and returns the whole answer, or
  *   nothing for the answer its pieces spell.
  * @property {string} [content]
- * @property {Array<{id: string, name: string, arguments?: Record<string, any> | string}>} [tool_calls]
+ * @property {Array<{id: string, name: string, arguments?: Record<string, any> | string}>} [toolCalls]
  *   `arguments`: an object, or its JSON text (passed on as it is)
- * @property {{input_tokens: number, output_tokens: number}} [usage]
+ * @property {{inputTokens: number, outputTokens: number}} [usage]
  * @property {string} [refusal]  the model declined: the run ends with `STOP_REASON_REFUSAL`
  */
 /** @typedef {import('./llm_stream.js').LlmDeltaInput} LlmDeltaInput */
@@ -51,7 +58,11 @@ export class HostedLlm {
             request_id: any;
             content: any;
             tool_calls: any;
-            usage: any;
+            usage: {
+                input_tokens: any;
+                output_tokens: any;
+                reported_total_tokens: any;
+            } | null;
             refusal: any;
             error?: undefined;
         } | {
@@ -66,28 +77,41 @@ export class HostedLlm {
     #private;
 }
 /**
+ * one message of the conversation a client-hosted LLM is given
+ */
+export type LlmMessage = {
+    role: import("./values.js").Role;
+    content: string;
+    /**
+     * what an assistant message asked for
+     */
+    toolCalls: import("./values.js").ToolCall[];
+    /**
+     * the call a tool message answers
+     */
+    toolCallId: string;
+    /**
+     * a tool message whose call failed
+     */
+    isError: boolean;
+};
+/**
  * what a client-hosted LLM function receives
  */
 export type LlmRequest = {
-    request_id: string;
+    requestId: string;
     iteration: number;
     /**
      * the whole conversation, oldest first
      */
-    messages: Array<{
-        role: string;
-        content: string;
-        tool_calls: import("./values.js").ToolCall[];
-        tool_call_id: string;
-        is_error: boolean;
-    }>;
+    messages: LlmMessage[];
     tools: import("./values.js").ToolSpec[];
     /**
      * the run's output schema:
      * a final answer (no tool calls) must be its `content` as JSON text matching it (the sidecar
      * validates it, and sends an invalid one back with the error as a user message)
      */
-    output_schema: import("./values.js").OutputSchema | null;
+    outputSchema: import("./values.js").OutputSchema | null;
     /**
      * when the sidecar stops waiting for the answer
      * (`client_llm_timeout_s` after it asked)
@@ -111,14 +135,14 @@ export type LlmResponse = {
     /**
      * `arguments`: an object, or its JSON text (passed on as it is)
      */
-    tool_calls?: {
+    toolCalls?: {
         id: string;
         name: string;
         arguments?: Record<string, any> | string;
     }[] | undefined;
     usage?: {
-        input_tokens: number;
-        output_tokens: number;
+        inputTokens: number;
+        outputTokens: number;
     } | undefined;
     /**
      * the model declined: the run ends with `STOP_REASON_REFUSAL`

@@ -1,11 +1,26 @@
 /**
- * @typedef {string | {text?: string, tool_call_index?: number | null, tool_call_id?: string,
- *   tool_name?: string, arguments?: string,
- *   usage?: {input_tokens: number, output_tokens: number}}} LlmDeltaInput  one piece a
- *   streaming LLM function yields: a string (text), or an object shaped like an `llm_delta`
- *   event's: `text`, or a tool call's `tool_call_index` (0-based) with `tool_call_id` and
- *   `tool_name` on its first piece and a fragment of its `arguments` JSON text; `usage` so far
+ * @typedef {string | {text?: string, toolCallIndex?: number | null, toolCallId?: string,
+ *   toolName?: string, arguments?: string,
+ *   usage?: {inputTokens: number, outputTokens: number}}} LlmDeltaInput  one piece a
+ *   streaming LLM function yields: a string (text), or an object shaped like an `llmDelta`
+ *   event's: `text`, or a tool call's `toolCallIndex` (0-based) with `toolCallId` and
+ *   `toolName` on its first piece and a fragment of its `arguments` JSON text; `usage` so far
  */
+/**
+ * @internal
+ * A wire `Usage` from `{inputTokens, outputTokens}` (`null` for none).
+ *
+ * @param {{inputTokens?: number, outputTokens?: number, reportedTotalTokens?: number} | null | undefined} usage
+ */
+export function wireUsage(usage: {
+    inputTokens?: number;
+    outputTokens?: number;
+    reportedTotalTokens?: number;
+} | null | undefined): {
+    input_tokens: any;
+    output_tokens: any;
+    reported_total_tokens: any;
+} | null;
 /** @internal Whether what an LLM function returned streams (an async iterable), rather than answers. */
 export function streams(value: any): boolean;
 /**
@@ -28,18 +43,18 @@ export function streams(value: any): boolean;
 export function streamAnswer(stream: AsyncIterable<any>, requestId: string, send: (message: object) => Promise<void>, signal: AbortSignal): Promise<any>;
 /**
  * one piece a
- *   streaming LLM function yields: a string (text), or an object shaped like an `llm_delta`
- *   event's: `text`, or a tool call's `tool_call_index` (0-based) with `tool_call_id` and
- *   `tool_name` on its first piece and a fragment of its `arguments` JSON text; `usage` so far
+ *   streaming LLM function yields: a string (text), or an object shaped like an `llmDelta`
+ *   event's: `text`, or a tool call's `toolCallIndex` (0-based) with `toolCallId` and
+ *   `toolName` on its first piece and a fragment of its `arguments` JSON text; `usage` so far
  */
 export type LlmDeltaInput = string | {
     text?: string;
-    tool_call_index?: number | null;
-    tool_call_id?: string;
-    tool_name?: string;
+    toolCallIndex?: number | null;
+    toolCallId?: string;
+    toolName?: string;
     arguments?: string;
     usage?: {
-        input_tokens: number;
-        output_tokens: number;
+        inputTokens: number;
+        outputTokens: number;
     };
 };

@@ -22,17 +22,17 @@ export class SessionRun {
         reattach?: boolean | undefined;
         reattachTimeoutMs?: number | undefined;
     });
-    /** @type {string | null} the run's id, known from its `run_started` event on */
+    /** @type {string | null} the run's id, known from its `runStarted` event on */
     runId: string | null;
     /**
-     * The run's result: resolves on `run_completed` and `run_cancelled` (see `stop_reason`),
-     * rejects with a `RunFailedError` on `run_failed`, and with a `SidecarError` when the
+     * The run's result: resolves on `runCompleted` and `runCancelled` (see `stopReason`),
+     * rejects with a `RunFailedError` on `runFailed`, and with a `SidecarError` when the
      * stream ends with a non-OK status (its `result` is the partial result if one was sent).
      *
      * @returns {Promise<import('./values.js').ToolCallRunResult>}
      */
     get result(): Promise<import("./values.js").ToolCallRunResult>;
-    /** Ask the sidecar to cancel the run; it ends with `run_cancelled` carrying `reason`. */
+    /** Ask the sidecar to cancel the run; it ends with `runCancelled` carrying `reason`. */
     cancel(reason?: string): Promise<void>;
     /**
      * Give the run up: the sidecar is asked to cancel it, and the stream is dropped once the

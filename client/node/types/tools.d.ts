@@ -12,9 +12,9 @@ export function normaliseOutput(value: any): any;
  * @typedef {object} ToolDefinition
  * @property {string} [name]  defaults to the key (object form) or the function's name
  * @property {string} [description]
- * @property {Record<string, any>} [input_schema]  JSON Schema; omitted = any object
+ * @property {Record<string, any>} [inputSchema]  JSON Schema; omitted = any object
  * @property {number} [timeout]  milliseconds; omitted = the sidecar's default
- * @property {boolean} [side_effects]  it may change something: an automation profile may then
+ * @property {boolean} [sideEffects]  it may change something: an automation profile may then
  *   ask for approval before it runs (the approver decides), or forbid it
  * @property {boolean} [idempotent]  safe to run twice with the same inputs (see the README's
  *   "Durability")
@@ -22,11 +22,11 @@ export function normaliseOutput(value: any): any;
  */
 /**
  * @typedef {object} ToolCallContext
- * @property {string} call_id
- * @property {string} tool_name
+ * @property {string} callId
+ * @property {string} toolName
  * @property {number} iteration
  * @property {Date | null} deadline  when the sidecar stops waiting for this call
- * @property {string} idempotency_key  `RUN_ID:CALL_ID`, the same each time this call is invoked
+ * @property {string} idempotencyKey  `RUN_ID:CALL_ID`, the same each time this call is invoked
  * @property {AbortSignal} signal  aborted at the deadline or when the session ends
  */
 /** @typedef {((inputs: Record<string, any>, call: ToolCallContext) => any) | ToolDefinition} ToolLike */
@@ -76,7 +76,7 @@ export type ToolDefinition = {
     /**
      * JSON Schema; omitted = any object
      */
-    input_schema?: Record<string, any> | undefined;
+    inputSchema?: Record<string, any> | undefined;
     /**
      * milliseconds; omitted = the sidecar's default
      */
@@ -85,7 +85,7 @@ export type ToolDefinition = {
      * it may change something: an automation profile may then
      * ask for approval before it runs (the approver decides), or forbid it
      */
-    side_effects?: boolean | undefined;
+    sideEffects?: boolean | undefined;
     /**
      * safe to run twice with the same inputs (see the README's
      * "Durability")
@@ -94,8 +94,8 @@ export type ToolDefinition = {
     handler: (inputs: Record<string, any>, call: ToolCallContext) => any;
 };
 export type ToolCallContext = {
-    call_id: string;
-    tool_name: string;
+    callId: string;
+    toolName: string;
     iteration: number;
     /**
      * when the sidecar stops waiting for this call
@@ -104,7 +104,7 @@ export type ToolCallContext = {
     /**
      * `RUN_ID:CALL_ID`, the same each time this call is invoked
      */
-    idempotency_key: string;
+    idempotencyKey: string;
     /**
      * aborted at the deadline or when the session ends
      */

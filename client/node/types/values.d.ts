@@ -1,65 +1,102 @@
+/**
+ * why a run ended
+ */
+export type StopReason = "STOP_REASON_UNSPECIFIED" | "STOP_REASON_FINAL_ANSWER" | "STOP_REASON_MAX_ITERATIONS" | "STOP_REASON_CANCELLED" | "STOP_REASON_DEADLINE" | "STOP_REASON_ERROR" | "STOP_REASON_TOOL_CALL_BUDGET" | "STOP_REASON_TOKEN_BUDGET" | "STOP_REASON_WALL_CLOCK_BUDGET" | "STOP_REASON_MAX_OUTPUT_RETRIES" | "STOP_REASON_REFUSAL";
+/**
+ * why a tool call failed (`ERROR_KIND_UNSPECIFIED` when it
+ *   did not)
+ */
+export type ErrorKind = "ERROR_KIND_UNSPECIFIED" | "ERROR_KIND_UNKNOWN_TOOL" | "ERROR_KIND_INVALID_ARGUMENTS" | "ERROR_KIND_TIMEOUT" | "ERROR_KIND_EXCEPTION" | "ERROR_KIND_CANCELLED" | "ERROR_KIND_DENIED";
+/**
+ * where a run is
+ */
+export type RunState = "RUN_STATE_UNSPECIFIED" | "RUN_STATE_RUNNING" | "RUN_STATE_COMPLETED" | "RUN_STATE_FAILED" | "RUN_STATE_CANCELLED";
+/**
+ * who wrote a message of the conversation
+ */
+export type Role = "ROLE_UNSPECIFIED" | "ROLE_SYSTEM" | "ROLE_USER" | "ROLE_ASSISTANT" | "ROLE_TOOL";
+/**
+ * which of a
+ *   `RunEvent`'s payload fields is set
+ */
+export type Payload = "runStarted" | "iterationStarted" | "llmDelta" | "llmResponded" | "toolCallStarted" | "toolCallProgress" | "toolCallCompleted" | "approvalRequested" | "approvalDecided" | "runCompleted" | "runFailed" | "runCancelled" | "runResumed";
 export type Usage = {
-    input_tokens: number;
-    output_tokens: number;
-    reported_total_tokens: number;
+    inputTokens: number;
+    outputTokens: number;
+    reportedTotalTokens: number;
 };
 /**
  * a reasoning model's summary and its provider's opaque
- *   items (JSON text), as `llm_responded` carries them (see types.proto)
+ *   items (JSON text), as `llmResponded` carries them (see types.proto)
  */
 export type Reasoning = {
     provider: string;
     summary: string;
     items: string;
-    items_omitted: boolean;
-    items_bytes: number;
+    itemsOmitted: boolean;
+    itemsBytes: number;
 };
 export type ToolCallRecord = {
-    tool_name: string;
+    toolName: string;
     inputs: Record<string, any>;
     /**
      * `{}` when the call failed
      */
     output: Record<string, any>;
-    duration_ms: number;
+    durationMs: number;
     success: boolean;
     /**
      * `null` when the call succeeded
      */
     error: string | null;
     iteration: number;
-    call_id: string;
-    started_at: Date | null;
+    callId: string;
+    startedAt: Date | null;
     /**
-     * an `ErrorKind` name, `"ERROR_KIND_UNSPECIFIED"` on success
+     * `"ERROR_KIND_UNSPECIFIED"` on success
      */
-    error_kind: string;
+    errorKind: ErrorKind;
+    /**
+     * the output was cut to the sidecar's limit
+     */
+    outputTruncated?: boolean | undefined;
+    /**
+     * the output's size before it was cut
+     */
+    outputBytes?: number | undefined;
 };
 export type ToolCallRunResult = {
-    run_id: string;
+    runId: string;
     content: string;
-    tool_call_history: ToolCallRecord[];
+    toolCallHistory: ToolCallRecord[];
     iterations: number;
-    terminated_by_limit: boolean;
+    terminatedByLimit: boolean;
     usage: Usage | null;
+    stopReason: StopReason;
     /**
-     * a `StopReason` name, such as `"STOP_REASON_FINAL_ANSWER"`
+     * the sidecar left the records out (too many for one
+     * message); the client put them back in `toolCallHistory`
      */
-    stop_reason: string;
+    historyOmitted: boolean;
     /**
-     * with an `output_schema`: the validated answer, parsed (type it
-     * yourself); `null` when the run ended without a valid one (see `stop_reason`)
+     * how many records the run has
+     */
+    toolCallCount: number;
+    contentTruncated: boolean;
+    /**
+     * with an `outputSchema`: the validated answer, parsed (type it
+     * yourself); `null` when the run ended without a valid one (see `stopReason`)
      */
     output: any;
     /**
      * the answer's JSON text as the sidecar validated it ('' without)
      */
-    output_json: string;
+    outputJson: string;
     /**
      * with `STOP_REASON_MAX_OUTPUT_RETRIES`: why the last answer
      * was refused
      */
-    output_error: string;
+    outputError: string;
 };
 /**
  * a run's output schema (see types.proto)
@@ -76,7 +113,7 @@ export type OutputSchema = {
     description: string;
 };
 /**
- * what `output_schema` takes in a run spec
+ * what `outputSchema` takes in a run spec
  */
 export type OutputSchemaInput = {
     /**
@@ -100,7 +137,7 @@ export type ToolSpec = {
     /**
      * a JSON Schema object
      */
-    input_schema: Record<string, any>;
+    inputSchema: Record<string, any>;
     /**
      * milliseconds, `null` for the server's default
      */
@@ -108,7 +145,11 @@ export type ToolSpec = {
     /**
      * whether it may change something (what approvals ask about)
      */
-    side_effects?: boolean | undefined;
+    sideEffects?: boolean | undefined;
+    /**
+     * safe to run twice with the same inputs
+     */
+    idempotent?: boolean | undefined;
     /**
      * where the sidecar's tool comes from: `mcp:NAME` for an MCP
      * server's, empty for its own (in `listTools`)
@@ -116,84 +157,84 @@ export type ToolSpec = {
     origin?: string | undefined;
 };
 export type RunEvent = {
-    run_id: string;
+    runId: string;
     /**
-     * 1, 2, 3… per run, no gaps; 0 for an `llm_delta` (live, not logged)
+     * 1, 2, 3… per run, no gaps; 0 for an `llmDelta` (live, not logged)
      */
     sequence: number;
     time: Date | null;
     /**
-     *   which payload field is set; that field holds the event's data
+     * which payload field is set; that field holds the event's data
      */
-    payload: "run_started" | "iteration_started" | "llm_delta" | "llm_responded" | "tool_call_started" | "tool_call_progress" | "tool_call_completed" | "approval_requested" | "approval_decided" | "run_completed" | "run_failed" | "run_cancelled" | "run_resumed";
-    run_started?: {
+    payload: Payload;
+    runStarted?: {
         spec: Record<string, any>;
     } | undefined;
-    iteration_started?: {
+    iterationStarted?: {
         iteration: number;
     } | undefined;
     /**
      * only on a stream that asked for deltas (`streamDeltas`)
      */
-    llm_delta?: LlmDelta | undefined;
+    llmDelta?: LlmDelta | undefined;
     /**
      * supersedes its iteration's
      * deltas; `refusal` is non-empty when the model declined
      */
-    llm_responded?: {
+    llmResponded?: {
         iteration: number;
         content: string;
-        tool_calls: ToolCall[];
+        toolCalls: ToolCall[];
         usage: Usage | null;
         reasoning: Reasoning | null;
         refusal: string;
     } | undefined;
-    tool_call_started?: {
-        call_id: string;
-        tool_name: string;
+    toolCallStarted?: {
+        callId: string;
+        toolName: string;
         inputs: Record<string, any>;
         iteration: number;
     } | undefined;
-    tool_call_progress?: ToolCallProgress | undefined;
-    tool_call_completed?: {
+    toolCallProgress?: ToolCallProgress | undefined;
+    toolCallCompleted?: {
         record: ToolCallRecord;
     } | undefined;
-    approval_requested?: (ApprovalRequest & {
-        how_to_answer: string;
+    approvalRequested?: (ApprovalRequest & {
+        howToAnswer: string;
     }) | undefined;
     /**
-     * `decided_by`: session, rpc,
+     * `decidedBy`: session, rpc,
      * timeout or policy; `identity`: who decided (empty for timeout and policy)
      */
-    approval_decided?: {
-        call_id: string;
+    approvalDecided?: {
+        callId: string;
         approved: boolean;
         reason: string;
-        decided_by: string;
+        decidedBy: string;
         iteration: number;
         identity: string;
     } | undefined;
-    run_completed?: {
+    runCompleted?: {
         result: ToolCallRunResult;
     } | undefined;
-    run_failed?: {
+    runFailed?: {
         code: number;
         message: string;
         result: ToolCallRunResult;
     } | undefined;
-    run_cancelled?: {
+    runCancelled?: {
         reason: string;
         result: ToolCallRunResult;
     } | undefined;
     /**
      * the run goes on after its sidecar restarted
      */
-    run_resumed?: {
-        after_sequence: number;
+    runResumed?: {
+        afterSequence: number;
         iteration: number;
         reason: string;
-        rerun_call_ids: string[];
-        interrupted_call_ids: string[];
+        rerunCallIds: string[];
+        interruptedCallIds: string[];
     } | undefined;
 };
 /**
@@ -201,8 +242,8 @@ export type RunEvent = {
  *   progress notifications, coalesced by the sidecar)
  */
 export type ToolCallProgress = {
-    call_id: string;
-    tool_name: string;
+    callId: string;
+    toolName: string;
     /**
      * in the tool's own units
      */
@@ -223,30 +264,30 @@ export type ToolCallProgress = {
 export type LlmDelta = {
     iteration: number;
     /**
-     * appended to the answer's content (tool_call_index null)
+     * appended to the answer's content (toolCallIndex null)
      */
     text: string;
     /**
      * the tool call it extends, or null for text
      */
-    tool_call_index: number | null;
+    toolCallIndex: number | null;
     /**
      * on each tool call's first delta
      */
-    tool_call_id: string;
+    toolCallId: string;
     /**
      * on each tool call's first delta
      */
-    tool_name: string;
+    toolName: string;
     /**
      * a fragment of the call's arguments JSON text
      */
     arguments: string;
     usage: Usage | null;
     /**
-     * the logged event it follows (its iteration_started)
+     * the logged event it follows (its iterationStarted)
      */
-    after_sequence: number;
+    afterSequence: number;
     /**
      * the position among the call's deltas of the first it holds
      */
@@ -260,8 +301,8 @@ export type LlmDelta = {
  * a tool call that waits for approval
  */
 export type ApprovalRequest = {
-    call_id: string;
-    tool_name: string;
+    callId: string;
+    toolName: string;
     /**
      * what it would run with
      */
@@ -273,20 +314,39 @@ export type ApprovalRequest = {
     reason: string;
 };
 /**
+ * a `ToolActorContext`, with its JSON fields as plain values
+ */
+export type RunContextInput = {
+    planId?: string | undefined;
+    phase?: string | undefined;
+    /**
+     * the directory the sidecar's file tools work in
+     */
+    sandboxRoot?: string | undefined;
+    /**
+     * which approvals the run's tool calls need
+     */
+    automationProfile?: string | undefined;
+    resourceBindings?: Record<string, any> | undefined;
+    projectResources?: Record<string, any> | undefined;
+    /**
+     * records of earlier calls, for the model
+     */
+    toolCallHistory?: ToolCallRecord[] | undefined;
+};
+/**
  * a `RunSpec`, with its JSON fields as plain values
  */
 export type RunSpecInput = {
     prompt: string;
-    /**
-     * a `ToolActorContext`
-     */
-    context?: Record<string, any> | undefined;
+    context?: RunContextInput | undefined;
     /**
      * 0 = the server's default (25)
      */
-    max_iterations?: number | undefined;
+    maxIterations?: number | undefined;
     /**
-     * `script`: the scripted LLM's turns, as an array (or its JSON text)
+     * `script`: the scripted LLM's turns, as an array (or its JSON text), in the sidecar's
+     * script format (`{content, tool_calls: [{id, name, arguments}], usage}`)
      */
     llm?: {
         profile?: string;
@@ -296,22 +356,22 @@ export type RunSpecInput = {
     /**
      * the server's tools the run may use; empty: all of them
      */
-    tool_names?: string[] | undefined;
+    toolNames?: string[] | undefined;
     /**
      * offer none of the server's tools (only a session's
-     * own); not together with `tool_names`
+     * own); not together with `toolNames`
      */
-    no_server_tools?: boolean | undefined;
-    run_id?: string | undefined;
+    noServerTools?: boolean | undefined;
+    runId?: string | undefined;
     detach?: boolean | undefined;
     /**
      * ask for the final answer as JSON matching a
      * schema: `result.output` is then the validated answer, parsed
      */
-    output_schema?: OutputSchemaInput | undefined;
+    outputSchema?: OutputSchemaInput | undefined;
     /**
      * how many invalid answers the model may correct
      * (default 2); past them the run ends with `STOP_REASON_MAX_OUTPUT_RETRIES`
      */
-    max_output_retries?: number | undefined;
+    maxOutputRetries?: number | undefined;
 };

@@ -25,6 +25,7 @@ from cleveragents.wire.deltas import (
     response_delta_from_pb,
 )
 from cleveragents.wire.events import (
+    SKIPPED_RECORD,
     EventEncoder,
     LoggedEvent,
     check_frame,
@@ -119,6 +120,7 @@ __all__ = [
     "MAX_TRAILER_BYTES",
     "MESSAGE_HEADROOM",
     "RESULT_TRAILER",
+    "SKIPPED_RECORD",
     "Conversation",
     "EventEncoder",
     "LlmAnswer",

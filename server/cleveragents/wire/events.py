@@ -29,6 +29,7 @@ from cleveragents.tool import (
     RunStarted,
     ToolCallCompleted,
     ToolCallProgress,
+    ToolCallRecord,
     ToolCallStarted,
 )
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2, session_pb2, types_pb2
@@ -50,6 +51,7 @@ from cleveragents.wire.values import (
 )
 
 __all__ = [
+    "SKIPPED_RECORD",
     "EventEncoder",
     "LoggedEvent",
     "check_frame",
@@ -186,10 +188,16 @@ def event_to_pb(
             assert_never(event)
 
 
-def event_from_pb(pb: events_pb2.RunEvent, record_from: RecordDecoder = record_from_pb) -> RunEvent:
+def event_from_pb(
+    pb: events_pb2.RunEvent,
+    record_from: RecordDecoder = record_from_pb,
+    history_from: RecordDecoder | None = None,
+) -> RunEvent:
     """A core event from a protobuf ``RunEvent`` (``RunFailed.error`` is left empty);
-    ``record_from`` decodes the records it carries. ``ValueError`` when it has no payload."""
+    ``record_from`` decodes the records it carries, ``history_from`` (else ``record_from``)
+    those of a terminal event's result. ``ValueError`` when it has no payload."""
     kind = pb.WhichOneof("payload")
+    history = record_from if history_from is None else history_from
     if kind == "tool_call_completed":
         return ToolCallCompleted(record_from(pb.tool_call_completed.record))
     if kind == "tool_call_started":
@@ -219,12 +227,12 @@ def event_from_pb(pb: events_pb2.RunEvent, record_from: RecordDecoder = record_f
         spec = pb.run_started.spec
         return RunStarted(spec.run_id, spec.prompt, tuple(spec.tool_names), spec.max_iterations)
     if kind == "run_completed":
-        return RunCompleted(result_from_pb(pb.run_completed.result, record_from))
+        return RunCompleted(result_from_pb(pb.run_completed.result, history))
     if kind == "run_failed":
-        return RunFailed(pb.run_failed.message, result_from_pb(pb.run_failed.result, record_from))
+        return RunFailed(pb.run_failed.message, result_from_pb(pb.run_failed.result, history))
     if kind == "run_cancelled":
         c = pb.run_cancelled
-        return RunCancelled(c.reason, result_from_pb(c.result, record_from))
+        return RunCancelled(c.reason, result_from_pb(c.result, history))
     if kind == "approval_requested":
         a = pb.approval_requested
         return ApprovalRequested(
@@ -263,11 +271,24 @@ class LoggedEvent:
     failure_code: int = 0
 
 
-def decode_frame(item: bytes) -> LoggedEvent:
-    """The event a frame holds; ``ValueError`` (or protobuf's ``DecodeError``) if it is bad."""
+#: What stands for each record of a terminal event's history read with ``history=False``.
+SKIPPED_RECORD = ToolCallRecord("", {}, {}, 0.0, True, None, 0)
+
+
+def decode_frame(item: bytes, *, history: bool = True) -> LoggedEvent:
+    """The event a frame holds; ``ValueError`` (or protobuf's ``DecodeError``) if it is bad.
+
+    ``history=False``: each record of a terminal event's result is ``SKIPPED_RECORD`` (their
+    number is kept), for a reader that had them from their own ``tool_call_completed``
+    events: a long run's last frame is then not decoded record by record again."""
     pb = unframe(item)
     code = pb.run_failed.code if pb.WhichOneof("payload") == "run_failed" else 0
-    return LoggedEvent(pb.run_id, pb.sequence, seconds_of(pb.time), event_from_pb(pb), code)
+    event = event_from_pb(pb) if history else event_from_pb(pb, history_from=_skipped)
+    return LoggedEvent(pb.run_id, pb.sequence, seconds_of(pb.time), event, code)
+
+
+def _skipped(pb: types_pb2.ToolCallRecord) -> ToolCallRecord:
+    return SKIPPED_RECORD
 
 
 def check_frame(item: bytes, run_id: str, sequence: int) -> None:

@@ -115,7 +115,7 @@ func main() {
 		fmt.Printf("%-4s %s  %-10s %6.1f ms  %s\n",
 			fmt.Sprintf("#%d", event.GetSequence()), r.GetCallId(), r.GetToolName(), r.GetDurationMs(), outcome)
 	}
-	result, err := session.Wait()
+	result, err := session.Wait(ctx)
 	if err != nil {
 		fail(err)
 	}

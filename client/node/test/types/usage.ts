@@ -9,6 +9,7 @@ import {
   type SessionRun,
   type Approver,
   type RunEvent,
+  type StopReason,
 } from '@cleveragents/sidecar-client';
 
 export async function tour(address: string): Promise<string> {
@@ -17,9 +18,10 @@ export async function tour(address: string): Promise<string> {
   const tools = await client.listTools();
   const names: string[] = tools.map((tool) => tool.name);
   try {
-    const result = await client.runToolLoop({ prompt: 'hi', max_iterations: 2 });
+    const result = await client.runToolLoop({ prompt: 'hi', maxIterations: 2 });
     const answer: string = result.content;
-    names.push(answer);
+    const why: StopReason = result.stopReason; // a union of the protos' names, not a string
+    names.push(answer, why, result.toolCallHistory[0]?.errorKind ?? 'none');
   } catch (err) {
     if (err instanceof RunFailedError) names.push(String(err.result?.content));
     else if (err instanceof SidecarError && err.code === Status.NOT_FOUND) names.push('none');
@@ -36,10 +38,17 @@ export async function tour(address: string): Promise<string> {
 }
 
 const approver: Approver = async (request) =>
-  request.tool_name === 'write_file' && String(request.inputs.path).endsWith('.md')
+  request.toolName === 'write_file' && String(request.inputs.path).endsWith('.md')
     ? { approved: true, reason: 'docs only' }
     : false;
 
 function describe(event: RunEvent): string {
-  return event.approval_decided ? `${event.payload}:${event.approval_decided.decided_by}` : event.payload;
+  switch (event.payload) {
+    case 'approvalDecided':
+      return `${event.payload}:${event.approvalDecided?.decidedBy}`;
+    case 'runCompleted':
+      return `${event.payload}:${event.runCompleted?.result.stopReason}`;
+    default:
+      return event.payload;
+  }
 }

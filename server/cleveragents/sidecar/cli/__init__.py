@@ -7,9 +7,9 @@ end (``run.py``); ``watch RUN_ID`` follows one run live in the terminal (``watch
 failed calls (``GetRun``; ``tables.py``). ``cancel RUN_ID`` cancels one (``CancelRun``;
 ``cancel.py``). ``approve``/``deny RUN_ID CALL_ID`` decide a call that waits for approval
 (``DecideApproval``; ``approve.py``). ``health`` asks the standard health service once, for
-a container's health check or an exec probe (``health.py``). Only the commands that talk to a
-sidecar import the client, and ``--version`` imports nothing of the sidecar (``version.py``):
-it answers at once.
+a container's health check or an exec probe (``health.py``). ``console [RUN_ID]`` prints the
+run console's URL (``console.py``). Only the commands that talk to a sidecar import the client,
+and ``--version`` imports nothing of the sidecar (``version.py``): it answers at once.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The whole command line, every command and flag (the docs' CLI reference reads it)."""
     import argparse
 
+    from cleveragents.sidecar.cli.console import add_console_arguments
     from cleveragents.sidecar.cli.health import add_health_arguments
     from cleveragents.sidecar.cli.run import add_run_arguments
     from cleveragents.sidecar.cli.serve import add_serve_arguments
@@ -114,6 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--reason", default="", help="why, recorded with the decision")
         _client_arguments(command)
 
+    add_console_arguments(
+        commands.add_parser(
+            "console",
+            help="print the run console's URL (a run's page with RUN_ID), checking it answers",
+            description="Print the URL of the run console the sidecar serves in the browser "
+            "(console_listen), or of one run's page, and check that it answers. Exit status: "
+            "0 when it answers, 1 when the console is off (or its port is picked at start: "
+            "give --ready-file), 2 when nothing answers there.",
+        )
+    )
+
     add_health_arguments(
         commands.add_parser(
             "health",
@@ -161,6 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cleveragents.sidecar.cli.health import check_health
 
         return check_health(args, sys.stdout)
+    if args.command == "console":
+        from cleveragents.sidecar.cli.console import show_console
+
+        return show_console(args, sys.stdout)
     from cleveragents.sidecar.cli.serve import serve
 
     return serve(args)

@@ -86,6 +86,8 @@ _HELP = {
     "sandbox_roots": "a directory or pattern a run's sandbox_root must be inside (repeatable)",
     "max_health_watchers": "health Watch streams open at once",
     "metrics_require_token": "with a token, GET /metrics needs it too",
+    "console_listen": "serve the run console in the browser at http://HOST:PORT/",
+    "console_max_streams": "live console streams (runs lists, run pages) open at once",
     "event_loop": "the event loop to serve on (auto: uvloop if installed)",
     "exit_with_parent": "exit (runs cancelled, store flushed) when the parent process dies",
     "parent_pid": "exit when this process dies (0: none; implies --exit-with-parent)",

@@ -105,11 +105,12 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def announcement(address: str, metrics_port: int | None) -> str:
-    """The one-line JSON a parent reads to learn where the sidecar listens (a stable format)."""
-    return json.dumps(
-        {"address": address, "pid": os.getpid(), "version": VERSION, "metrics_port": metrics_port}
-    )
+def announcement(address: str, metrics_port: int | None, console_url: str = "") -> str:
+    """The one-line JSON a parent reads to learn where the sidecar listens (a stable format:
+    keys are only ever added)."""
+    line = {"address": address, "pid": os.getpid(), "version": VERSION}
+    line |= {"metrics_port": metrics_port, "console_url": console_url or None}
+    return json.dumps(line)
 
 
 def write_ready_file(path: str, line: str) -> None:

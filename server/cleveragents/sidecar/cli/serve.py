@@ -120,7 +120,7 @@ async def _serve(sidecar: Sidecar) -> None:
     threads = _CountingExecutor(thread_name_prefix="tool")
     loop.set_default_executor(threads)  # where sync tools and LLM callers run
     address = await sidecar.start()
-    ready = announcement(address, sidecar.metrics_port)
+    ready = announcement(address, sidecar.metrics_port, sidecar.console_url)
     try:
         if config.process.ready_file:
             write_ready_file(config.process.ready_file, ready)
@@ -131,6 +131,8 @@ async def _serve(sidecar: Sidecar) -> None:
         if sidecar.metrics_port is not None:
             host = config.metrics.listen.rpartition(":")[0]
             print(f"metrics at http://{host}:{sidecar.metrics_port}/metrics", flush=True)
+        if sidecar.console_url:
+            print(f"console at {sidecar.console_url}", flush=True)
         async with asyncio.TaskGroup() as tasks:
             watcher = tasks.create_task(stop.watch_parent(), name="parent-watch")
             await stop.requested.wait()

@@ -1,7 +1,8 @@
 """The sidecar's configuration: ``settings`` (the values), ``groups`` (the related settings
 as one value each: limits, retention, watching, store, TLS, auth, approvals, process,
-metrics), ``loading`` (TOML, environment and flags), ``governance`` (automation profiles and
-tool limits), ``policies`` (what a client may ask for) and ``scripts`` (LLM scripts)."""
+metrics, console), ``loading`` (TOML, environment and flags), ``governance`` (automation
+profiles and tool limits), ``policies`` (what a client may ask for) and ``scripts`` (LLM
+scripts)."""
 
 from cleveragents.sidecar.config.loading import load_config
 from cleveragents.sidecar.config.policies import Policy

@@ -1,8 +1,8 @@
 """The sidecar's settings grouped by what they are about, as frozen values: the bounds on what a
 run and a client may do (``RunLimits``), how long finished runs are kept (``Retention``),
 watchers (``WatchSettings``), the run store and its fleet (``StoreSettings``), TLS, the shared
-token (``AuthSettings``), approvals, the process around the sidecar (``ProcessSettings``) and
-metrics. ``SidecarConfig`` holds one of each.
+token (``AuthSettings``), approvals, the process around the sidecar (``ProcessSettings``),
+metrics and the browser console (``ConsoleSettings``). ``SidecarConfig`` holds one of each.
 
 A group's fields have short names (``config.store.lease_s``); each keeps the setting's one
 name everywhere a user meets it (``event_store_lease_s``: its TOML key, its environment
@@ -22,6 +22,7 @@ __all__ = [
     "KEY",
     "ApprovalSettings",
     "AuthSettings",
+    "ConsoleSettings",
     "MetricsSettings",
     "ProcessSettings",
     "Retention",
@@ -175,7 +176,8 @@ class ProcessSettings:
     exit_with_parent: bool = _named("exit_with_parent", False)
     parent_pid: int = _named("parent_pid", 0)
     #: Once listening, ``serve`` writes a one-line JSON ``{"address", "pid", "version",
-    #: "metrics_port"}`` to this file (atomically) and/or this inherited descriptor (0: none).
+    #: "metrics_port", "console_url"}`` to this file (atomically) and/or this inherited
+    #: descriptor (0: none).
     ready_file: str = _named("ready_file", "")
     ready_fd: int = _named("ready_fd", 0)
 
@@ -189,6 +191,20 @@ class MetricsSettings:
     require_token: bool = _named("metrics_require_token", True)
 
 
+@dataclass(frozen=True, slots=True)
+class ConsoleSettings:
+    """The run console in the browser: where it is served (empty: nowhere), and how many pages
+    may follow runs at once."""
+
+    #: ``HOST:PORT`` of the run console, served by the sidecar itself (port 0 picks one);
+    #: empty: off, and its HTTP library is not even imported. Beyond loopback it needs auth
+    #: or TLS, as ``listen`` does; with ``tls_cert_file`` it is served over HTTPS.
+    listen: str = _named("console_listen", "")
+    #: Live streams (a runs list, a run's timeline) open at once over every page; more are
+    #: refused with 503 until one closes: each holds a cursor and a task.
+    max_streams: int = _named("console_max_streams", 256)
+
+
 #: Each group's field on ``SidecarConfig``, and its class.
 GROUPS: dict[str, type[Any]] = {
     "limits": RunLimits,
@@ -200,6 +216,7 @@ GROUPS: dict[str, type[Any]] = {
     "approvals": ApprovalSettings,
     "process": ProcessSettings,
     "metrics": MetricsSettings,
+    "console": ConsoleSettings,
 }
 
 

@@ -14,6 +14,7 @@ from cleveragents.sidecar.config.groups import (
     GROUPS,
     ApprovalSettings,
     AuthSettings,
+    ConsoleSettings,
     MetricsSettings,
     ProcessSettings,
     Retention,
@@ -125,6 +126,7 @@ class SidecarConfig:
     policy: Policy = field(default_factory=Policy)
     policies: Mapping[str, Policy] = field(default_factory=dict)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
     tracing: bool = False
     auth: AuthSettings = field(default_factory=AuthSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
@@ -193,6 +195,7 @@ class SidecarConfig:
             "max_schema_expansion",
             "max_validation_steps",
             "max_health_watchers",
+            "console_max_streams",
         ):
             if setting(name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
@@ -264,6 +267,8 @@ class SidecarConfig:
             raise ConfigError(
                 "approval_timeout_unattended_s must be 0 (decide at once) or more seconds"
             )
+        if self.console.listen:
+            _check_console_listen(self.console.listen)
         check_event_loop(self.process.event_loop)
         for root in self.sandbox_roots:
             if not isinstance(root, str) or not root.startswith("/") or "\x00" in root:
@@ -355,6 +360,16 @@ _PLACES: dict[str, tuple[str, str]] = {
 }
 #: The fields of ``SidecarConfig`` itself (the groups among them).
 _FIELDS = frozenset(spec.name for spec in dataclasses.fields(SidecarConfig))
+
+
+def _check_console_listen(listen: str) -> None:
+    """``HOST:PORT`` (a browser cannot reach a unix socket)."""
+    host, colon, port = listen.rpartition(":")
+    if not (colon and host and port.isdigit() and int(port) <= _MAX_PORT):
+        hint = f": did you mean 127.0.0.1:{listen}?" if listen.isdigit() else ""
+        raise ConfigError(
+            f"console_listen must be HOST:PORT (port 0 picks a free one), got {listen!r}{hint}"
+        )
 
 
 def _check_listen(listen: str) -> None:

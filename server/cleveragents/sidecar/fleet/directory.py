@@ -90,8 +90,9 @@ class Fleet(Protocol):
         ``may`` see; ``UNAVAILABLE`` if the store cannot be read."""
         ...
 
-    async def recent(self, limit: int, skip: set[str]) -> list[Run]:
-        """Snapshots of the ``limit`` runs started last on any sidecar, but ``skip``."""
+    async def recent(self, limit: int, skip: set[str]) -> list[tuple[Run, str]]:
+        """Snapshots of the ``limit`` runs started last on any sidecar, but ``skip``, each
+        with the sidecar that runs (or ran) it."""
         ...
 
     async def reserve(self, run_id: str, owner: str, store: EventStore) -> None:
@@ -143,7 +144,7 @@ class NoFleet:
     async def mirror(self, run_id: str, may: Callable[[str], bool]) -> tuple[Run, str] | None:
         return None
 
-    async def recent(self, limit: int, skip: set[str]) -> list[Run]:
+    async def recent(self, limit: int, skip: set[str]) -> list[tuple[Run, str]]:
         return []
 
     async def reserve(self, run_id: str, owner: str, store: EventStore) -> None:
@@ -196,6 +197,12 @@ class RunHandle(Protocol):
         """The run (a mirror, for another sidecar's): its state, its log."""
         ...
 
+    @property
+    def sidecar(self) -> str:
+        """The id of the sidecar that runs (or ran) it: this one's own for a local run
+        (``""`` for a sidecar alone)."""
+        ...
+
     async def cancel(self, reason: str) -> RunState:
         """Cancel the run (waiting a moment for its end); its state then."""
         ...
@@ -224,6 +231,10 @@ class LocalRun:
     @property
     def run(self) -> Run:
         return self._run
+
+    @property
+    def sidecar(self) -> str:
+        return self._directory.fleet.sidecar_id
 
     async def cancel(self, reason: str) -> RunState:
         run, directory = self._run, self._directory
@@ -378,10 +389,13 @@ class RunDirectory:
         if run_id and self.manager.get(run_id) is None:
             await self.fleet.reserve(run_id, owner, self.manager.store)
 
-    async def runs(self, limit: int) -> list[Run]:
-        """This sidecar's live and kept runs, and the ``limit`` other runs started last."""
-        runs = self.manager.live_runs() + self.manager.retained_runs()
-        return runs + await self.fleet.recent(limit, {run.run_id for run in runs})
+    async def runs(self, limit: int) -> list[RunHandle]:
+        """This sidecar's live and kept runs, and the ``limit`` other runs started last (as
+        handles: each says where it lives)."""
+        here = self.manager.live_runs() + self.manager.retained_runs()
+        there = await self.fleet.recent(limit, {run.run_id for run in here})
+        handles: list[RunHandle] = [LocalRun(run, self) for run in here]
+        return handles + [RemoteRun(run, sidecar, self) for run, sidecar in there]
 
     def park(self, run: Run, host: object, expire: Callable[[], None]) -> None:
         """Let ``run``, whose client ``host`` went away, wait for it (``expire`` runs if

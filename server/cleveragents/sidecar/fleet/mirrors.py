@@ -164,15 +164,16 @@ class Mirrors:
             )
         store.forget(run_id)
 
-    async def recent(self, limit: int, skip: set[str]) -> list[Run]:
-        """Snapshots of the ``limit`` runs started last that are not in ``skip``."""
+    async def recent(self, limit: int, skip: set[str]) -> list[tuple[Run, str]]:
+        """Snapshots of the ``limit`` runs started last that are not in ``skip``, each with
+        the sidecar that runs (or ran) it."""
         recent = await _read(self.store.recent_run_ids(limit + len(skip)))
         run_ids = [run_id for run_id in recent if run_id not in skip]
         runs = []
         for found in await _read(self.store.read_runs(run_ids[:limit])):
             kept = self._kept.get(found.stored.run_id)
             try:
-                runs.append(kept[0] if kept else mirror(found.stored, self.stats))
+                runs.append(kept or (mirror(found.stored, self.stats), found.sidecar))
             except DamagedLog as exc:  # left out of the list, not fatal to it
                 log.warning(
                     "another sidecar's run unreadable", run_id=exc.run_id, error=exc.message

@@ -123,7 +123,7 @@ class RedisFleet:
     async def mirror(self, run_id: str, may: Callable[[str], bool]) -> tuple[Run, str] | None:
         return await self.mirrors.get(run_id, may)
 
-    async def recent(self, limit: int, skip: set[str]) -> list[Run]:
+    async def recent(self, limit: int, skip: set[str]) -> list[tuple[Run, str]]:
         return await self.mirrors.recent(limit, skip)
 
     async def reserve(self, run_id: str, owner: str, store: EventStore) -> None:

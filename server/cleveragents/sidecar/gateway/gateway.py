@@ -17,8 +17,10 @@ from cleveragents.sidecar.assembly import AssembledRun, RunAssembler
 from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.fleet.directory import Decision, RunDirectory, RunHandle
+from cleveragents.sidecar.fleet.setup import is_redis_url
 from cleveragents.sidecar.gateway.bounds import check_started_fits
 from cleveragents.sidecar.gateway.sessions import DEADLINE_SLACK_S, Reattach, SessionRuns
+from cleveragents.sidecar.gateway.values import Following, McpState, SidecarStatus
 from cleveragents.sidecar.hosted import ClientHost
 from cleveragents.sidecar.identity import Access, Identity, roles_granting
 from cleveragents.sidecar.runs import FrameSink, Run, RunManager, WatchCursor
@@ -47,6 +49,10 @@ class LazyTools(Protocol):
         """Start the servers whose tools ``tool_names`` (empty: all) may select, and wait."""
         ...
 
+    def states(self) -> list[tuple[str, bool, int]]:
+        """Each server's name, whether it is connected, and its failures so far."""
+        ...
+
 
 class _NoLazyTools:
     """A sidecar without MCP servers: every tool is in its registry from the start."""
@@ -57,6 +63,9 @@ class _NoLazyTools:
 
     async def wanted(self, tool_names: Sequence[str]) -> None:
         return None
+
+    def states(self) -> list[tuple[str, bool, int]]:
+        return []
 
 
 NO_LAZY_TOOLS: LazyTools = _NoLazyTools()
@@ -227,29 +236,69 @@ class Gateway:
     async def runs(self, caller: Identity, limit: int) -> list[RunSummary]:
         """The runs ``caller`` may read, newest first, at most ``limit`` (0: 100): live,
         kept, and in a fleet the other sidecars' recent ones."""
+        return [_summary(handle.run) for handle in await self.listed(caller, limit)]
+
+    async def listed(self, caller: Identity, limit: int) -> list[RunHandle]:
+        """The runs of ``runs``, as handles (each says where it lives), newest first."""
         if limit < 0:
             raise SidecarError.invalid("limit must not be negative")
         limit = limit or _LISTED
-        runs = [
-            run for run in await self.directory.runs(limit) if caller.may(Access.READ, run.owner)
+        handles = [
+            handle
+            for handle in await self.directory.runs(limit)
+            if caller.may(Access.READ, handle.run.owner)
         ]
-        summaries = sorted((_summary(run) for run in runs), key=lambda s: -s.started_at)
-        return summaries[:limit]
+        handles.sort(key=lambda handle: -handle.run.started_at)
+        return handles[:limit]
 
-    async def watch(self, caller: Identity, run_id: str, after: int) -> tuple[Run, WatchCursor]:
+    async def watch(
+        self, caller: Identity, run_id: str, after: int, *, deltas: bool = False
+    ) -> tuple[Run, WatchCursor]:
         """A watcher's cursor on run ``run_id`` after sequence ``after`` (past the live end,
-        the cursor waits for the run to get there). A watcher who may not decide the run's
-        approvals does not make them wait for an answer. ``unwatch`` it when done."""
+        the cursor waits for the run to get there); ``deltas``: it reads the run's live LLM
+        deltas too. A watcher who may not decide the run's approvals does not make them wait
+        for an answer. ``unwatch`` it when done."""
+        following = await self.follow(caller, run_id, after, deltas=deltas)
+        return following.run, following.cursor
+
+    async def follow(
+        self, caller: Identity, run_id: str, after: int, *, deltas: bool = False
+    ) -> Following:
+        """``watch``, with where the run lives and what ``caller`` may do to it. ``unwatch``
+        its cursor when done."""
         handle = await self.locate(caller, run_id)
         run = handle.run
         if after > run.last_sequence and run.finished:
             raise SidecarError.invalid(
                 f"after_sequence {after} is past the run's last event ({run.last_sequence})"
             )
-        decides = caller.may(Access.DECIDE, run.owner) and (
+        decides = self.may_decide(caller, run)
+        cursor = handle.watch(after, decides=decides)
+        if deltas:
+            run.log.stream_deltas(cursor)
+        cancels = caller.may(Access.CONTROL, run.owner)
+        return Following(run, cursor, handle.sidecar, decides, cancels)
+
+    def may_decide(self, caller: Identity, run: Run) -> bool:
+        """Whether ``caller`` may decide ``run``'s approvals: a role or ownership lets it, and
+        the run's own approvals do not refuse it (its policy forbids deciding one's own)."""
+        return caller.may(Access.DECIDE, run.owner) and (
             run.approvals is None or run.approvals.refusal(caller.name) is None
         )
-        return run, handle.watch(after, decides=decides)
+
+    def status(self) -> SidecarStatus:
+        """The sidecar at a glance (a console's status strip)."""
+        manager, url = self.manager, self.config.store.url
+        store = "memory" if not url else "redis" if is_redis_url(url) else "sqlite"
+        return SidecarStatus(
+            serving=manager.accepting and manager.store_failure is None,
+            draining=not manager.accepting,
+            live_runs=manager.live_count,
+            store=store,
+            store_failure=manager.store_failure,
+            mcp_servers=tuple(McpState(*state) for state in self.tools.states()),
+            sidecar_id=self.directory.fleet.sidecar_id,
+        )
 
     def unwatch(self, run: Run, cursor: WatchCursor) -> None:
         """The watcher of ``cursor`` is gone."""

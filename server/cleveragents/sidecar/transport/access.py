@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import ssl
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -14,8 +15,8 @@ from cleveragents.sidecar.config import SidecarConfig
 from cleveragents.sidecar.errors import ConfigError
 
 __all__ = [
-    "check_listen_policy", "read_secret", "read_token", "refuse_live_unix_socket",
-    "server_credentials",
+    "check_console_policy", "check_listen_policy", "console_tls", "read_secret", "read_token",
+    "refuse_live_unix_socket", "server_credentials",
 ]  # fmt: skip
 
 
@@ -63,23 +64,55 @@ def server_credentials(config: SidecarConfig) -> grpc.ServerCredentials | None:
     )
 
 
+def console_tls(config: SidecarConfig) -> ssl.SSLContext | None:
+    """The run console's TLS, the gRPC server's own certificate (``None``: plain HTTP). With a
+    client CA, a browser may present a certificate it signed (its subject is then the page's
+    identity), or none and sign in with a token."""
+    if not config.tls.cert_file:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(config.tls.cert_file, config.tls.key_file)
+        if config.tls.client_ca_file:
+            context.load_verify_locations(config.tls.client_ca_file)
+            context.verify_mode = ssl.CERT_OPTIONAL
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot serve the console over TLS: {exc}") from None
+    return context
+
+
 def check_listen_policy(listen: str, *, authenticated: bool, encrypted: bool) -> None:
     """Refuse a non-loopback address unless auth or TLS protects it."""
-    if listen.startswith("unix:") or authenticated or encrypted:
+    if listen.startswith("unix:") or authenticated or encrypted or _loopback(listen):
         return
-    host = listen.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return
-    try:
-        if ipaddress.ip_address(host).is_loopback:
-            return
-    except ValueError:
-        pass  # a host name: not provably loopback
     raise ConfigError(
         f"refusing to listen on {listen!r} without auth or TLS: anyone who can reach it could "
         "run tools and spend LLM credits. Listen on 127.0.0.1 or a unix: socket, or set "
         "auth_token_env/auth_token_file or tls_cert_file/tls_key_file"
     )
+
+
+def check_console_policy(listen: str, *, authenticated: bool) -> None:
+    """Refuse a run console beyond loopback unless its callers authenticate (TLS alone does
+    not say who a page is)."""
+    if authenticated or _loopback(listen):
+        return
+    raise ConfigError(
+        f"refusing to serve the console on {listen!r} without auth: anyone who can reach it "
+        "could read every run, approve its calls and cancel it. Set console_listen to "
+        "127.0.0.1:PORT, or set auth_token_env/auth_token_file or [clients.NAME] tokens or "
+        "certificate subjects"
+    )
+
+
+def _loopback(listen: str) -> bool:
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: not provably loopback
 
 
 def refuse_live_unix_socket(listen: str, timeout_s: float = 1.0) -> None:

@@ -214,11 +214,11 @@ class FollowRuns:
             return
         start, config, gateway, caller = first.start, self.config, self.gateway, current_caller()
         try:
-            run, cursor = await gateway.watch(caller, start.run_id, start.after_sequence)
+            run, cursor = await gateway.watch(
+                caller, start.run_id, start.after_sequence, deltas=start.stream_deltas
+            )
         except SidecarError as exc:
             await abort(context, exc)
-        if start.stream_deltas:
-            run.log.stream_deltas(cursor)
         window = min(
             start.window_bytes or config.watching.window_bytes, config.watching.window_bytes
         )

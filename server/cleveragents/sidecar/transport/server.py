@@ -21,7 +21,9 @@ from cleveragents.sidecar.runs import RunManager, RunObserver
 from cleveragents.sidecar.secrets import known_secrets
 from cleveragents.sidecar.tool_sources import default_registry
 from cleveragents.sidecar.transport.access import (
+    check_console_policy,
     check_listen_policy,
+    console_tls,
     refuse_live_unix_socket,
     server_credentials,
 )
@@ -39,6 +41,7 @@ if TYPE_CHECKING:  # imported at run time only when tracing or metrics are on
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
     from opentelemetry.trace import TracerProvider
 
+    from cleveragents.sidecar.console import Console
     from cleveragents.sidecar.mcp import McpServers
     from cleveragents.sidecar.observability.metrics import MetricsObserver
     from cleveragents.sidecar.observability.tracing import TracingObserver
@@ -65,8 +68,10 @@ class Sidecar:
     provider configured by the standard ``OTEL_*`` variables, which the sidecar then owns and
     shuts down (flushing its spans) in :meth:`stop`. With ``config.metrics.listen``, Prometheus
     metrics (``observability.metrics``) are served there (behind the auth token, when there is
-    one and ``metrics_require_token``); ``metrics_port`` is the port bound.
-    Neither OpenTelemetry nor prometheus_client is imported when they are off.
+    one and ``metrics_require_token``); ``metrics_port`` is the port bound. With
+    ``config.console.listen``, the run console (``console``) is served there, over the gateway,
+    to the same identities; ``console_url`` is its address once started.
+    Neither OpenTelemetry, prometheus_client nor aiohttp is imported when they are off.
     """
 
     def __init__(
@@ -81,6 +86,9 @@ class Sidecar:
         self.tracing: TracingObserver | None = None
         self.metrics: MetricsObserver | None = None
         self.metrics_port: int | None = None
+        self.console: Console | None = None
+        #: The run console's address once serving (``""``: off).
+        self.console_url = ""
         self._owned_tracer_provider: SdkTracerProvider | None = None
         observers: list[RunObserver] = []
         if config.tracing:
@@ -181,6 +189,8 @@ class Sidecar:
             )
             self.metrics_port = await metrics_server.start()
             stack.push_async_callback(metrics_server.stop)
+        if config.console.listen:  # stopped after the drain: its pages see the runs end
+            await self._start_console(stack, identities)
         stack.push_async_callback(self._drain)
         await self._set_health()
         for task in (
@@ -195,9 +205,30 @@ class Sidecar:
             runs=restored,
             tracing=self.tracing is not None,
             metrics_port=self.metrics_port,
+            console=self.console_url or None,
             event_loop=running_loop_name(),
             **_access_summary(config, identities, tls=credentials is not None),
         )
+
+    async def _start_console(
+        self, stack: contextlib.AsyncExitStack, identities: Credentials
+    ) -> None:
+        """Serve the run console (aiohttp is imported here, and only here)."""
+        listen = self.config.console.listen
+        check_console_policy(listen, authenticated=identities.required)
+        from cleveragents.sidecar.console import Console
+
+        console = Console(
+            self.gateway, self.config, identities, self.rejections, console_tls(self.config)
+        )
+        self.console_url = await console.start()
+        self.console = console
+        stack.push_async_callback(self._stop_console)
+
+    async def _stop_console(self) -> None:
+        console, self.console = self.console, None
+        if console is not None:
+            await console.stop()
 
     async def _serve(
         self, identities: Credentials, credentials: grpc.ServerCredentials | None

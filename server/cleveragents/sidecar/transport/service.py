@@ -219,12 +219,13 @@ class ToolRuntimeService:
             )
         try:
             run, cursor = await self.gateway.watch(
-                current_caller(), request.run_id, request.after_sequence
+                current_caller(),
+                request.run_id,
+                request.after_sequence,
+                deltas=request.stream_deltas,
             )
         except SidecarError as exc:
             await abort(context, exc)
-        if request.stream_deltas:
-            run.log.stream_deltas(cursor)
         limit = self.limits.watch_batch if request.batch_events else 0
         try:
             while items := await cursor.get_many(limit):
