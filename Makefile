@@ -174,6 +174,7 @@ bench: install redis-server
 	$(BIN)/python bench/deltas.py  # live model output (issue 18)
 	$(BIN)/python bench/deltas_sse.py  # the same through a loopback SSE provider
 	$(BIN)/python bench/deltas_load.py  # many runs through it, split over client processes
+	$(BIN)/python bench/http_stacks.py  # the providers' HTTP stack beside its peers, per event
 	$(BIN)/python bench/large_outputs.py  # a tool's large output: the run's pause after it
 	$(BIN)/python bench/containment.py  # what three memory attacks cost a sidecar (issue 30)
 	$(BIN)/python bench/console.py  # the run console: nobody looking, and 20 pages following

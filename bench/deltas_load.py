@@ -9,6 +9,13 @@ of runs with a starting ``StreamToolLoop`` (no deltas) and one ``WatchRun`` watc
 deltas/s delivered to the watchers, the added latency from the provider's write (p50/p99), lost
 or reordered deltas (per run: the indexes run on without a gap and the counts add up to what
 the provider sent), and the sidecar's CPU and RSS over the run.
+
+The floor, measured in turns with the sidecar (``BENCH_LOAD_TURNS`` of each, default 1): the
+same streams from the same provider relayed by a bare grpc.aio server (``floor_server.py``'s
+``Relay``: aiohttp reads each answer, and each read goes on to one client stream unparsed),
+watched by the same client processes: what moving a provider's bytes to a gRPC stream costs in
+Python with no logic at all. The ratios are the sidecar's CPU per delta and throughput over
+the floor's in the same turn (the median of the turns).
 Run alone: .venv/bin/python bench/deltas_load.py  (``--profile FILE``: the sidecar runs under
 cProfile and writes its profile to FILE when it stops).
 """
@@ -19,6 +26,8 @@ import argparse
 import asyncio
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +52,7 @@ SECONDS = float(os.environ.get("BENCH_LOAD_SECONDS", "5"))
 PROCS = int(os.environ.get("BENCH_LOAD_PROCS", "2"))
 PROVIDERS = int(os.environ.get("BENCH_LOAD_PROVIDERS", "1"))
 PLAIN = int(os.environ.get("BENCH_LOAD_PLAIN", "0"))
+TURNS = int(os.environ.get("BENCH_LOAD_TURNS", "1"))
 #: The provider's wait before its first chunk (a model's time to first token): every
 #: watcher is there before the first delta, so each delta it gets is a live one.
 FIRST_S = float(os.environ.get("BENCH_LOAD_FIRST_S", "2"))
@@ -105,7 +115,27 @@ async def one_run(stub: Any, run_id: str, profile: str, count: int) -> tuple[lis
     return watcher.result()
 
 
-async def client_main(target: str, first: int, last: int, providers: int) -> None:
+_STAMP = re.compile(rb'"content":"([0-9.]+) "')
+
+
+async def relayed(channel: Any, url: str, count: int) -> tuple[list[float], int, int]:
+    """One answer relayed by the floor: its chunks' latencies (a read may hold several)."""
+    content = f"count={count} interval={1 / RATE} first={FIRST_S}"
+    body = json.dumps({"model": "sse-bench", "stream": True,
+                       "messages": [{"role": "user", "content": content}]})  # fmt: skip
+    call = channel.unary_stream("/floor.Floor/Relay")(f"{url}\n{body}".encode())
+    latencies: list[float] = []
+    async for message in call:
+        now = time.perf_counter()
+        stamps = _STAMP.findall(message)
+        latencies += [now - float(t) for t in stamps]
+        if stamps:
+            RECEIVED[0] = min(RECEIVED[0], now)
+            RECEIVED[1] = max(RECEIVED[1], now)
+    return latencies, len(latencies), 0
+
+
+async def client_main(mode: str, target: str, first: int, last: int, urls: list[str]) -> None:
     count = int(RATE * SECONDS)
     try:
         import uvloop
@@ -119,9 +149,13 @@ async def client_main(target: str, first: int, last: int, providers: int) -> Non
         print("ready", flush=True)
         sys.stdin.readline()  # go
         began = time.perf_counter()
-        results = await asyncio.gather(
-            *(one_run(stub, f"load-{i}", f"sse{i % providers}", count) for i in range(first, last))
-        )
+        if mode == "floor":
+            runs = [relayed(channel, urls[i % len(urls)], count) for i in range(first, last)]
+        else:
+            runs = [
+                one_run(stub, f"load-{i}", f"sse{i % len(urls)}", count) for i in range(first, last)
+            ]
+        results = await asyncio.gather(*runs)
         ended = time.perf_counter()
     latencies = [round(x * 1e3, 3) for r in results for x in r[0]]
     out = {
@@ -158,10 +192,73 @@ def config(ports: list[str], directory: str) -> Path:
     return path
 
 
+def measure(
+    mode: str, target: str, server: subprocess.Popen[str], urls: list[str], providers: list[int]
+) -> dict[str, float]:
+    """One turn: every run at once through ``mode`` (``sidecar`` or ``floor``) at ``target``,
+    whose process is ``server``."""
+    clients: list[subprocess.Popen[str]] = []
+    try:
+        share = -(-RUNS // PROCS)
+        for first in range(0, RUNS, share):
+            last = min(RUNS, first + share)
+            client, ready = start(
+                [sys.executable, __file__, "--client", mode, target, str(first), str(last),
+                 *urls],
+                stdin=subprocess.PIPE,
+            )  # fmt: skip
+            assert ready == "ready", ready
+            clients.append(client)
+        began_cpu = cpu_seconds(server.pid)
+        provider_began = sum(cpu_seconds(pid) for pid in providers)
+        for client in clients:
+            assert client.stdin is not None
+            client.stdin.write("go\n")
+            client.stdin.flush()
+        rss = 0.0
+        outs = []
+        for client in clients:
+            assert client.stdout is not None
+            outs.append(json.loads(client.stdout.readline()))
+            rss = max(rss, rss_mib(server.pid))
+        cpu = cpu_seconds(server.pid) - began_cpu
+        rss = max(rss, rss_mib(server.pid))
+        provider_cpu = sum(cpu_seconds(pid) for pid in providers) - provider_began
+    finally:
+        for client in clients:
+            client.wait(30)
+    # Delivered per second from the first delta received to the last (the runs' starts and
+    # the provider's wait before its first chunk are not counted); CPU over the whole run.
+    elapsed = max(o["ended"] for o in outs) - min(o["began"] for o in outs)
+    wall = max(o["wall"] for o in outs)
+    latencies = [x for o in outs for x in o["latencies_ms"]]
+    delivered = sum(o["delivered"] for o in outs)
+    return {
+        "runs": RUNS,
+        "sent": sum(o["sent"] for o in outs),
+        "delivered": delivered,
+        "reordered": sum(o["reordered"] for o in outs),
+        "late": sum(o["late"] for o in outs),
+        "client_cpu_pct": sum(o["cpu_s"] for o in outs) / wall * 100,
+        "provider_cpu_pct": provider_cpu / wall * 100,
+        "per_s": delivered / elapsed,
+        "p50_ms": pct(latencies, 0.5),
+        "p99_ms": pct(latencies, 0.99),
+        "cpu_pct": cpu / wall * 100,
+        "cpu_us_per_delta": cpu / max(1, delivered) * 1e6,
+        "rss_mib": rss,
+        "seconds": elapsed,
+    }
+
+
 def main(profile: str | None) -> dict[str, float]:
     providers = [start([sys.executable, str(HERE / "sse_server.py"), "--uvloop"])
                  for _ in range(PROVIDERS)]  # fmt: skip
-    clients: list[subprocess.Popen[str]] = []
+    urls = [f"http://127.0.0.1:{port}/v1/chat/completions" for _, port in providers]
+    pids = [process.pid for process, _ in providers]
+    floor, floor_port = start([sys.executable, str(HERE / "floor_server.py")])
+    rows: list[dict[str, float]] = []
+    floors: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as directory:
         path = config([port for _, port in providers], directory)
         command = [str(BIN / "cleveragents-sidecar"), "serve", "--listen", "127.0.0.1:0",
@@ -171,83 +268,52 @@ def main(profile: str | None) -> dict[str, float]:
         sidecar, line = start(command)
         try:
             target = line.rsplit(" ", 1)[1]
-            share = -(-RUNS // PROCS)
-            for first in range(0, RUNS, share):
-                last = min(RUNS, first + share)
-                client, ready = start(
-                    [sys.executable, __file__, "--client", target, str(first), str(last)],
-                    stdin=subprocess.PIPE,
-                )
-                assert ready == "ready", ready
-                clients.append(client)
-            began_cpu = cpu_seconds(sidecar.pid)
-            for client in clients:
-                assert client.stdin is not None
-                client.stdin.write("go\n")
-                client.stdin.flush()
-            rss = 0.0
-            outs = []
-            for client in clients:
-                assert client.stdout is not None
-                outs.append(json.loads(client.stdout.readline()))
-                rss = max(rss, rss_mib(sidecar.pid))
-            cpu = cpu_seconds(sidecar.pid) - began_cpu
-            rss = max(rss, rss_mib(sidecar.pid))
-            provider_cpu = sum(cpu_seconds(process.pid) for process, _ in providers)
+            for _ in range(TURNS):  # in turns, so that both see the machine's moods
+                floors.append(measure("floor", f"127.0.0.1:{floor_port}", floor, urls, pids))
+                rows.append(measure("sidecar", target, sidecar, urls, pids))
         finally:
-            for client in clients:
-                client.wait(30)
-            sidecar.terminate()
-            sidecar.wait(60)
-            for process, _ in providers:
+            for process in (sidecar, floor, *(p for p, _ in providers)):
                 process.terminate()
-                process.wait(15)
-    # Delivered per second from the first delta received to the last (the runs' starts and
-    # the provider's wait before its first chunk are not counted); CPU over the whole run.
-    elapsed = max(o["ended"] for o in outs) - min(o["began"] for o in outs)
-    wall = max(o["wall"] for o in outs)
-    latencies = [x for o in outs for x in o["latencies_ms"]]
-    row = {
-        "runs": RUNS,
-        "sent": sum(o["sent"] for o in outs),
-        "delivered": sum(o["delivered"] for o in outs),
-        "reordered": sum(o["reordered"] for o in outs),
-        "late": sum(o["late"] for o in outs),
-        "client_cpu_pct": sum(o["cpu_s"] for o in outs) / wall * 100,
-        "provider_cpu_pct": provider_cpu / wall * 100,
-        "per_s": sum(o["delivered"] for o in outs) / elapsed,
-        "p50_ms": pct(latencies, 0.5),
-        "p99_ms": pct(latencies, 0.99),
-        "cpu_pct": cpu / wall * 100,
-        "cpu_us_per_delta": cpu / max(1, sum(o["delivered"] for o in outs)) * 1e6,
-        "rss_mib": rss,
-        "seconds": elapsed,
-    }
+                process.wait(60)
+    row = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+    base = {key: statistics.median(r[key] for r in floors) for key in floors[0]}
+    row["floor_cpu_us_per_delta"] = base["cpu_us_per_delta"]
+    row["floor_per_s"] = base["per_s"]
+    row["floor_p50_ms"], row["floor_p99_ms"] = base["p50_ms"], base["p99_ms"]
+    row["cpu_ratio"] = statistics.median(
+        r["cpu_us_per_delta"] / f["cpu_us_per_delta"] for r, f in zip(rows, floors, strict=True)
+    )
     print(
         f"load through a provider: {RUNS} runs x {RATE:g} deltas/s x {SECONDS:g} s, "
         f"{PROCS} client processes, {PROVIDERS} provider process(es), one delta watcher per run"
         + (f" and {PLAIN} plain watcher(s)" if PLAIN else "")
-        + " (target: 1,000 runs, >= 50,000 deltas/s, p99 added <= 10 ms)"
+        + f"; median of {TURNS} turn(s) (targets: <= 30 us sidecar CPU a delta, "
+        ">= 25,000 deltas/s on a core, p99 added <= 10 ms)"
     )
+    for name, r in (("sidecar", row), ("floor", base)):
+        print(
+            f"  {name:8} delivered {r['delivered']:.0f}/{r['sent']:.0f} deltas "
+            f"({r['per_s']:.0f}/s over {r['seconds']:.1f} s, offered {RUNS * RATE:.0f}/s), "
+            f"{r['reordered']:.0f} lost or reordered, {r['late']:.0f} watchers late; latency "
+            f"from the provider's write p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms; "
+            f"CPU {r['cpu_pct']:.0f}% of a core ({r['cpu_us_per_delta']:.0f} us a delta), "
+            f"RSS {r['rss_mib']:.0f} MiB; clients {r['client_cpu_pct']:.0f}%, provider "
+            f"{r['provider_cpu_pct']:.0f}%"
+        )
     print(
-        f"  delivered {row['delivered']:.0f}/{row['sent']:.0f} deltas ({row['per_s']:.0f}/s over "
-        f"{row['seconds']:.1f} s, offered {RUNS * RATE:.0f}/s), {row['reordered']:.0f} lost or "
-        f"reordered, {row['late']:.0f} watchers joined after their call; latency from the "
-        f"provider's write p50 {row['p50_ms']:.2f} ms p99 {row['p99_ms']:.2f} ms; sidecar CPU "
-        f"{row['cpu_pct']:.0f}% of a core ({row['cpu_us_per_delta']:.0f} µs per delta), "
-        f"RSS {row['rss_mib']:.0f} MiB; clients "
-        f"{row['client_cpu_pct']:.0f}%, provider {row['provider_cpu_pct']:.0f}%"
+        f"  sidecar against the floor (a bare aiohttp -> grpc.aio relay): CPU a delta "
+        f"{row['cpu_ratio']:.2f}x, deltas/s {row['per_s'] / base['per_s']:.2f}x"
     )
     return row
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--client", nargs=3, metavar=("TARGET", "FIRST", "LAST"))
+    parser.add_argument("--client", nargs="+", metavar="MODE TARGET FIRST LAST URL")
     parser.add_argument("--profile", metavar="FILE")
     args = parser.parse_args()
     if args.client:
-        target, first, last = args.client
-        asyncio.run(client_main(target, int(first), int(last), PROVIDERS))
+        mode, target, first, last, *urls = args.client
+        asyncio.run(client_main(mode, target, int(first), int(last), urls))
     else:
         main(args.profile)

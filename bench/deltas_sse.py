@@ -4,9 +4,9 @@ A loopback OpenAI-shaped SSE endpoint (``sse_server.py``, its own process) strea
 ``BENCH_SSE_COUNT`` chunks (500) 2 ms apart, each stamped with its write time. The sidecar
 row: a sidecar whose ``sse`` profile (``kind = "openai"``, streaming) points at it runs one
 ``StreamToolLoop`` with ``stream_deltas``, and the client stamps each delta as it arrives
-(provider -> sidecar's httpx2 and SSE parse -> runtime -> gRPC -> client). The floor: the
-same stream read directly by an ``httpx2`` client in this process, with the same SSE parser
-the sidecar uses (``httpx2.EventSource``). Both are measured in the same run, alternately.
+(provider -> sidecar's aiohttp and SSE parse -> runtime -> gRPC -> client). The floor: the
+same stream read directly by an ``aiohttp`` client in this process, with the same SSE decoder
+the sidecar uses (``cleveragents.providers.sse``). Both are measured in the same run, in turns.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import grpc
-import httpx2
 
+from cleveragents.providers.sse import SSEDecoder
 from cleveragents.toolruntime.v1 import service_pb2, service_pb2_grpc, types_pb2
 
 if TYPE_CHECKING:  # mypy runs from the repository root; `python bench/X.py` from bench/
@@ -78,7 +79,7 @@ async def through_sidecar(stub: Any, count: int, interval_s: float) -> list[floa
 
 
 async def direct(
-    client: httpx2.AsyncClient, url: str, count: int, interval_s: float
+    client: aiohttp.ClientSession, url: str, count: int, interval_s: float
 ) -> list[float]:
     """The same stream read by a client of its own: the floor."""
     body = {
@@ -87,15 +88,16 @@ async def direct(
         "messages": [{"role": "user", "content": f"count={count} interval={interval_s}"}],
     }
     latencies: list[float] = []
-    async with client.stream("POST", url, content=json.dumps(body).encode()) as response:
-        response.encoding = "utf-8"
-        async for event in httpx2.EventSource(response):
+    decoder = SSEDecoder(1 << 24)
+    async with client.post(url, data=json.dumps(body).encode()) as response:
+        async for chunk in response.content.iter_any():
             now = time.perf_counter()
-            if event.data == "[DONE]":
-                break
-            for choice in json.loads(event.data).get("choices", []):
-                text = choice.get("delta", {}).get("content") or ""
-                latencies += [now - float(t) for t in text.split()]
+            for event in decoder.feed(chunk):
+                if event.data == "[DONE]":
+                    return latencies
+                for choice in json.loads(event.data).get("choices", []):
+                    text = choice.get("delta", {}).get("content") or ""
+                    latencies += [now - float(t) for t in text.split()]
     return latencies
 
 
@@ -109,7 +111,10 @@ async def latency_row() -> dict[str, float]:
         try:
             target = line.rsplit(" ", 1)[1]
             url = f"http://127.0.0.1:{port}/v1/chat/completions"
-            async with grpc.aio.insecure_channel(target) as channel, httpx2.AsyncClient() as http:
+            async with (
+                grpc.aio.insecure_channel(target) as channel,
+                aiohttp.ClientSession() as http,
+            ):
                 stub: Any = service_pb2_grpc.ToolRuntimeServiceStub(channel)
                 await channel.channel_ready()
                 await through_sidecar(stub, 20, INTERVAL_S)  # warm up both
@@ -129,7 +134,7 @@ async def latency_row() -> dict[str, float]:
     print(f"delta latency through a provider ({len(mine)} SSE chunks 2 ms apart, provider's "
           "write -> client's delta):")  # fmt: skip
     print(f"  sidecar  p50 {p50:.3f} ms  p99 {p99:.3f} ms  (openai profile, stream_deltas)")
-    print(f"  floor    p50 {f50:.3f} ms  p99 {f99:.3f} ms  (the same SSE read by httpx2 directly)")
+    print(f"  floor    p50 {f50:.3f} ms  p99 {f99:.3f} ms  (the same SSE read by aiohttp directly)")
     print(f"  added    p50 {p50 - f50:.3f} ms  p99 {p99 - f99:.3f} ms  "
           f"(ratio p50 {p50 / f50:.2f}x, p99 {p99 / f99:.2f}x)")  # fmt: skip
     return {"p50_ms": p50, "p99_ms": p99, "floor_p50_ms": f50, "floor_p99_ms": f99}

@@ -1,13 +1,13 @@
-"""The vendors' SDKs against plain ``httpx`` for the sidecar's provider adapters.
+"""The vendors' SDKs against plain HTTP clients for the sidecar's provider adapters.
 
 Measures, in fresh interpreters, the import time and resident memory each client adds, then
 the client-side CPU per request (and wall time) of a chat turn with tools against a loopback
 fake provider that answers at once with a realistic response, so that what is left is the
 client's own cost: building the request, HTTP, parsing, and conversion to an ``LLMResponse``.
 The fake server runs in a subprocess so its CPU is not counted. Our adapters run on
-``httpx2``; the SDKs and ``httpx`` 0.28 (the floor of the original plan) are not
-dependencies:
-    .venv/bin/pip install openai anthropic httpx
+``aiohttp``; the SDKs, ``httpx`` 0.28 (the floor of the original plan) and ``httpx2`` (the
+adapters' client before ``bench/http_stacks.py`` chose aiohttp) are not dependencies:
+    .venv/bin/pip install openai anthropic httpx httpx2
 Run: .venv/bin/python bench/providers.py [--requests N] [--concurrency C]
 """
 
@@ -231,11 +231,12 @@ async def measure(call: Call, requests: int, concurrency: int) -> tuple[float, f
 
 async def contenders(base: str) -> dict[str, tuple[Call, Callable[[], Awaitable[None]]]]:
     """Each contender's one-request coroutine factory and its clean-up."""
-    import httpx2
+    import aiohttp
 
     # Not dependencies, so untyped here: mypy passes whether or not they are installed.
     anthropic: Any = importlib.import_module("anthropic")
     httpx: Any = importlib.import_module("httpx")
+    httpx2: Any = importlib.import_module("httpx2")
     openai: Any = importlib.import_module("openai")
 
     from cleveragents.providers import AnthropicMessagesCaller, OpenAIChatCaller
@@ -263,7 +264,14 @@ async def contenders(base: str) -> dict[str, tuple[Call, Callable[[], Awaitable[
         )
         json.loads(response.content)
 
-    shared = httpx2.AsyncClient()
+    raw3 = aiohttp.ClientSession()
+
+    async def raw3_post() -> None:
+        url = f"{base}/v1/chat/completions"
+        async with raw3.post(url, data=raw_body.encode(), headers=headers) as response:
+            json.loads(await response.read())
+
+    shared = aiohttp.ClientSession()
     ours_o = OpenAIChatCaller(MODEL, base_url=f"{base}/v1", api_key=KEY, client=shared)
     ours_a = AnthropicMessagesCaller(MODEL, base_url=base, api_key=KEY, client=shared)
 
@@ -310,7 +318,7 @@ async def contenders(base: str) -> dict[str, tuple[Call, Callable[[], Awaitable[
         return await ours_a.call(request_a)
 
     async def close_shared() -> None:
-        await shared.aclose()
+        await shared.close()
 
     async def nothing() -> None:
         return None
@@ -318,6 +326,7 @@ async def contenders(base: str) -> dict[str, tuple[Call, Callable[[], Awaitable[
     return {
         "httpx 0.28: POST + json.loads (floor)": (raw_post, raw.aclose),
         "httpx2: POST + json.loads (floor)": (raw2_post, raw2.aclose),
+        "aiohttp: POST + json.loads (floor)": (raw3_post, raw3.close),
         "ours: OpenAIChatCaller.call": (ours_openai, nothing),
         "ours: AnthropicMessagesCaller.call": (ours_anthropic, close_shared),
         "openai SDK: chat.completions.create": (openai_sdk, sdk_o.close),
@@ -350,12 +359,19 @@ def main() -> None:
     if args.serve:
         asyncio.run(serve())
         return
-    if absent := missing(("openai", "anthropic", "httpx")):
+    if absent := missing(("openai", "anthropic", "httpx", "httpx2")):
         sys.exit(f"install the contenders first: .venv/bin/pip install {' '.join(absent)}")
 
     print("import (fresh interpreter, median)")
     print(f"{'module':<32} {'ms':>8} {'+MiB RSS':>9} {'modules':>8}")
-    for module in ("httpx", "httpx2", "cleveragents.providers.openai", "openai", "anthropic"):
+    for module in (
+        "httpx",
+        "httpx2",
+        "aiohttp",
+        "cleveragents.providers.openai",
+        "openai",
+        "anthropic",
+    ):
         ms, mib, modules = import_cost(module, args.import_repeat)
         print(f"{module:<32} {ms:8.0f} {mib:9.1f} {modules:8d}")
 

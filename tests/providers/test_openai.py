@@ -7,9 +7,11 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import grpc
 import pytest
 
-from cleveragents.providers import OpenAIChatCaller, ProviderError
+from cleveragents.providers import AnswerTooLargeError, OpenAIChatCaller, ProviderError
+from cleveragents.sidecar.status import status_of
 from cleveragents.tool import (
     ErrorKind,
     LLMCallError,
@@ -456,3 +458,30 @@ async def test_the_key_is_scrubbed_from_an_error_that_quotes_it(
     assert SECRET not in str(caught.value)
     assert SECRET not in repr(caught.value)
     assert "Incorrect API key provided: [redacted]." in str(caught.value)
+
+
+async def test_a_whole_answer_body_past_its_bound_is_refused_unread(
+    provider: FakeProvider, make_caller: Factory
+) -> None:
+    """Six bytes a character of ``max_answer_chars`` and 1 MiB more; the answer here is far
+    smaller, but the body is not."""
+    padding = "x" * (1024 * 1024 + 700)
+    provider.queue(ok({**openai_completion("short"), "padding": padding}))
+
+    with pytest.raises(AnswerTooLargeError) as caught:
+        await make_caller(max_answer_chars=100).call(request())
+
+    assert str(caught.value).startswith("openai: HTTP 200: the response body passed 1049176 bytes")
+    assert "request id req_ok" in str(caught.value)
+    assert status_of(caught.value) is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_a_whole_answer_body_within_its_bound_is_read(
+    provider: FakeProvider, make_caller: Factory
+) -> None:
+    padding = "x" * (1024 * 1024)
+    provider.queue(ok({**openai_completion("short"), "padding": padding}))
+
+    response = await make_caller(max_answer_chars=100).call(request())
+
+    assert response.content == "short"

@@ -305,6 +305,18 @@ async def test_an_event_that_is_not_json_ends_the_call_naming_it(
     assert status_of(caught.value) is grpc.StatusCode.FAILED_PRECONDITION
 
 
+async def test_an_event_with_a_number_json_has_not_ends_the_call_saying_so(
+    provider: FakeProvider, make_caller: Factory
+) -> None:
+    provider.queue(sse(b'data: {"choices":[],"usage":{"prompt_tokens":NaN}}\n\n'))
+
+    with pytest.raises(ProviderError) as caught:
+        await make_caller().call(request())
+
+    assert "NaN is not a JSON number" in str(caught.value)
+    assert status_of(caught.value) is grpc.StatusCode.FAILED_PRECONDITION
+
+
 async def test_a_stream_of_only_keep_alives_times_out_unavailable(
     provider: FakeProvider, make_caller: Factory
 ) -> None:
@@ -357,3 +369,29 @@ async def test_a_whole_answer_with_an_error_beside_its_choices_fails_with_the_pr
         await make_caller(stream=False).call(request())
 
     assert "the provider answered with an error: 400: Token limit reached" in str(caught.value)
+
+
+async def test_streams_read_to_their_end_reuse_one_connection(
+    provider: FakeProvider, make_caller: Factory
+) -> None:
+    provider.queue(sse(streams.OPENAI_TEXT), sse(streams.OPENAI_TEXT))
+    caller = make_caller()
+
+    for _ in range(2):
+        assert (await caller.call(request())).content == streams.OPENAI_TEXT_CONTENT
+
+    assert provider.connections == 1
+
+
+async def test_a_connection_left_mid_stream_is_not_reused(
+    provider: FakeProvider, make_caller: Factory
+) -> None:
+    """The answer passed its bound while the body went on: the rest is never read."""
+    provider.queue(sse(streams.openai_stream("x" * 600), stall=True), sse(streams.OPENAI_TEXT))
+    caller = make_caller(max_answer_chars=500)
+
+    with pytest.raises(AnswerTooLargeError):
+        await caller.call(request())
+    await caller.call(request())
+
+    assert provider.connections == 2

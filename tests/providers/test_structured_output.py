@@ -198,8 +198,9 @@ async def test_chat_streams_the_answer_as_text_deltas_that_join_to_the_json(
 
     result, events = await run(chat(provider, callers, stream=True), STRICT)
 
+    # As many deltas as reads brought text (the two pieces may come in one read, joined).
     deltas = [e.text for e in events if isinstance(e, LLMDelta) and e.text]
-    assert len(deltas) == 2
+    assert deltas
     assert "".join(deltas) == result.output_json == ANSWER
 
 
@@ -372,8 +373,9 @@ async def test_anthropic_answer_tool_streams_its_input_as_the_answer_text(
 
     result, events = await run(caller, STRICT)
 
-    deltas = [e.text for e in events if isinstance(e, LLMDelta) and e.text]
-    assert deltas == list(pieces)
+    deltas = [e for e in events if isinstance(e, LLMDelta)]
+    assert "".join(d.text for d in deltas) == "".join(pieces)  # joined per read, in order
+    assert all(d.tool_call_index is None for d in deltas)  # text, not a call's arguments
     assert result.output_json == ANSWER
     assert result.tool_call_history == ()
 

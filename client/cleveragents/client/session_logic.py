@@ -12,6 +12,7 @@ import collections
 import contextlib
 import dataclasses
 import inspect
+import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -38,7 +39,9 @@ from cleveragents.wire import (
     SessionOpening,
     approval_request,
     events_of,
+    join_delta_requests,
     llm_delta_request,
+    llm_deltas_request,
     llm_result_request,
     parse_json_object,
     session_start_to_pb,
@@ -47,6 +50,7 @@ from cleveragents.wire import (
 
 __all__ = [
     "LEAVING",
+    "MAX_DELTAS_A_MESSAGE",
     "ApprovalJob",
     "Job",
     "LlmJob",
@@ -64,6 +68,10 @@ LEAVING = session_pb2.SessionRequest(
 _ANSWERS_KEPT = 1024
 #: Waits between re-attach attempts: from a blink to a second.
 _BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+#: The most deltas one message carries when an LLM streams faster than they are written.
+MAX_DELTAS_A_MESSAGE = 256
+#: No message taken ahead (``None`` in a session's queue ends its stream).
+_NOTHING = object()
 #: The details of the status gRPC gives a call whose write failed on a broken connection.
 _CORE_SEND_FAILED = "Internal error from Core"
 
@@ -129,6 +137,8 @@ class SessionLogic:
         )
         #: Ids whose work is under way (an invocation sent again does not start it twice).
         self.working: set[str] = set()
+        #: The LLM invocations whose deltas the sidecar takes several to a message.
+        self.delta_batches: set[str] = set()
         self.start = session_start_to_pb(
             SessionOpening(
                 run_request(prompt, output_type=output_type, **options),
@@ -229,6 +239,8 @@ class SessionLogic:
                 call_id = job.invocation.call_id
                 return tool_result_request(call_id, None, _PASSED.format("call", call_id))
         if isinstance(job, LlmJob):
+            if job.invocation.accepts_delta_batches:
+                self.delta_batches.add(job.invocation.request_id)
             try:
                 async with asyncio.timeout(_seconds_left(job.invocation)):
                     if send is None:
@@ -249,20 +261,66 @@ class SessionLogic:
             return tool_result_request(invocation.call_id, None, describe(exc))
         return tool_result_request(invocation.call_id, output, None)
 
+    def joins(
+        self, message: session_pb2.SessionRequest, previous: session_pb2.SessionRequest
+    ) -> bool:
+        """Whether ``message`` may go in one message with ``previous``: both ``llm_delta``s
+        of one answer whose invocation ``accepts_delta_batches``."""
+        return (
+            message.WhichOneof("kind") == "llm_delta"
+            and previous.WhichOneof("kind") == "llm_delta"
+            and message.llm_delta.request_id == previous.llm_delta.request_id
+            and message.llm_delta.request_id in self.delta_batches
+        )
+
+    def requests(
+        self, outgoing: queue.SimpleQueue[session_pb2.SessionRequest | None]
+    ) -> Iterator[session_pb2.SessionRequest]:
+        """The messages queued in ``outgoing`` up to ``None``, in order, as a blocking writer
+        takes them: the deltas of one answer queued while it wrote the last message go in one
+        (``joins``), up to ``MAX_DELTAS_A_MESSAGE``."""
+        message = outgoing.get()
+        while message is not None:
+            run: list[session_pb2.SessionRequest] = [message]
+            after: session_pb2.SessionRequest | object | None = _NOTHING
+            while len(run) < MAX_DELTAS_A_MESSAGE:
+                try:
+                    taken = outgoing.get_nowait()
+                except queue.Empty:
+                    break
+                if taken is None or not self.joins(taken, run[-1]):
+                    after = taken
+                    break
+                run.append(taken)
+            yield join_delta_requests(run)
+            message = outgoing.get() if after is _NOTHING else after  # type: ignore[assignment]
+
     async def _streaming(
         self, invocation: session_pb2.LlmInvocation, send: Sender
     ) -> session_pb2.SessionRequest:
-        """Ask the LLM, sending each delta it streams (in order) while it answers."""
+        """Ask the LLM, sending the deltas it streams (in order) while it answers: each as it
+        comes, or, to a sidecar that takes them so, those that came while the last message
+        was being written, together in the next."""
         queue: asyncio.Queue[ResponseDelta | None] = asyncio.Queue()
+        most = MAX_DELTAS_A_MESSAGE if invocation.accepts_delta_batches else 1
 
         async def pump() -> None:
-            index = 0
-            while (delta := await queue.get()) is not None:
-                if isinstance(delta, ResponseDelta):
-                    sent = send(llm_delta_request(invocation.request_id, index, delta))
-                    if inspect.isawaitable(sent):
-                        await sent
-                    index += 1
+            index, ended = 0, False
+            while not ended and (delta := await queue.get()) is not None:
+                taken = [delta] if isinstance(delta, ResponseDelta) else []
+                while len(taken) < most and not queue.empty():
+                    more = queue.get_nowait()
+                    if more is None:
+                        ended = True
+                        break
+                    if isinstance(more, ResponseDelta):
+                        taken.append(more)
+                if not taken:
+                    continue
+                sent = send(llm_deltas_request(invocation.request_id, index, taken))
+                if inspect.isawaitable(sent):
+                    await sent
+                index += len(taken)
 
         loop, here = asyncio.get_running_loop(), threading.get_ident()
 

@@ -302,8 +302,7 @@ class SidecarClient(TypedRuns):
             outgoing.put(first)
 
             def requests() -> Iterator[session_pb2.SessionRequest]:
-                while (message := outgoing.get()) is not None:
-                    yield message
+                return logic.requests(outgoing)
 
             return self._stub.Session(
                 requests(), metadata=self._metadata, timeout=timeout

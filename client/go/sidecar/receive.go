@@ -88,15 +88,11 @@ type reading struct {
 	deltas   *deltaDedup
 }
 
-// take handles one response of stream attach: the invocation's work starts first, then the
-// events that came before it are handed out in order.
+// take handles one response of stream attach: the events that came before its invocation are
+// handed out in order, then the invocation's work starts. So a reader that stops taking
+// events holds back the call behind them, whether they came in its message (batch_events) or
+// in messages of their own.
 func (s *Session) take(resp *pb.SessionResponse, attach int, r *reading) {
-	if inv := resp.GetToolInvocation(); inv != nil {
-		s.work("tool:"+inv.GetCallId(), attach, func() *pb.SessionRequest { return s.invoke(inv) })
-	}
-	if inv := resp.GetLlmInvocation(); inv != nil && s.opts.LLM != nil {
-		s.work("llm:"+inv.GetRequestId(), attach, func() *pb.SessionRequest { return s.answerLLM(inv) })
-	}
 	events := resp.GetEvents()
 	if ev := resp.GetEvent(); ev != nil {
 		events = append(events, ev)
@@ -125,6 +121,12 @@ func (s *Session) take(resp *pb.SessionResponse, attach int, r *reading) {
 			s.halfClose() // nothing more to say: the run is over
 		}
 		s.deliver(ev) // false: the session was dropped, and the stream's end follows
+	}
+	if inv := resp.GetToolInvocation(); inv != nil {
+		s.work("tool:"+inv.GetCallId(), attach, func() *pb.SessionRequest { return s.invoke(inv) })
+	}
+	if inv := resp.GetLlmInvocation(); inv != nil && (s.opts.LLM != nil || s.opts.StreamingLLM != nil) {
+		s.work("llm:"+inv.GetRequestId(), attach, func() *pb.SessionRequest { return s.answerLLM(inv) })
 	}
 }
 

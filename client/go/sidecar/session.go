@@ -51,6 +51,9 @@ type SessionOptions struct {
 	// LLM, when set, makes this process the run's LLM (client_llm): the sidecar sends it each
 	// LLM invocation, with the whole conversation, and waits for its answer.
 	LLM LLMFunc
+	// StreamingLLM, when set instead of LLM, makes this process the run's LLM and streams each
+	// answer's pieces to the sidecar before it (see StreamingLLMFunc).
+	StreamingLLM StreamingLLMFunc
 	// Approve, when set, decides the run's approval requests (handles_approvals); otherwise
 	// they wait for the DecideApproval RPC or time out.
 	Approve ApprovalFunc
@@ -140,9 +143,15 @@ func (c *Client) StartSession(ctx context.Context, opts SessionOptions) (*Sessio
 	if opts.Spec == nil {
 		return nil, errors.New("SessionOptions.Spec is required")
 	}
+	if opts.LLM != nil && opts.StreamingLLM != nil {
+		return nil, errors.New("set SessionOptions.LLM or StreamingLLM, not both")
+	}
+	// BatchEvents: receive unpacks SessionResponse.events, so the events that precede an
+	// invocation come in its message, one message an iteration instead of one an event.
 	start := &pb.SessionStart{
-		Spec: opts.Spec, HandlesApprovals: opts.Approve != nil, ClientLlm: opts.LLM != nil,
-		StreamDeltas: opts.StreamDeltas,
+		Spec: opts.Spec, HandlesApprovals: opts.Approve != nil,
+		ClientLlm:    opts.LLM != nil || opts.StreamingLLM != nil,
+		StreamDeltas: opts.StreamDeltas, BatchEvents: true,
 	}
 	tools := make(map[string]Tool, len(opts.Tools))
 	for _, tool := range opts.Tools {

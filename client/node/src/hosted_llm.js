@@ -110,7 +110,8 @@ export class HostedLlm {
       request.messages = [...this.#conversation];
       let response = await untilAborted(Promise.resolve(this.#llm(request)), signal);
       if (streams(response)) {
-        response = await streamAnswer(response, requestId, send, signal);
+        const batches = invocation.accepts_delta_batches === true;
+        response = await streamAnswer(response, requestId, send, signal, batches);
       }
       if (typeof response === 'string') response = { content: response };
       if (!response || typeof response !== 'object') {

@@ -83,12 +83,19 @@ function toDelta(piece, index) {
   return { delta, usage: piece.usage ?? null };
 }
 
+/** @internal The most pieces one message carries when an LLM streams faster than they are written. */
+export const MAX_DELTAS_A_MESSAGE = 256;
+
 /**
  * @internal
- * Send each piece `stream` yields as an `llm_delta` of `requestId` (through `send`, in order,
- * each written before the next is taken), and return the answer: what the generator returned
- * (a response or a string) or, when it returns nothing, the answer its pieces spell (the text
- * joined, each tool call's id, name and joined arguments JSON text, the last usage).
+ * Send each piece `stream` yields as a delta of `requestId` (through `send`, in order), and
+ * return the answer: what the generator returned (a response or a string) or, when it returns
+ * nothing, the answer its pieces spell (the text joined, each tool call's id, name and joined
+ * arguments JSON text, the last usage). With `batches` (the invocation's
+ * `accepts_delta_batches`), the pieces taken while the last message was being written go
+ * together in the next, an `llm_deltas` of up to `MAX_DELTAS_A_MESSAGE` (one alone goes as an
+ * `llm_delta`); without it each goes in an `llm_delta` of its own. No more than that many
+ * are taken ahead of what is written, and the answer waits for them all.
  *
  * The stream is closed (`return()`, so a generator's `finally` runs) whenever it is left
  * before its end: a bad piece, a failed send, or `signal` aborting (the invocation's deadline,
@@ -99,16 +106,19 @@ function toDelta(piece, index) {
  * @param {string} requestId
  * @param {(message: object) => Promise<void>} send
  * @param {AbortSignal} signal
+ * @param {boolean} [batches]
  */
-export async function streamAnswer(stream, requestId, send, signal) {
+export async function streamAnswer(stream, requestId, send, signal, batches = false) {
   const iterator = stream[Symbol.asyncIterator]();
   const text = [];
   const calls = new Map();
   let usage = null;
   let open = true; // false once the iterator has ended by itself (done, or thrown)
+  const writer = new DeltaWriter(send, batches ? MAX_DELTAS_A_MESSAGE : 1);
   try {
     for (let index = 0; ; index += 1) {
       signal.throwIfAborted(); // no more is taken once nobody waits for the answer
+      writer.check();
       const next = Promise.resolve(iterator.next());
       next.then(
         (step) => {
@@ -120,6 +130,7 @@ export async function streamAnswer(stream, requestId, send, signal) {
       );
       const { value, done } = await untilAborted(next, signal);
       if (done) {
+        await untilAborted(writer.drained(), signal);
         if (value !== undefined && value !== null) return value;
         const toolCalls = [...calls.keys()].sort((a, b) => a - b).map((key) => {
           const call = calls.get(key);
@@ -139,10 +150,74 @@ export async function streamAnswer(stream, requestId, send, signal) {
         call.arguments.push(delta.arguments);
       }
       if (said) usage = said;
-      await send({ llm_delta: { request_id: requestId, index, ...delta } });
+      await untilAborted(writer.add({ request_id: requestId, index, ...delta }), signal);
     }
   } finally {
     if (open) await close(iterator, signal);
+  }
+}
+
+/**
+ * The writes of one answer's deltas: one message in flight at a time, the deltas taken
+ * meanwhile sent together in the next (up to `most`).
+ */
+class DeltaWriter {
+  /** @type {object[]} deltas taken, not yet sent */
+  #pending = [];
+  /** @type {Promise<void> | null} the writes under way, until nothing is pending */
+  #writing = null;
+  /** @type {unknown} why a write failed */
+  #failed = undefined;
+  #send;
+  #most;
+
+  /**
+   * @param {(message: object) => Promise<void>} send
+   * @param {number} most
+   */
+  constructor(send, most) {
+    this.#send = send;
+    this.#most = most;
+  }
+
+  /** A failed write ends the answer: its error, thrown when the next piece would be taken. */
+  check() {
+    if (this.#failed !== undefined) throw this.#failed;
+  }
+
+  /**
+   * Queue `delta`; resolves at once, unless `most` are queued behind a write already (then
+   * once that write is done: no more is taken ahead than a message carries).
+   *
+   * @param {object} delta
+   * @returns {Promise<void>}
+   */
+  add(delta) {
+    this.#pending.push(delta);
+    if (!this.#writing) {
+      this.#writing = this.#write();
+      return Promise.resolve();
+    }
+    return this.#pending.length >= this.#most ? this.drained() : Promise.resolve();
+  }
+
+  /** Resolves once every delta queued is written; rejects with a write's error. */
+  async drained() {
+    while (this.#writing) await this.#writing;
+    this.check();
+  }
+
+  async #write() {
+    try {
+      while (this.#pending.length > 0 && this.#failed === undefined) {
+        const batch = this.#pending.splice(0, this.#most);
+        await this.#send(batch.length === 1 ? { llm_delta: batch[0] } : { llm_deltas: { deltas: batch } });
+      }
+    } catch (error) {
+      this.#failed = error;
+    } finally {
+      this.#writing = null;
+    }
   }
 }
 

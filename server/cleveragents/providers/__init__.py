@@ -1,11 +1,12 @@
 """LLM provider adapters: ``LLMCaller``s for OpenAI Chat Completions, the OpenAI Responses API
 and Anthropic Messages.
 
-All speak plain HTTP through ``httpx2`` (the maintained continuation of ``httpx``, and the
-client the vendors' SDKs themselves now use; the README says why not the SDKs), with our own
-retry policy and a connection pool that can be shared across runs. ``ProviderError`` and
-``RetryPolicy`` are importable without loading ``httpx2``; the callers load it on first
-access, so that a sidecar with no provider profile does not pay for it.
+All speak plain HTTP through ``aiohttp`` (whose HTTP parser is C: a streamed delta costs a
+fraction of what it did on httpx2, ``bench/http_stacks.py``; the vendors' SDKs offer it as
+their transport too), with our own retry policy, server-sent events read per read
+(``cleveragents.providers.sse``) and a connection pool that can be shared across runs.
+``ProviderError`` and ``RetryPolicy`` are importable without loading ``aiohttp``; the callers
+load it on first access, so that a sidecar with no provider profile does not pay for it.
 """
 
 from __future__ import annotations

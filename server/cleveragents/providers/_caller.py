@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
-import httpx2
+import aiohttp
 import structlog
 
 from cleveragents.providers import RESERVED_PARAMS
@@ -22,7 +22,7 @@ from cleveragents.providers._assembly import (
     Assembler,
     StreamFailure,
 )
-from cleveragents.providers._http import Reply, Transport, describe_error
+from cleveragents.providers._http import Reply, Transport, describe_error, max_body_bytes
 from cleveragents.providers._output import strict_problem
 from cleveragents.providers._retry import AnswerTooLargeError, ProviderError, RetryPolicy
 from cleveragents.providers._stream import MAX_EVENT_BYTES, post_stream
@@ -45,15 +45,16 @@ class HTTPCaller:
     """An ``LLMCaller`` over one provider's HTTP API (see the subclasses).
 
     ``params`` are generation parameters copied into every request body (``temperature``,
-    ``max_tokens``, ``top_p``…). ``client`` is a shared ``httpx2.AsyncClient``; without one the
-    caller makes its own on first use and :meth:`aclose` closes it. ``retry`` sets the waits
+    ``max_tokens``, ``top_p``…). ``client`` is a shared ``aiohttp.ClientSession``; without one
+    the caller makes its own on first use and :meth:`aclose` closes it. ``retry`` sets the waits
     between the ``max_retries`` retries. ``stream`` asks for the answer as server-sent events
     and hands each piece to the request's ``deltas`` sink as it arrives; ``strict_tools``
     marks tool schemas ``strict`` (OpenAI's and Anthropic's APIs both take it), so the model's
     arguments always match them. ``max_answer_chars`` bounds a streamed answer: once its
     text, tool-call arguments, ids and names pass that many characters the call fails with
     :class:`~cleveragents.providers.AnswerTooLargeError` (naming ``max_answer_setting``, the
-    setting it came from) and the rest of the stream is not read.
+    setting it came from) and the rest of the stream is not read; a whole answer's body is
+    read up to six bytes a character of it and 1 MiB more, and no further (the same error).
     """
 
     provider: ClassVar[str]
@@ -69,7 +70,7 @@ class HTTPCaller:
         timeout_s: float = 60.0,
         max_retries: int = 2,
         params: Mapping[str, Any] | None = None,
-        client: httpx2.AsyncClient | None = None,
+        client: aiohttp.ClientSession | None = None,
         retry: RetryPolicy | None = None,
         profile: str = "",
         stream: bool = False,
@@ -119,6 +120,7 @@ class HTTPCaller:
             secret=api_key,
             # Named in its errors with its endpoint, so that an operator knows which failed.
             where=f"profile {profile!r} at {self.url}" if profile else "",
+            max_body=max_body_bytes(max_answer_chars),
         )
 
     def __repr__(self) -> str:
@@ -167,9 +169,9 @@ class HTTPCaller:
             return self._parse(reply, request.iteration)
         assembler = self.assembler(request)
 
-        def on_event(event: Any) -> bool:
+        def on_events(events: Any) -> bool:
             try:
-                return assembler.feed(event)
+                return assembler.feed_read(events)
             except StreamFailure as failure:
                 raise self._transport.error(
                     f"the provider ended the stream with an error: {describe_error(failure.error)}",
@@ -189,7 +191,7 @@ class HTTPCaller:
 
         try:
             reply = await post_stream(
-                self._transport, self.url, self._headers, self.stream_body(body), on_event,
+                self._transport, self.url, self._headers, self.stream_body(body), on_events,
                 self.max_event_bytes,
             )  # fmt: skip
         except ProviderError as error:

@@ -1,13 +1,17 @@
 """A streaming POST: the provider's answer as server-sent events, read as they arrive.
 
-The events are parsed by ``httpx2.EventSource`` (httpx2's own SSE reader, derived from the
-maintained ``httpx-sse``): it buffers lines across TCP chunks, skips keep-alive comments and
-decodes UTF-8 incrementally, so a character split between two chunks arrives whole. The body
-is read as UTF-8 whatever the ``content-type`` says, as the SSE standard requires.
+Each read of the body goes to :class:`~cleveragents.providers.sse.SSEDecoder` whole, and the
+events it completes go to the sink together, so that the sink can join the deltas of one read
+into one (a provider that is ahead, or a burst, costs per read, not per event). The decoder
+buffers lines across reads, skips keep-alive comments and decodes UTF-8 per whole line, so a
+character split between two reads arrives whole. The body is read as UTF-8 whatever the
+``content-type`` says, as the SSE standard requires.
 
-Every event must come within the timeout of the one before: httpx's read timeout alone would
-be reset by the keep-alive comments some proxies send forever, so an idle timer re-armed per
-event ends such a stream (``UNAVAILABLE``, "no event within …s (only keep-alives)").
+The response's headers must come within the timeout; after that every event must come within
+the timeout of the one before: a read timeout alone would be reset by the keep-alive comments
+some proxies send forever, so an idle timer re-armed per read that brought events ends such a
+stream (``UNAVAILABLE``, "no event within …s (only keep-alives)"), and nothing else times a
+read (a timer re-armed on every read of every stream costs more than the read).
 
 Retries follow the transport's policy, but only until the first event has been handed on:
 once a piece of the answer has gone out to the run's watchers, a second request could answer
@@ -22,28 +26,39 @@ included. A sink that raises stops the reading there: the rest of the body is no
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-import httpx2
+import aiohttp
 
-from cleveragents.providers._http import Reply, Transport, error_text, request_id_of
+from cleveragents.providers._http import (
+    Body,
+    Reply,
+    Transport,
+    error_text,
+    read_body,
+    request_id_of,
+)
 from cleveragents.providers._retry import ProviderError, is_retryable_status, retry_after_s
+from cleveragents.providers.sse import ServerSentEvent, SSEDecoder, SSEError
 from cleveragents.tool.jsontext import Encoder
 
 __all__ = ["MAX_EVENT_BYTES", "EventSink", "post_stream"]
 
 _encode = Encoder(separators=(",", ":"))
 #: The largest one event may be: ``response.completed`` repeats the whole answer, so well
-#: above httpx2's default of 1 MiB, but bounded, so that a stream without line ends cannot
-#: fill the sidecar's memory.
+#: above the 1 MiB SSE readers commonly allow, but bounded, so that a stream without line
+#: ends cannot fill the sidecar's memory.
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 #: The share of a stream's idle timeout by which its timer is re-armed late (see ``_attempt``).
 _IDLE_SLACK = 0.01
+#: An error body is read this far at most.
+_MAX_ERROR_BODY = 64 * 1024
 
-#: Takes one event of the stream; returns ``True`` when the stream is complete (``[DONE]``,
-#: ``message_stop``…), after which the rest of the body is not read.
-EventSink = Callable[[httpx2.ServerSentEvent], bool]
+#: Takes the events of one read of the stream, in order (at least one); returns ``True``
+#: when they completed it (``[DONE]``, ``message_stop``…), after which the rest of the body
+#: is not read.
+EventSink = Callable[[Sequence[ServerSentEvent]], bool]
 
 
 class _Broken(Exception):
@@ -67,8 +82,7 @@ async def post_stream(
     with the JSON object of a server that answered with a whole body instead of a stream (some
     OpenAI-compatible servers ignore ``stream``). Raises ``ProviderError``: after the retries
     for a failure before the first event; at once (``retryable``) for a stream that breaks,
-    stalls past the timeout or ends early after it; and whatever ``sink`` raises. An event
-    over ``max_event_bytes`` ends the call.
+    stalls past the timeout or ends early after it; and whatever ``sink`` raises.
     """
     content = _encode(body).encode()
     headers = {**headers, "accept": "text/event-stream"}
@@ -103,77 +117,98 @@ async def _attempt(
     events = 0
     status: int | None = None
     request_id: str | None = None
+    timeout_s = transport.timeout_s
+    try:  # connected within the timeout, the response's headers within it too
+        async with asyncio.timeout(timeout_s * (1 + _IDLE_SLACK)):
+            response = await transport.client.post(
+                url, data=content, headers=headers, timeout=transport.connecting
+            )
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        _fail(transport, exc, "no response", status, request_id, events)
     try:
-        async with transport.client.stream(
-            "POST", url, content=content, headers=headers, timeout=transport.timeout_s
-        ) as response:
-            status, request_id = response.status_code, request_id_of(response)
-            if not response.is_success:
-                await response.aread()
-                raise _Retry(
-                    transport.error(
-                        error_text(response),
-                        status=status,
-                        request_id=request_id,
-                        retryable=is_retryable_status(status),
-                    ),
-                    retry_after_s(response.headers),
-                )
-            kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-            if kind != "text/event-stream":
-                await response.aread()
-                return transport.reply(response, request_id)
-            response.encoding = "utf-8"
-            loop, seen = asyncio.get_running_loop(), 0
-            # Re-armed only once this much of the idle time is used, to a deadline this much
-            # later than the timeout: never sooner than the timeout after the last event, and
-            # not one timer re-armed per event (a fast stream has hundreds a second).
-            slack = transport.timeout_s * _IDLE_SLACK
-            try:
-                async with asyncio.timeout(transport.timeout_s + slack) as idle:
-                    source = httpx2.EventSource(response, max_event_size=max_event_bytes)
-                    rearm_at = loop.time() + slack
-                    async for event in source:
-                        events += 1
-                        if sink(event):
-                            return Reply({}, status, request_id)
-                        if (now := loop.time()) >= rearm_at:
-                            idle.reschedule(now + transport.timeout_s + slack)
-                            rearm_at = now + slack
-                        seen = response.num_bytes_downloaded
-            except TimeoutError:
-                kept_alive = response.num_bytes_downloaded > seen
-                what = "no event" if kept_alive else "the stream stalled: no data"
-                failure = f"{what} within {transport.timeout_s:g}s"
-                failure += " (only keep-alives)" if kept_alive else " (idle timer)"
-                _fail(transport, failure, status, request_id, events)
+        status, request_id = response.status, request_id_of(response)
+        if not 200 <= status < 300:
+            async with asyncio.timeout(timeout_s):
+                data = await read_body(response, _MAX_ERROR_BODY)
+            body = Body(status, response.reason or "", response.headers, data or b"")
+            raise _Retry(
+                transport.error(
+                    error_text(body),
+                    status=status,
+                    request_id=request_id,
+                    retryable=is_retryable_status(status),
+                ),
+                retry_after_s(response.headers),
+            )
+        kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if kind != "text/event-stream":
+            async with asyncio.timeout(timeout_s):
+                data = await read_body(response, transport.max_body)
+            return transport.reply(
+                Body(status, response.reason or "", response.headers, data or b""), request_id
+            )
+        loop, read, seen = asyncio.get_running_loop(), 0, 0
+        # Re-armed only once this much of the idle time is used, to a deadline this much
+        # later than the timeout: never sooner than the timeout after the last event, and
+        # not one timer re-armed per read (a fast stream has hundreds a second).
+        slack = timeout_s * _IDLE_SLACK
+        decoder = SSEDecoder(max_event_bytes)
+        try:
+            async with asyncio.timeout(timeout_s + slack) as idle:
+                rearm_at = loop.time() + slack
+                async for chunk in response.content.iter_any():
+                    read += len(chunk)
+                    got = decoder.feed(chunk)
+                    if not got:
+                        continue
+                    events += len(got)
+                    if sink(got):
+                        return Reply({}, status, request_id)
+                    if (now := loop.time()) >= rearm_at:
+                        idle.reschedule(now + timeout_s + slack)
+                        rearm_at = now + slack
+                    seen = read
+        except TimeoutError:
+            kept_alive = read > seen
+            what = "no event" if kept_alive else "the stream stalled: no data"
+            failure = f"{what} within {timeout_s:g}s"
+            failure += " (only keep-alives)" if kept_alive else " (idle timer)"
+            _fail(transport, failure, "", status, request_id, events)
     except ProviderError as error:  # the sink's: an error event, an unusable or too large answer
         if error.request_id is None:
             error.request_id = request_id  # as every other failure names it
         raise
     except (_Retry, _Broken):
         raise
-    except httpx2.SSEError as exc:
+    except SSEError as exc:
         raise transport.error(
             f"unusable stream: {exc}", status=status, request_id=request_id
         ) from None
-    except httpx2.TimeoutException as exc:
-        what = "no response" if status is None else "the stream stalled: no data"
-        failure = f"{what} within {transport.timeout_s:g}s ({type(exc).__name__})"
-        _fail(transport, failure, status, request_id, events)
-    except httpx2.TransportError as exc:
-        failure = f"connection failed ({type(exc).__name__}: {exc})"
-        _fail(transport, failure, status, request_id, events)
-    except httpx2.RequestError as exc:
-        raise transport.error(
-            f"request failed ({type(exc).__name__}: {exc})", status=status, request_id=request_id
-        ) from None
-    _fail(transport, "the stream ended before the answer was complete", status, request_id, events)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        _fail(transport, exc, "the stream stalled: no data", status, request_id, events)
+    finally:
+        response.release()  # back to the pool when the body was read to its end, else closed
+    _fail(
+        transport, "the stream ended before the answer was complete", "", status, request_id, events
+    )
 
 
 def _fail(
-    transport: Transport, failure: str, status: int | None, request_id: str | None, events: int
+    transport: Transport,
+    failure: str | BaseException,
+    waiting: str,
+    status: int | None,
+    request_id: str | None,
+    events: int,
 ) -> NoReturn:
+    """End the attempt: retried when nothing had been handed on (``events``), else broken.
+    ``failure`` says why, or is the HTTP client's exception (a timeout while ``waiting``)."""
+    if isinstance(failure, BaseException):
+        error = transport.failure(failure, waiting)
+        if not error.retryable:
+            error.status, error.request_id = status, request_id
+            raise error
+        failure = error.message
     if not events:
         raise _Retry(transport.error(failure, status=status, request_id=request_id, retryable=True))
     error = transport.error(

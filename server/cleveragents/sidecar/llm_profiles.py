@@ -2,8 +2,8 @@
 
 Provider profiles (``openai``, ``openai_responses``, ``anthropic``) read their API key from the
 environment each time a run uses them, so a rotated key takes effect without a restart, and
-share one ``httpx2.AsyncClient`` per profile (and event loop) across runs, so that runs reuse
-pooled connections. ``httpx2`` is imported only when such a profile is first used.
+share one ``aiohttp.ClientSession`` per profile (and event loop) across runs, so that runs reuse
+pooled connections. ``aiohttp`` is imported only when such a profile is first used.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from cleveragents.tool import LLMCaller, LLMResponse, ScriptedLLMCaller, ToolCal
 from cleveragents.wire import LlmChoice
 
 if TYPE_CHECKING:
-    import httpx2
+    import aiohttp
 
     from cleveragents.providers import HTTPCaller
 
@@ -157,17 +157,17 @@ def _provider_caller(
 
 
 class _ClientPool:
-    """One ``httpx2.AsyncClient`` per (event loop, profile), created on first use.
+    """One ``aiohttp.ClientSession`` per (event loop, profile), created on first use.
 
     Keyed by loop because an async client's connections belong to the loop that opened them.
     """
 
     def __init__(self) -> None:
         self._by_loop: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[tuple[str, str], httpx2.AsyncClient]
+            asyncio.AbstractEventLoop, dict[tuple[str, str], aiohttp.ClientSession]
         ] = weakref.WeakKeyDictionary()
 
-    def get(self, profile: ProfileConfig) -> httpx2.AsyncClient | None:
+    def get(self, profile: ProfileConfig) -> aiohttp.ClientSession | None:
         """The profile's client for the running loop (``None`` outside one: the caller then
         makes its own)."""
         try:
@@ -176,7 +176,7 @@ class _ClientPool:
             return None
         key = (profile.name, profile.base_url)
         client = clients.get(key)
-        if client is None or client.is_closed:
+        if client is None or client.closed:
             from cleveragents.providers import new_client
 
             client = clients[key] = new_client()
@@ -186,7 +186,7 @@ class _ClientPool:
         """Close and forget the clients of the running loop."""
         clients = self._by_loop.pop(asyncio.get_running_loop(), {})
         for client in clients.values():
-            await client.aclose()
+            await client.close()
 
 
 _CLIENTS = _ClientPool()

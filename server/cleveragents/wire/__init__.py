@@ -21,7 +21,9 @@ from cleveragents.wire.deltas import (
     delta_frames,
     delta_from_pb,
     fill_delta,
+    join_delta_requests,
     llm_delta_request,
+    llm_deltas_request,
     response_delta_from_pb,
 )
 from cleveragents.wire.events import (
@@ -162,8 +164,10 @@ __all__ = [
     "follow_message",
     "frame",
     "history_page",
+    "join_delta_requests",
     "llm_answer_from_pb",
     "llm_delta_request",
+    "llm_deltas_request",
     "llm_result_request",
     "message_from_pb",
     "message_to_pb",

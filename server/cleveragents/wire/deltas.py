@@ -25,7 +25,9 @@ __all__ = [
     "delta_frames",
     "delta_from_pb",
     "fill_delta",
+    "join_delta_requests",
     "llm_delta_request",
+    "llm_deltas_request",
     "response_delta_from_pb",
 ]
 
@@ -125,16 +127,51 @@ def response_delta_from_pb(pb: session_pb2.LlmResultDelta) -> ResponseDelta:
     )
 
 
-def llm_delta_request(
-    request_id: str, index: int, delta: ResponseDelta
-) -> session_pb2.SessionRequest:
-    """A client-hosted LLM's ``index``-th delta of its answer to ``request_id``."""
-    pb = session_pb2.LlmResultDelta(
-        request_id=request_id, index=index, text=delta.text, tool_call_id=delta.tool_call_id,
-        tool_name=delta.tool_name, arguments=delta.arguments,
-    )  # fmt: skip
+def _fill_result_delta(
+    pb: session_pb2.LlmResultDelta, request_id: str, index: int, delta: ResponseDelta
+) -> None:
+    pb.request_id, pb.index, pb.text = request_id, index, delta.text
+    pb.tool_call_id, pb.tool_name, pb.arguments = (
+        delta.tool_call_id,
+        delta.tool_name,
+        delta.arguments,
+    )
     if delta.tool_call_index is not None:
         pb.tool_call_index = delta.tool_call_index
     if delta.usage is not None:
         _fill_usage(pb.usage, delta.usage)
-    return session_pb2.SessionRequest(llm_delta=pb)
+
+
+def llm_delta_request(
+    request_id: str, index: int, delta: ResponseDelta
+) -> session_pb2.SessionRequest:
+    """A client-hosted LLM's ``index``-th delta of its answer to ``request_id``."""
+    request = session_pb2.SessionRequest()
+    _fill_result_delta(request.llm_delta, request_id, index, delta)
+    return request
+
+
+def llm_deltas_request(
+    request_id: str, first: int, deltas: Sequence[ResponseDelta]
+) -> session_pb2.SessionRequest:
+    """Deltas ``first``, ``first + 1``… of a client-hosted LLM's answer to ``request_id`` in
+    one message (to a sidecar whose invocation ``accepts_delta_batches``); a single delta
+    goes as ``llm_delta``, which every sidecar takes."""
+    if len(deltas) == 1:
+        return llm_delta_request(request_id, first, deltas[0])
+    request = session_pb2.SessionRequest()
+    batch = request.llm_deltas.deltas
+    for index, delta in enumerate(deltas, first):
+        _fill_result_delta(batch.add(), request_id, index, delta)
+    return request
+
+
+def join_delta_requests(
+    messages: Sequence[session_pb2.SessionRequest],
+) -> session_pb2.SessionRequest:
+    """Consecutive ``llm_delta`` messages as one ``llm_deltas`` message (one alone as it is)."""
+    if len(messages) == 1:
+        return messages[0]
+    request = session_pb2.SessionRequest()
+    request.llm_deltas.deltas.extend(m.llm_delta for m in messages)
+    return request

@@ -113,6 +113,7 @@ class LlmInvocationEncoder:
         invocation = response.llm_invocation
         invocation.request_id = request_id
         invocation.iteration = request.iteration
+        invocation.accepts_delta_batches = True
         invocation.tools.extend(self._tools)
         if request.output is not None:
             if self._output is None:

@@ -33,6 +33,7 @@ class SessionRequest(_message.Message):
     CANCEL_FIELD_NUMBER: _builtins.int
     APPROVAL_DECISION_FIELD_NUMBER: _builtins.int
     LLM_DELTA_FIELD_NUMBER: _builtins.int
+    LLM_DELTAS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def start(self) -> Global___SessionStart:
         """Starts the run; must be the first message and must be sent only once."""
@@ -59,6 +60,13 @@ class SessionRequest(_message.Message):
         streams it (client-hosted LLM only), before the llm_result.
         """
 
+    @_builtins.property
+    def llm_deltas(self) -> Global___LlmResultDeltas:
+        """Several consecutive pieces in one message, as a client whose LLM streams
+        faster than it can write sends them; only to a server whose LlmInvocation
+        set accepts_delta_batches.
+        """
+
     def __init__(
         self,
         *,
@@ -68,12 +76,13 @@ class SessionRequest(_message.Message):
         cancel: Global___SessionCancel | None = ...,
         approval_decision: Global___ApprovalDecision | None = ...,
         llm_delta: Global___LlmResultDelta | None = ...,
+        llm_deltas: Global___LlmResultDeltas | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_decision", b"approval_decision", "cancel", b"cancel", "kind", b"kind", "llm_delta", b"llm_delta", "llm_result", b"llm_result", "start", b"start", "tool_result", b"tool_result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_decision", b"approval_decision", "cancel", b"cancel", "kind", b"kind", "llm_delta", b"llm_delta", "llm_deltas", b"llm_deltas", "llm_result", b"llm_result", "start", b"start", "tool_result", b"tool_result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_decision", b"approval_decision", "cancel", b"cancel", "kind", b"kind", "llm_delta", b"llm_delta", "llm_result", b"llm_result", "start", b"start", "tool_result", b"tool_result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_decision", b"approval_decision", "cancel", b"cancel", "kind", b"kind", "llm_delta", b"llm_delta", "llm_deltas", b"llm_deltas", "llm_result", b"llm_result", "start", b"start", "tool_result", b"tool_result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["start", "tool_result", "llm_result", "cancel", "approval_decision", "llm_delta"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["start", "tool_result", "llm_result", "cancel", "approval_decision", "llm_delta", "llm_deltas"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -317,6 +326,33 @@ class LlmResultDelta(_message.Message):
 Global___LlmResultDelta: _TypeAlias = LlmResultDelta  # noqa: Y015
 
 @_typing.final
+class LlmResultDeltas(_message.Message):
+    """LlmResultDeltas is consecutive LlmResultDelta messages sent as one: each is
+    taken exactly as it would be alone (its request_id, its index in order, the
+    same checks and bounds), and the first that is refused refuses the message.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELTAS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def deltas(self) -> _containers.RepeatedCompositeFieldContainer[Global___LlmResultDelta]:
+        """The deltas, in the order they were streamed."""
+
+    def __init__(
+        self,
+        *,
+        deltas: _abc.Iterable[Global___LlmResultDelta] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deltas", b"deltas"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LlmResultDeltas: _TypeAlias = LlmResultDeltas  # noqa: Y015
+
+@_typing.final
 class SessionCancel(_message.Message):
     """SessionCancel asks the server to stop the session's run."""
 
@@ -450,6 +486,7 @@ class LlmInvocation(_message.Message):
     MESSAGE_OFFSET_FIELD_NUMBER: _builtins.int
     DEADLINE_FIELD_NUMBER: _builtins.int
     OUTPUT_SCHEMA_FIELD_NUMBER: _builtins.int
+    ACCEPTS_DELTA_BATCHES_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Identifier to echo back in the matching LlmResult."""
     iteration: _builtins.int
@@ -460,6 +497,11 @@ class LlmInvocation(_message.Message):
     before, which the client must already hold. After a re-attach to a
     restarted sidecar (or to one that adopted the run) it may be 0 again, the
     whole conversation sent afresh: the client then replaces what it held.
+    """
+    accepts_delta_batches: _builtins.bool
+    """True when the server takes this answer's deltas several to a message
+    (SessionRequest.llm_deltas); a server that does not set it takes each in a
+    llm_delta of its own.
     """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Message]:
@@ -497,10 +539,11 @@ class LlmInvocation(_message.Message):
         message_offset: _builtins.int = ...,
         deadline: _timestamp_pb2.Timestamp | None = ...,
         output_schema: _types_pb2.OutputSchema | None = ...,
+        accepts_delta_batches: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "output_schema", b"output_schema"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "iteration", b"iteration", "message_offset", b"message_offset", "messages", b"messages", "output_schema", b"output_schema", "request_id", b"request_id", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepts_delta_batches", b"accepts_delta_batches", "deadline", b"deadline", "iteration", b"iteration", "message_offset", b"message_offset", "messages", b"messages", "output_schema", b"output_schema", "request_id", b"request_id", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

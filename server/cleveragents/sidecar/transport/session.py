@@ -227,6 +227,9 @@ class _Reader:
         elif kind == "llm_delta":
             delta = message.llm_delta
             host.stream_llm(delta.request_id, delta.index, response_delta_from_pb(delta))
+        elif kind == "llm_deltas":  # each as if it came alone, in order
+            for delta in message.llm_deltas.deltas:
+                host.stream_llm(delta.request_id, delta.index, response_delta_from_pb(delta))
         elif kind == "llm_result":
             host.resolve_llm(self._llm_answer(message.llm_result))
         elif kind == "cancel":
