@@ -13,13 +13,16 @@ import redis
 
 from cleveragents.client import AsyncSidecarClient
 from cleveragents.sidecar import ConfigError, Sidecar, SidecarConfig
-from cleveragents.sidecar.fleet.layout import SIDECARS_KEY, lease_key, log_key
+from cleveragents.sidecar.fleet.layout import Keys
 from cleveragents.sidecar.runs.recovery import RESTART_REASON
 from cleveragents.tool import RunCompleted, RunResumed
 from cleveragents.wire import decode_frame
 from tests.conftest import ServeSidecar
 from tests.durability.test_redis_fleet import TERMINAL, start_napping
 from tests.redis_server import RedisServer
+
+#: The key names of the default prefix (the tests' sidecars set none).
+KEYS = Keys()
 
 #: Two naps, then an answer: a run taken back in the first nap is still live in the second.
 NAPS: list[dict[str, Any]] = [
@@ -47,7 +50,7 @@ def _config(url: str, sidecar_id: str, listen: str) -> SidecarConfig:
 
 def _logged(url: str, run_id: str) -> list[object]:
     with redis.Redis.from_url(url) as client:
-        return [decode_frame(fields[b"f"]).event for _, fields in client.xrange(log_key(run_id))]
+        return [decode_frame(fields[b"f"]).event for _, fields in client.xrange(KEYS.log(run_id))]
 
 
 async def test_a_start_whose_listen_port_is_taken_leaves_no_lease_in_redis(
@@ -57,8 +60,8 @@ async def test_a_start_whose_listen_port_is_taken_leaves_no_lease_in_redis(
     with pytest.raises(ConfigError, match="cannot listen on"):
         await sidecar.start()
     with redis.Redis.from_url(redis_server.url) as client:
-        lease = client.exists(lease_key("refused"))
-        members = client.smembers(SIDECARS_KEY)
+        lease = client.exists(KEYS.lease("refused"))
+        members = client.smembers(KEYS.sidecars)
     assert lease == 0
     assert b"refused" not in members
     await sidecar.stop()  # what its construction holds goes too; nothing else is left to undo
@@ -77,7 +80,7 @@ async def test_the_runs_a_failed_start_took_back_are_left_live_for_the_next_star
     with pytest.raises(ConfigError, match="cannot listen on"):
         await failed.start()  # it took the run back, then could not listen
     with redis.Redis.from_url(redis_server.url) as client:
-        lease = client.exists(lease_key("again"))
+        lease = client.exists(KEYS.lease("again"))
     after_failure = _logged(redis_server.url, "nap")
     await failed.stop()
     restarted = Sidecar(_config(redis_server.url, "again", "127.0.0.1:0"))

@@ -16,6 +16,7 @@ from cleveragents.client import AsyncSidecarClient
 from cleveragents.sidecar import Sidecar, SidecarConfig
 from cleveragents.sidecar.fleet.control import Control
 from cleveragents.sidecar.fleet.fencing import Claims
+from cleveragents.sidecar.fleet.layout import Keys
 from cleveragents.sidecar.fleet.lease import Lease
 from cleveragents.sidecar.fleet.mirrors import HeldRun, Mirrors, RunHead
 from cleveragents.sidecar.runs.log import LogStats
@@ -65,7 +66,7 @@ class Reported:
 
 async def test_a_leases_stop_returns_though_its_control_reads_cancel_is_lost() -> None:
     client = LosesCancels()
-    lease = Lease(cast("redis.asyncio.Redis", client), Claims("lossy"), lease_s=30.0)
+    lease = Lease(cast("redis.asyncio.Redis", client), Claims("lossy"), 30.0, Keys())
 
     async def running() -> None:
         async with lease.running(Reported()):

@@ -29,6 +29,7 @@ from cleveragents.tool import (
     RunFailed,
     RunResumed,
     ToolCallCompleted,
+    ToolCallProgress,
     ToolCallStarted,
     ToolRegistry,
 )
@@ -107,11 +108,13 @@ async def _session(
 async def _watch(
     client: AsyncSidecarClient, run_id: str, in_call: asyncio.Event
 ) -> list[StreamedEvent]:
-    """The whole log of ``run_id`` as one watcher sees it; ``in_call`` once its tool started."""
+    """The whole log of ``run_id`` as one watcher sees it; ``in_call`` once its tool runs (a
+    server tool reports its progress as it begins: its start may be stored before it runs)."""
+    begun = ToolCallProgress if run_id in SERVER_RUNS else ToolCallStarted
     seen = []
     async for streamed in client.watch(run_id):
         seen.append(streamed)
-        if isinstance(streamed.event, ToolCallStarted) and streamed.event.call_id == "w1":
+        if isinstance(streamed.event, begun) and streamed.event.call_id == "w1":
             in_call.set()
     return seen
 

@@ -15,13 +15,16 @@ import redis
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError, StreamedEvent
 from cleveragents.sidecar import Sidecar, SidecarConfig
 from cleveragents.sidecar.fleet.fencing import CLAIM
-from cleveragents.sidecar.fleet.layout import control_key, lease_key, log_key, meta_key
+from cleveragents.sidecar.fleet.layout import Keys
 from cleveragents.tool import RunCancelled, RunCompleted, RunResumed, ToolCallStarted
 from cleveragents.wire import decode_frame
 from tests.conftest import ServeSidecar, captured_logs
 from tests.durability.test_redis_fleet import NAP, TERMINAL
 from tests.redis_server import RedisServer
 from tests.telemetry.conftest import sample, samples, scrape
+
+#: The key names of the default prefix (the tests' sidecars set none).
+KEYS = Keys()
 
 
 async def _watch(
@@ -48,7 +51,7 @@ def _napping(event: object) -> bool:
 def _stored(url: str, run_id: str) -> list[Any]:
     """The run's events as its Redis stream holds them, checking the ids are 1, 2, 3…"""
     with redis.Redis.from_url(url) as client:
-        entries = client.xrange(log_key(run_id))
+        entries = client.xrange(KEYS.log(run_id))
     assert [int(i.split(b"-")[0]) for i, _ in entries] == list(range(1, len(entries) + 1))
     return [decode_frame(fields[b"f"]).event for _, fields in entries]
 
@@ -82,13 +85,13 @@ async def test_a_stale_owner_can_neither_log_a_new_sequence_nor_end_a_run_claime
             await asyncio.wait_for(caught_up.wait(), 10)
             before = _stored(redis_server.url, "claimed")
             with redis.Redis.from_url(redis_server.url) as other:  # what an adopter does first
-                token = other.eval(CLAIM, 1, meta_key("claimed"), "usurper", "stale")
+                token = other.eval(CLAIM, 1, KEYS.meta("claimed"), "usurper", "stale")
             with captured_logs() as logs:
                 # The stale owner ends the run (a new sequence, and the terminal event): told
                 # to on its control stream, as by a sidecar that still takes it for the owner
                 # (a CancelRun sent to the stale owner itself reads the run's hash first).
                 with redis.Redis.from_url(redis_server.url) as other:
-                    other.xadd(control_key("stale"), {"op": "cancel", "run": "claimed"})
+                    other.xadd(KEYS.control("stale"), {"op": "cancel", "run": "claimed"})
                 error = await asyncio.wait_for(watcher, 10)
             info = await client.get_run("claimed")
         assert sidecar.metrics_port
@@ -222,7 +225,7 @@ async def test_cancel_run_sent_to_a_stale_owner_reaches_the_sidecar_that_took_th
                 if _napping(streamed.event):
                     break
             with redis.Redis.from_url(redis_server.url) as other:
-                other.delete(lease_key("stale"))  # as if it had stalled past its lease
+                other.delete(KEYS.lease("stale"))  # as if it had stalled past its lease
             async with AsyncSidecarClient(taker.address) as watcher:
                 async for streamed in watcher.watch("moved"):  # until the taker naps again
                     event = streamed.event

@@ -4,6 +4,7 @@ a log that cannot be read back, and a Redis killed and restarted mid-run."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -15,19 +16,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cleveragents.client import AsyncSidecarClient, SidecarRpcError
 from cleveragents.sidecar import ConfigError, Sidecar, SidecarConfig
-from cleveragents.sidecar.fleet.layout import (
-    INDEX_KEY,
-    QUARANTINE_KEY,
-    lease_key,
-    log_key,
-    meta_key,
-    quarantine_key,
-    redacted,
-)
+from cleveragents.sidecar.fleet.layout import Keys, redacted
+from cleveragents.sidecar.fleet.lease import FRESH_SHARE
 from cleveragents.sidecar.fleet.redis_store import RedisEventStore
+from cleveragents.sidecar.fleet.setup import store_for
 from cleveragents.tool import RunFailed, ToolCallStarted
 from tests.conftest import captured_logs
 from tests.redis_server import RedisServer, free_port
+
+#: The key names of the default prefix (the tests' sidecars set none).
+KEYS = Keys()
 
 ECHO_THEN_ANSWER: list[dict[str, Any]] = [
     {"tool_calls": [{"id": "c1", "name": "echo", "arguments": {"text": "a"}}]},
@@ -66,16 +64,16 @@ async def test_each_run_is_one_stream_whose_ids_are_its_sequences_under_its_hash
     async with AsyncSidecarClient(sidecar.address) as client:
         seen = [e async for e in client.stream_tool_loop("go", script=ECHO_THEN_ANSWER, run_id="r")]
     with redis.Redis.from_url(redis_server.url) as store:
-        entries = store.xrange(log_key("r"))
+        entries = store.xrange(KEYS.log("r"))
         assert [entry_id for entry_id, _ in entries] == [
             f"{n}-0".encode() for n in range(1, len(seen) + 1)
         ]
-        assert store.hget(meta_key("r"), "owner") == b"default"
-        assert store.zrange(INDEX_KEY, 0, -1) == [b"r"]
+        assert store.hget(KEYS.meta("r"), "owner") == b"default"
+        assert store.zrange(KEYS.index, 0, -1) == [b"r"]
         # Redis refuses a frame that is not past the last: no duplicate, no reordering.
         with pytest.raises(redis.ResponseError, match="equal or smaller"):
-            store.xadd(log_key("r"), {"f": b"again"}, id="2-0")
-    assert {log_key("r").split("{")[1].split("}")[0], meta_key("r").split("{")[1][:1]} == {"r"}
+            store.xadd(KEYS.log("r"), {"f": b"again"}, id="2-0")
+    assert {KEYS.log("r").split("{")[1].split("}")[0], KEYS.meta("r").split("{")[1][:1]} == {"r"}
 
 
 async def test_a_unix_socket_url_keeps_runs_across_a_restart(
@@ -152,11 +150,11 @@ async def test_an_undecodable_entry_quarantines_its_run_and_the_others_start(
         await client.run_tool_loop("go", script=ECHO_THEN_ANSWER, run_id="bad")
     await first.stop(1.0)
     with redis.Redis.from_url(redis_server.url) as store:
-        entries = store.xrange(log_key("bad"))
-        store.delete(log_key("bad"))
+        entries = store.xrange(KEYS.log("bad"))
+        store.delete(KEYS.log("bad"))
         for entry_id, fields in entries:  # the same log, its third frame garbled
             frame = b"\x0a\x05\xff\xff\xff\xff\xff" if entry_id == b"3-0" else fields[b"f"]
-            store.xadd(log_key("bad"), {"f": frame}, id=entry_id)
+            store.xadd(KEYS.log("bad"), {"f": frame}, id=entry_id)
 
     second = await start_on(redis_server.url)
     async with AsyncSidecarClient(second.address) as client:
@@ -166,10 +164,10 @@ async def test_an_undecodable_entry_quarantines_its_run_and_the_others_start(
     assert missing.value.code == grpc.StatusCode.NOT_FOUND
     await second.stop(1.0)
     with redis.Redis.from_url(redis_server.url) as store:
-        assert store.xlen(quarantine_key("bad")) == len(entries)  # set aside, not deleted
-        assert store.exists(log_key("bad")) == 0
-        assert store.smembers(QUARANTINE_KEY) == {b"bad"}
-        assert store.zrange(INDEX_KEY, 0, -1) == [b"good"]
+        assert store.xlen(KEYS.quarantine("bad")) == len(entries)  # set aside, not deleted
+        assert store.exists(KEYS.log("bad")) == 0
+        assert store.smembers(KEYS.quarantined) == {b"bad"}
+        assert store.zrange(KEYS.index, 0, -1) == [b"good"]
 
 
 async def _health_until(channel: grpc.aio.Channel, wanted: int) -> None:
@@ -246,10 +244,53 @@ async def test_a_lease_renewal_that_fails_is_logged_and_counted(
     assert line["error"].startswith("ConnectionError")
     server.start()
     with redis.Redis.from_url(server.url) as direct:
-        direct.delete(lease_key("renewing"))  # as if it had expired
+        direct.delete(KEYS.lease("renewing"))  # as if it had expired
     with captured_logs() as logs:
         assert await lease.renew() is True
     assert lease.renewal_failures == 2
     assert any(line["event"].startswith("store lease had expired") for line in logs)
     with redis.Redis.from_url(server.url) as direct:
-        assert direct.pttl(lease_key("renewing")) > 0
+        assert direct.pttl(KEYS.lease("renewing")) > 0
+
+
+async def test_runs_are_surely_held_only_while_the_lease_is_fresh_by_the_sidecars_own_clock(
+    redis_server: RedisServer,
+) -> None:
+    config = SidecarConfig(event_store=redis_server.url, event_store_lease_s=0.2)
+    store = store_for(config)
+    assert isinstance(store, RedisEventStore)
+    assert store.shared
+    store.open()  # the lease is taken; nothing renews it in this test
+    try:
+        held_at_start = store.holds("r")
+        await asyncio.sleep(0.2 * FRESH_SHARE)  # half a lease passes unrenewed, as in a stall
+        held_when_stale = store.holds("r")
+        renewed = await store.lease.renew()
+        held_again = store.holds("r")
+    finally:
+        await store.close()
+    assert (held_at_start, held_when_stale, renewed, held_again) == (True, False, True, True)
+
+
+async def test_a_full_redis_that_refuses_writes_is_a_store_failure_and_nothing_is_evicted(
+    start_on: Callable[..., Any], redis_server: RedisServer
+) -> None:
+    sidecar = await start_on(redis_server.url)
+    async with AsyncSidecarClient(sidecar.address) as client:
+        await client.run_tool_loop("go", script=[{"content": "kept"}], run_id="kept")
+        with redis.Redis.from_url(redis_server.url) as admin:
+            admin.config_set("maxmemory-policy", "noeviction")
+            admin.config_set("maxmemory", admin.info("memory")["used_memory"])  # full now
+            with pytest.raises(SidecarRpcError) as refused:
+                await client.run_tool_loop("go", script=[ECHO_THEN_ANSWER[0], *NAP], run_id="late")
+            admin.config_set("maxmemory", 0)
+        async with grpc.aio.insecure_channel(sidecar.address) as channel:
+            await _health_until(channel, SERVING)  # it writes again
+        kept = await client.get_run("kept")
+        after = await client.run_tool_loop("go", script=[{"content": "room"}], run_id="after")
+    assert refused.value.code is grpc.StatusCode.UNAVAILABLE
+    assert "run store failed (OutOfMemoryError" in refused.value.details
+    assert kept.state == "completed"
+    assert after.content == "room"
+    with redis.Redis.from_url(redis_server.url) as admin:
+        assert admin.exists(KEYS.log("kept"))

@@ -1,9 +1,10 @@
 """Runs that outlive their sidecar: killed with SIGKILL mid-run, resumed from the SQLite log.
 
 The tools wait for a release file and leave a file each time they begin, so the test knows
-what ran where without sleeping: a tool call's ``tool_call_started`` reaches a watcher only
-after the store committed it, by which time its async handler has already left its file (both
-happen in one step of the event loop).
+what ran where without sleeping. A watcher gets a call's ``tool_call_started`` once the store
+holds it, which need not be after the call began (on a shared store a call may wait for that
+write), so each tool reports its progress (``tool_call_progress``) once it has left its file,
+and the tests wait for that.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from cleveragents.tool import (
     RunResumed,
     RunStarted,
     ToolCallCompleted,
+    ToolCallProgress,
     ToolCallStarted,
 )
 
@@ -26,7 +28,7 @@ from .conftest import SidecarProcess, Spawn
 
 TOOLS = '''
 import asyncio, os
-from cleveragents.tool import ToolRegistry
+from cleveragents.tool import ToolRegistry, current_call
 
 GATE = {gate!r}
 registry = ToolRegistry()
@@ -35,6 +37,7 @@ registry = ToolRegistry()
 async def _wait(tag: str) -> dict:
     n = len([f for f in os.listdir(GATE) if f.startswith(f"started-{{tag}}-")])
     open(os.path.join(GATE, f"started-{{tag}}-{{n + 1}}"), "w").close()
+    current_call().progress(0.0, None, "began")
     while not os.path.exists(os.path.join(GATE, "release")):
         await asyncio.sleep(0.02)
     return {{"tag": tag}}
@@ -70,7 +73,8 @@ def _script(tool: str, tag: str) -> list[dict[str, Any]]:
     ]
 
 
-def _config(tmp_path: Path) -> tuple[Path, Path]:
+def gated_tools(tmp_path: Path) -> tuple[Path, Path]:
+    """A config loading ``TOOLS`` (waiting on the returned gate directory), and the gate."""
     gate = tmp_path / "gate"
     gate.mkdir()
     (tmp_path / "resume_tools.py").write_text(TOOLS.format(gate=str(gate)), encoding="utf-8")
@@ -82,12 +86,12 @@ def _config(tmp_path: Path) -> tuple[Path, Path]:
 
 
 async def _until_waiting(client: AsyncSidecarClient, run_id: str) -> list[StreamedEvent]:
-    """The run's events up to the start of its waiting call (the tool is then running)."""
+    """The run's events up to the first progress of its waiting call (the tool then runs)."""
     seen = []
     async for streamed in client.watch(run_id):
         seen.append(streamed)
         event = streamed.event
-        if isinstance(event, ToolCallStarted) and event.call_id == "w1":
+        if isinstance(event, ToolCallProgress) and event.call_id == "w1":
             return seen
     raise AssertionError(f"run {run_id} ended before its waiting call")
 
@@ -111,7 +115,7 @@ def _check_log(log: list[StreamedEvent], before: list[StreamedEvent]) -> RunResu
 async def test_runs_killed_mid_call_resume_once_from_the_log_after_a_restart(
     spawn: Spawn, tmp_path: Path
 ) -> None:
-    config, gate = _config(tmp_path)
+    config, gate = gated_tools(tmp_path)
     runs = {f"idem-{i}": ("wait_idem", f"idem{i}") for i in range(3)}
     runs |= {f"plain-{i}": ("wait_plain", f"plain{i}") for i in range(3)}
     first: SidecarProcess = spawn(config=str(config))
@@ -159,7 +163,7 @@ async def test_runs_killed_mid_call_resume_once_from_the_log_after_a_restart(
 async def test_a_run_not_detached_fails_at_the_restart_saying_why(
     spawn: Spawn, tmp_path: Path
 ) -> None:
-    config, gate = _config(tmp_path)
+    config, gate = gated_tools(tmp_path)
     first: SidecarProcess = spawn(config=str(config))
     seen: list[StreamedEvent] = []
     async with AsyncSidecarClient(first.address) as client, asyncio.timeout(LONG_S):
@@ -185,7 +189,7 @@ async def test_a_run_not_detached_fails_at_the_restart_saying_why(
 
 
 async def test_a_run_resumes_again_after_a_second_kill(spawn: Spawn, tmp_path: Path) -> None:
-    config, gate = _config(tmp_path)
+    config, gate = gated_tools(tmp_path)
     script = _script("wait_idem", "twice")
     first: SidecarProcess = spawn(config=str(config))
     async with AsyncSidecarClient(first.address) as client, asyncio.timeout(LONG_S):

@@ -21,7 +21,7 @@ import redis.asyncio
 from cleveragents.client import AsyncSidecarClient, StreamedEvent
 from cleveragents.sidecar import ClientConfig, Sidecar, SidecarConfig
 from cleveragents.sidecar.fleet.fencing import CLAIM, TAKE
-from cleveragents.sidecar.fleet.layout import control_key, lease_key, meta_key
+from cleveragents.sidecar.fleet.layout import Keys
 from cleveragents.tool import (
     RunCancelled,
     RunCompleted,
@@ -42,6 +42,9 @@ from tests.durability.test_session_adoption import (
 )
 from tests.redis_server import RedisServer
 from tests.sidecar.conftest import LaggingProxy
+
+#: The key names of the default prefix (the tests' sidecars set none).
+KEYS = Keys()
 
 LONG_S = 30
 TOKENS = {"alice": "alice-handover-token-1", "bob": "bob-handover-token-22"}
@@ -252,8 +255,8 @@ async def test_a_parked_run_whose_sidecar_stalled_is_taken_without_asking_that_s
         before, _ = await _dropped(alpha.address, session_start(tools, "stuck", calling("remote")))
         await _parked(alpha, "stuck")
         # Its hash names a sidecar whose lease lives and which never reads anything.
-        await direct.set(lease_key("ghost"), "1", px=60_000)
-        await direct.hset(meta_key("stuck"), "sidecar", "ghost")
+        await direct.set(KEYS.lease("ghost"), "1", px=60_000)
+        await direct.hset(KEYS.meta("stuck"), "sidecar", "ghost")
         async with grpc.aio.insecure_channel(beta.address) as channel:
             call: Call = Stub(channel).Session(metadata=_auth())
             await call.write(session_start(tools, "stuck", calling("remote"), before[-1].sequence))
@@ -262,7 +265,7 @@ async def test_a_parked_run_whose_sidecar_stalled_is_taken_without_asking_that_s
             await call.write(tool_answer(asked.call_id, "{}"))
             assert await read_to_invocation(call, []) is None
             assert await call.code() is grpc.StatusCode.OK
-        owner = await direct.hget(meta_key("stuck"), "sidecar")
+        owner = await direct.hget(KEYS.meta("stuck"), "sidecar")
         log = await _log(beta.address, "stuck")
     assert owner == b"beta"
     _whole(log)
@@ -278,12 +281,28 @@ async def test_another_identitys_parked_run_is_not_found_and_nothing_is_asked(
         await _parked(alpha, "mine")
         start = session_start(tools, "mine", calling("remote"), before[-1].sequence)
         refused = await _refused(beta.address, start, who="bob")
-        asks = await direct.xlen(control_key("alpha"))
-        owner = await direct.hget(meta_key("mine"), "sidecar")
+        asks = await direct.xlen(KEYS.control("alpha"))
+        owner = await direct.hget(KEYS.meta("mine"), "sidecar")
     assert refused.code() is grpc.StatusCode.NOT_FOUND
     assert asks == 0
     assert alpha.manager.parked.get("mine") is not None  # still alice's, waiting on alpha
     assert owner == b"alpha"
+
+
+async def test_a_reattach_to_a_parked_run_whose_keys_vanished_is_data_loss(
+    fleet: Start, direct: redis.asyncio.Redis
+) -> None:
+    alpha = await fleet("alpha")
+    tools = [types_pb2.ToolSpec(name="remote")]
+    async with asyncio.timeout(LONG_S):
+        before, _ = await _dropped(alpha.address, session_start(tools, "gone", calling("remote")))
+        await _parked(alpha, "gone")
+        await direct.flushall()
+        start = session_start(tools, "gone", calling("remote"), before[-1].sequence)
+        refused = await _refused(alpha.address, start)
+    assert refused.code() is grpc.StatusCode.DATA_LOSS
+    assert "run 'gone': its log is gone from the run store" in refused.details()
+    assert "sidecar 'none'" not in refused.details()
 
 
 async def test_of_two_clients_racing_to_reattach_at_two_sidecars_exactly_one_gets_the_run(
@@ -366,7 +385,7 @@ async def test_a_run_handed_over_whose_answer_was_lost_is_taken_at_the_next_reat
         before, _ = await _dropped(alpha.address, session_start(tools, "lost", script))
         await _parked(alpha, "lost")
         # alpha's claim for beta, and no answer (as if alpha died right after it).
-        assert await direct.eval(CLAIM, 1, meta_key("lost"), "beta", "alpha")
+        assert await direct.eval(CLAIM, 1, KEYS.meta("lost"), "beta", "alpha")
         async with grpc.aio.insecure_channel(beta.address) as channel:
             call: Call = Stub(channel).Session(metadata=_auth())
             await call.write(session_start(tools, "lost", script, before[-1].sequence))
@@ -375,7 +394,7 @@ async def test_a_run_handed_over_whose_answer_was_lost_is_taken_at_the_next_reat
             await call.write(tool_answer(asked.call_id, "{}"))
             assert await read_to_invocation(call, []) is None
             assert await call.code() is grpc.StatusCode.OK
-        asks = await direct.xlen(control_key("alpha"))
+        asks = await direct.xlen(KEYS.control("alpha"))
         log = await _log(beta.address, "lost")
     assert asks == 0  # beta took it itself: the store said it was beta's already
     _whole(log)
@@ -439,10 +458,10 @@ async def test_the_compare_and_set_takes_only_a_parked_run_and_only_for_its_owne
     async with asyncio.timeout(LONG_S):
         await _dropped(alpha.address, session_start(tools, "kept", calling("remote")))
         await _parked(alpha, "kept")
-        as_bob = await direct.eval(TAKE, 1, meta_key("kept"), "beta", "bob", "default")
-        await direct.hset(meta_key("kept"), "parked", "")  # as if a client re-attached there
-        not_parked = await direct.eval(TAKE, 1, meta_key("kept"), "beta", "alice", "default")
-        owner = await direct.hget(meta_key("kept"), "sidecar")
+        as_bob = await direct.eval(TAKE, 1, KEYS.meta("kept"), "beta", "bob", "default")
+        await direct.hset(KEYS.meta("kept"), "parked", "")  # as if a client re-attached there
+        not_parked = await direct.eval(TAKE, 1, KEYS.meta("kept"), "beta", "alice", "default")
+        owner = await direct.hget(KEYS.meta("kept"), "sidecar")
     assert as_bob == [0, b"alpha"]
     assert not_parked == [0, b"alpha"]
     assert owner == b"alpha"
@@ -466,11 +485,11 @@ async def test_nothing_on_a_control_stream_moves_a_run_there(
             if isinstance(streamed.event, ToolCallStarted):
                 break
         # A forged notice that beta took the run: alpha believes the store, not the notice.
-        await direct.xadd(control_key("alpha"), {"op": "taken", "run": "theirs", "from": "beta"})
+        await direct.xadd(KEYS.control("alpha"), {"op": "taken", "run": "theirs", "from": "beta"})
         # Read in order: once the witness is cancelled, the notice before it was handled.
-        await direct.xadd(control_key("alpha"), {"op": "cancel", "run": "witness"})
+        await direct.xadd(KEYS.control("alpha"), {"op": "cancel", "run": "witness"})
         ended = [e async for e in client.watch("witness")][-1]
-        owner = await direct.hget(meta_key("theirs"), "sidecar")
+        owner = await direct.hget(KEYS.meta("theirs"), "sidecar")
     assert isinstance(ended.event, RunCancelled)
     assert beta.manager.get("theirs") is None
     assert alpha.manager.parked.get("theirs") is not None

@@ -64,6 +64,8 @@ class AssembledRun:
     approvals: ApprovalBroker
     profile: ProfileConfig
     automation: AutomationProfile
+    #: The tools the Session's client hosts (none for other runs).
+    hosted_tools: frozenset[str] = frozenset()
 
 
 class RunAssembler:
@@ -183,8 +185,9 @@ class RunAssembler:
             context=dataclasses.replace(given, automation_profile=automation.name),
         )
         return AssembledRun(
-            accepted, runtime, context, call_deadline_s, approvals, profile, automation
-        )
+            accepted, runtime, context, call_deadline_s, approvals, profile, automation,
+            frozenset(spec.name for spec in client_tools) if host is not None else frozenset(),
+        )  # fmt: skip
 
     def _automation_profile(self, name: str, policy: Policy) -> AutomationProfile:
         profiles = self.config.all_automation_profiles()

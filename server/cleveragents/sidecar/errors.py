@@ -6,7 +6,7 @@ import grpc
 
 from cleveragents.tool import ToolRuntimeError
 
-__all__ = ["ConfigError", "SidecarError"]
+__all__ = ["ConfigError", "DamagedLog", "SidecarError"]
 
 
 class SidecarError(ToolRuntimeError):
@@ -48,6 +48,22 @@ class SidecarError(ToolRuntimeError):
     def out_of_order(cls, message: str) -> SidecarError:
         """``FAILED_PRECONDITION``: a session message that does not fit the conversation."""
         return cls(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+
+class DamagedLog(SidecarError):
+    """``DATA_LOSS``: a run's stored log cannot be read back from event ``sequence`` on (it
+    does not decode, or is not that run's event): the store holds data no sidecar wrote."""
+
+    def __init__(self, run_id: str, sequence: int, why: str) -> None:
+        super().__init__(
+            grpc.StatusCode.DATA_LOSS,
+            f"run {run_id!r} cannot be read back: its stored log is damaged at event "
+            f"{sequence} ({why}); the other runs are not affected. Restore the run store from "
+            "a backup, or delete the run's keys to free its id; the sidecar that ran it may "
+            "still serve its copy",
+        )
+        self.run_id = run_id
+        self.sequence = sequence
 
 
 class ConfigError(ToolRuntimeError, ValueError):

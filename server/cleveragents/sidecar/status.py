@@ -33,11 +33,13 @@ def status_from_code(code: int) -> grpc.StatusCode:
 def status_of(error: BaseException | None) -> grpc.StatusCode:
     """The status that reports ``error`` to a client.
 
-    ``SidecarError``: its code. A provider's answer too large to keep: ``RESOURCE_EXHAUSTED``
-    (as any event too large for one message). A provider's error: by its HTTP status, as above.
-    A scripted LLM that ran out of turns: ``FAILED_PRECONDITION`` (the same request fails the
-    same way again; the script must change). Any other failure of the LLM call: ``UNAVAILABLE``. No
-    exception at all (a run that crashed in the sidecar itself): ``INTERNAL``.
+    ``SidecarError``: its code (``DamagedLog``, a stored log that cannot be read back:
+    ``DATA_LOSS``, naming the run and the event). A provider's answer too large to keep:
+    ``RESOURCE_EXHAUSTED`` (as any event too large for one message). A provider's error: by
+    its HTTP status, as above. A scripted LLM that ran out of turns: ``FAILED_PRECONDITION``
+    (the same request fails the same way again; the script must change). Any other failure of
+    the LLM call: ``UNAVAILABLE``. No exception at all (a run that crashed in the sidecar
+    itself): ``INTERNAL``.
     """
     cause = error.__cause__ if isinstance(error, LLMCallError) else error
     if isinstance(cause, SidecarError):

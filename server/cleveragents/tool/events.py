@@ -8,17 +8,19 @@ Every run starts with ``RunStarted`` and ends with exactly one of ``RunCompleted
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from cleveragents.tool.frozen import quick_init
 from cleveragents.tool.messages import LLMResponse, Reasoning, ToolCall, Usage
 from cleveragents.tool.records import ToolCallRecord, ToolCallRunResult
+from cleveragents.tool.spec import ToolSpec
 
 __all__ = [
     "ApprovalDecided",
     "ApprovalRequested",
+    "Checkpoint",
     "EventSink",
     "IterationStarted",
     "LLMDelta",
@@ -244,3 +246,9 @@ TerminalEvent: TypeAlias = RunCompleted | RunFailed | RunCancelled
 
 #: Receives each event synchronously, in order, as the loop produces it.
 EventSink = Callable[[RunEvent], None]
+#: Awaited with a call's tool before the call runs, once its ``ToolCallStarted`` (and any
+#: approval) went to the run's ``EventSink``: returns once the sink's durable log holds the
+#: events so far. A log that refuses them (a shared store where another sidecar owns the run
+#: now) cancels the run instead, so the call never runs: a call runs only once its start is on
+#: record.
+Checkpoint = Callable[[ToolSpec], Awaitable[None]]

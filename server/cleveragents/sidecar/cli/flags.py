@@ -69,6 +69,7 @@ _HELP = {
     "event_store_ca_file": "with rediss://: the CA file the Redis server's certificate chains to",
     "event_store_cert_file": "with rediss://: this sidecar's client certificate for Redis (PEM)",
     "event_store_key_file": "the private key of event_store_cert_file (PEM)",
+    "event_store_key_prefix": "what every key on the Redis store starts with (one per fleet)",
     "session_reattach_s": "seconds a Session run waits for its client to re-attach (0: none)",
     "default_automation_profile": "the automation profile of runs that name none",
     "approval_timeout_s": "seconds a call waits for approval while someone follows its run",

@@ -125,6 +125,11 @@ class StoreSettings:
     #: neither (empty: no client certificate).
     cert_file: str = _named("event_store_cert_file", "")
     key_file: str = _named("event_store_key_file", "")
+    #: With a Redis ``event_store``: what every key this sidecar writes there starts with.
+    #: Deployments sharing one Redis give each its own prefix and see nothing of each other's
+    #: runs, leases or control streams; the sidecars of one fleet share one. 1 to 64
+    #: characters from ``A-Z a-z 0-9 _ . : -``.
+    key_prefix: str = _named("event_store_key_prefix", "cleveragents")
 
 
 @dataclass(frozen=True, slots=True)

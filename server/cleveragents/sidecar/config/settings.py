@@ -44,6 +44,8 @@ __all__ = [
 
 ENV_PREFIX = "CLEVERAGENTS_SIDECAR_"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: What ``event_store_key_prefix`` may be: no braces (Redis Cluster hash tags), no spaces.
+_KEY_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _MAX_PORT = 65535
 
 
@@ -223,6 +225,11 @@ class SidecarConfig:
         if bool(store.cert_file) != bool(store.key_file):
             raise ConfigError(
                 "event_store_cert_file and event_store_key_file go together: set both or neither"
+            )
+        if not _KEY_PREFIX.fullmatch(store.key_prefix):
+            raise ConfigError(
+                f"event_store_key_prefix {store.key_prefix!r} must be 1 to 64 characters from "
+                "A-Z a-z 0-9 _ . : - (no braces: they would move a Redis Cluster's hash slots)"
             )
         if store.cert_file and not store.url.startswith("rediss://"):
             raise ConfigError(

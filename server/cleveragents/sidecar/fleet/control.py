@@ -12,6 +12,7 @@ __all__ = ["CANCEL", "DECIDE", "TAKEN", "Control"]
 #: The requests: cancel the run, decide one of its calls waiting for approval; and the notice
 #: that another sidecar took the run (the receiver believes the store, not the notice).
 CANCEL, DECIDE, TAKEN = "cancel", "decide", "taken"
+_OPS = (CANCEL, DECIDE, TAKEN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +44,21 @@ class Control:
 
     @classmethod
     def of(cls, fields: dict[bytes, bytes]) -> Control:
-        """The request a stream entry carries."""
+        """The request a stream entry carries; ``ValueError`` saying why for an entry that is
+        none (anything that can write to Redis can write to a control stream)."""
 
         def text(name: bytes) -> str:
-            return fields.get(name, b"").decode()
+            try:
+                return fields.get(name, b"").decode()
+            except UnicodeDecodeError:
+                raise ValueError(f"its {name.decode(errors='replace')!r} is not UTF-8") from None
 
-        return cls(
+        control = cls(
             text(b"op"), text(b"run"), text(b"reason"), text(b"call"),
             bool(fields.get(b"approved")), text(b"identity"), text(b"from"),
         )  # fmt: skip
+        if control.op not in _OPS:
+            raise ValueError(f"{control.op!r} is not a request (one of {', '.join(_OPS)})")
+        if not control.run_id:
+            raise ValueError("it names no run")
+        return control

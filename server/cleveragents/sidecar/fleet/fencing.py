@@ -39,21 +39,27 @@ from typing import Any
 import structlog
 
 __all__ = [
-    "APPEND", "APPEND_SHA", "CLAIM", "FENCED_PREFIX", "HOLD", "PARK", "TAKE", "WRITTEN",
-    "Claims", "fenced_by", "handed_over_message", "taken_over_message",
+    "APPEND", "APPEND_SHA", "CLAIM", "FENCED_PREFIX", "GONE", "HOLD", "PARK", "TAKE",
+    "WRITTEN", "Claims", "fenced_by", "gone_message", "handed_over_message",
+    "taken_over_message",
 ]  # fmt: skip
 
 log = structlog.get_logger("cleveragents.sidecar.store")
 
 #: KEYS: the run's stream and hash; ARGV: sequence, frame, sidecar, token, then (sequence 1
 #: only) the owner identity and the resume information. Answers 1 (written), 0 (the stream
-#: already holds the sequence: an earlier try was written), or ``fenced:<sidecar>``.
+#: already holds the sequence: an earlier try was written), ``fenced:<sidecar>``, or ``gone``:
+#: the run's hash or stream is not there (its keys vanished: a flush, an eviction, a restart
+#: without persistence), which no sidecar's claim does.
 APPEND = """
 local seq = tonumber(ARGV[1])
 local meta = redis.call('HMGET', KEYS[2], 'sidecar', 'epoch')
-if seq == 1 and redis.call('EXISTS', KEYS[1]) == 0 then
+local logged = redis.call('EXISTS', KEYS[1]) == 1
+if seq == 1 and not logged then
   redis.call('HSET', KEYS[2], 'owner', ARGV[5], 'sidecar', ARGV[3], 'resume', ARGV[6],
              'epoch', ARGV[4])
+elseif not meta[1] or not logged then
+  return 'gone'
 elseif meta[1] ~= ARGV[3] or meta[2] ~= ARGV[4] then
   return 'fenced:' .. (meta[1] or '')
 end
@@ -99,17 +105,20 @@ return 1
 """
 
 #: KEYS: the run's hash; ARGV: the holder and its token. Holds a parked run back for a client
-#: re-attaching to the holder (no ``TAKE`` gets it now); answers ``''``, or the sidecar the
-#: hash names instead (``none``: no hash).
+#: re-attaching to the holder (no ``TAKE`` gets it now); answers ``''``, the sidecar the
+#: hash names instead, or ``false`` (nil): there is no hash (its keys vanished).
 HOLD = """
 local meta = redis.call('HMGET', KEYS[1], 'sidecar', 'epoch')
-if meta[1] ~= ARGV[1] or meta[2] ~= ARGV[2] then return meta[1] or 'none' end
+if not meta[1] then return false end
+if meta[1] ~= ARGV[1] or meta[2] ~= ARGV[2] then return meta[1] end
 redis.call('HSET', KEYS[1], 'parked', '')
 return ''
 """
 
 #: What ``APPEND`` answers for a frame it refused, before the sidecar that owns the run now.
 FENCED_PREFIX = b"fenced:"
+#: What ``APPEND`` answers for a frame of a run whose keys are gone.
+GONE = b"gone"
 #: The token a new run's first frame writes (claims raise it from there).
 WRITTEN = 1
 
@@ -128,6 +137,18 @@ def taken_over_message(run_id: str, me: str, owner: str) -> str:
         f"sidecar ({me!r}) lost its store lease (stalled, or cut off from Redis, for longer "
         "than event_store_lease_s) and stopped its copy of the run; follow the run with "
         "WatchRun, FollowRun or GetRun on any sidecar sharing the store"
+    )
+
+
+def gone_message(run_id: str, store: str) -> str:
+    """What the streams of a run whose keys vanished from the store are told."""
+    return (
+        f"run {run_id!r}: its log is gone from the run store {store} (its keys vanished: a "
+        "FLUSHALL or FLUSHDB, an eviction under maxmemory, or Redis restarted without "
+        "persistence); the run was stopped and failed here, this sidecar keeps what it had "
+        "of it (GetRun, GetRunHistory, WatchRun here) and no other sidecar knows it. Give "
+        "the store persistence (appendonly yes), maxmemory-policy noeviction, and a database "
+        "no one else flushes"
     )
 
 
@@ -156,6 +177,8 @@ class Claims:
         self.parked: set[str] = set()
         #: Runs another sidecar took from this one (a metric).
         self.lost_runs = 0
+        #: This sidecar's runs whose keys vanished: their frames are no longer written.
+        self.gone: set[str] = set()
 
     def hold(self, run_id: str, token: int) -> None:
         """This sidecar claimed ``run_id`` with ``token``."""
@@ -165,6 +188,17 @@ class Claims:
         """This sidecar no longer holds ``run_id`` (forgotten, or set aside)."""
         self.tokens.pop(run_id, None)
         self.parked.discard(run_id)
+        self.gone.discard(run_id)
+
+    def vanished(self, run_id: str, store: str) -> str | None:
+        """The keys of ``run_id`` are gone from ``store``: the message its streams end with,
+        or ``None`` if this sidecar knew already (or does not hold it). Logged once."""
+        if run_id in self.gone or self.tokens.pop(run_id, None) is None:
+            return None
+        self.parked.discard(run_id)
+        self.gone.add(run_id)
+        log.error("a run's keys vanished from the store: its log is lost", run_id=run_id)
+        return gone_message(run_id, store)
 
     def lost(self, run_id: str, by: str) -> str | None:
         """Another sidecar (``by``) owns ``run_id`` now: the message its streams end with, or

@@ -1,13 +1,15 @@
 """The Redis run store's layout: its key names, how a run's stream reads back, and its URL
 as logs may show it.
 
-Every key of one run carries the hash tag ``{run_id}`` (Redis Cluster hashes only what is
-between the braces), so that a run's stream, hash and set-aside copy share one shard. A
-sidecar's own keys carry its id as their tag.
+Every key starts with the deployment's prefix (``Keys``). Every key of one run carries the
+hash tag ``{run_id}`` (Redis Cluster hashes only what is between the braces), so that a run's
+stream, hash and set-aside copy share one shard. A sidecar's own keys carry its id as their
+tag.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -21,71 +23,74 @@ from cleveragents.sidecar.runs.store import StoredRun
 from cleveragents.wire import decode_frame
 
 __all__ = [
-    "INDEX_KEY",
-    "PREFIX",
-    "QUARANTINE_KEY",
-    "SIDECARS_KEY",
-    "adopter_key",
-    "control_key",
+    "DEFAULT_PREFIX",
+    "Keys",
     "ended",
     "frames_of",
-    "lease_key",
-    "log_key",
-    "meta_key",
-    "quarantine_key",
     "read_stored",
     "redacted",
-    "runs_of_key",
     "stored_runs",
 ]
 
-#: Every key the store writes starts with this.
-PREFIX = "cleveragents"
-#: The sorted set of stored runs (score: when the run's first frame was written).
-INDEX_KEY = f"{PREFIX}:runs"
-#: The runs set aside because their logs could not be read back.
-QUARANTINE_KEY = f"{PREFIX}:quarantined"
+#: Every key the store writes starts with a prefix (``event_store_key_prefix``), this one
+#: unless set.
+DEFAULT_PREFIX = "cleveragents"
 #: How many runs start-up reads back in one round trip.
 _LOAD_CHUNK = 200
 #: What XRANGE answers.
 _Entries = list[tuple[bytes, dict[bytes, bytes]]]
-#: The set of sidecar ids that have registered with the store and not left it cleanly.
-SIDECARS_KEY = f"{PREFIX}:sidecars"
 
 
-def log_key(run_id: str) -> str:
-    """The stream holding a run's frames (entry ids ``<sequence>-0``)."""
-    return f"{PREFIX}:run:{{{run_id}}}:log"
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The names of one deployment's keys: each starts with ``prefix``, so that deployments
+    sharing one Redis (each with its own prefix) see nothing of each other's runs, leases
+    and control streams."""
 
+    prefix: str = DEFAULT_PREFIX
 
-def meta_key(run_id: str) -> str:
-    """The hash holding a run's owner identity and the id of the sidecar that runs it."""
-    return f"{PREFIX}:run:{{{run_id}}}:meta"
+    @property
+    def index(self) -> str:
+        """The sorted set of stored runs (score: when the run's first frame was written)."""
+        return f"{self.prefix}:runs"
 
+    @property
+    def quarantined(self) -> str:
+        """The set of runs set aside because their logs could not be read back."""
+        return f"{self.prefix}:quarantined"
 
-def quarantine_key(run_id: str) -> str:
-    """Where a run's stream goes when it cannot be read back (same slot: a rename)."""
-    return f"{PREFIX}:run:{{{run_id}}}:quarantine"
+    @property
+    def sidecars(self) -> str:
+        """The set of sidecar ids that have registered with the store and not left cleanly."""
+        return f"{self.prefix}:sidecars"
 
+    def log(self, run_id: str) -> str:
+        """The stream holding a run's frames (entry ids ``<sequence>-0``)."""
+        return f"{self.prefix}:run:{{{run_id}}}:log"
 
-def lease_key(sidecar: str) -> str:
-    """A sidecar's lease: present (with a time to live) while the sidecar heartbeats."""
-    return f"{PREFIX}:sidecar:{{{sidecar}}}:lease"
+    def meta(self, run_id: str) -> str:
+        """The hash holding a run's owner identity and the id of the sidecar that runs it."""
+        return f"{self.prefix}:run:{{{run_id}}}:meta"
 
+    def quarantine(self, run_id: str) -> str:
+        """Where a run's stream goes when it cannot be read back (same slot: a rename)."""
+        return f"{self.prefix}:run:{{{run_id}}}:quarantine"
 
-def runs_of_key(sidecar: str) -> str:
-    """The set of runs a sidecar started (or adopted) and has not forgotten."""
-    return f"{PREFIX}:sidecar:{{{sidecar}}}:runs"
+    def lease(self, sidecar: str) -> str:
+        """A sidecar's lease: present (with a time to live) while the sidecar heartbeats."""
+        return f"{self.prefix}:sidecar:{{{sidecar}}}:lease"
 
+    def runs_of(self, sidecar: str) -> str:
+        """The set of runs a sidecar started (or adopted) and has not forgotten."""
+        return f"{self.prefix}:sidecar:{{{sidecar}}}:runs"
 
-def control_key(sidecar: str) -> str:
-    """The stream of cancels and approval decisions other sidecars send a sidecar."""
-    return f"{PREFIX}:sidecar:{{{sidecar}}}:control"
+    def control(self, sidecar: str) -> str:
+        """The stream of cancels and approval decisions other sidecars send a sidecar."""
+        return f"{self.prefix}:sidecar:{{{sidecar}}}:control"
 
-
-def adopter_key(sidecar: str) -> str:
-    """Taken (``SET NX``) by the one sidecar that adopts a dead sidecar's runs."""
-    return f"{PREFIX}:sidecar:{{{sidecar}}}:adopter"
+    def adopter(self, sidecar: str) -> str:
+        """Taken (``SET NX``) by the one sidecar that adopts a dead sidecar's runs."""
+        return f"{self.prefix}:sidecar:{{{sidecar}}}:adopter"
 
 
 def redacted(url: str) -> str:
@@ -98,18 +103,20 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=user + host))
 
 
-def stored_runs(client: redis.Redis, only: list[str] | None = None) -> list[tuple[StoredRun, str]]:
+def stored_runs(
+    client: redis.Redis, keys: Keys, only: list[str] | None = None
+) -> list[tuple[StoredRun, str]]:
     """Every indexed run (or those of ``only``), oldest first, with its gap-free frames and
     the sidecar running it."""
     if only is None:
-        only = [item.decode() for item in cast("list[bytes]", client.zrange(INDEX_KEY, 0, -1))]
+        only = [item.decode() for item in cast("list[bytes]", client.zrange(keys.index, 0, -1))]
     runs: list[tuple[StoredRun, str]] = []
     for start in range(0, len(only), _LOAD_CHUNK):
         chunk = only[start : start + _LOAD_CHUNK]
         with client.pipeline(transaction=False) as pipe:
             for run_id in chunk:
-                pipe.xrange(log_key(run_id))
-                pipe.hmget(meta_key(run_id), ["owner", "sidecar", "resume"])
+                pipe.xrange(keys.log(run_id))
+                pipe.hmget(keys.meta(run_id), ["owner", "sidecar", "resume"])
             answers = pipe.execute()
         for index, run_id in enumerate(chunk):
             frames = frames_of(answers[2 * index])
@@ -121,15 +128,15 @@ def stored_runs(client: redis.Redis, only: list[str] | None = None) -> list[tupl
     return runs
 
 
-async def read_stored(client: redis.asyncio.Redis, run_ids: list[str]) -> list[HeldRun]:
+async def read_stored(client: redis.asyncio.Redis, keys: Keys, run_ids: list[str]) -> list[HeldRun]:
     """The stored runs of ``run_ids`` there are (unknown ones left out), each with the sidecar
     that runs (or ran) it: one round trip."""
     if not run_ids:
         return []
     async with client.pipeline(transaction=False) as pipe:
         for run_id in run_ids:
-            pipe.xrange(log_key(run_id))
-            pipe.hmget(meta_key(run_id), ["owner", "sidecar", "resume"])
+            pipe.xrange(keys.log(run_id))
+            pipe.hmget(keys.meta(run_id), ["owner", "sidecar", "resume"])
         answers = await pipe.execute()
     found = []
     for index, run_id in enumerate(run_ids):
@@ -143,8 +150,12 @@ async def read_stored(client: redis.asyncio.Redis, run_ids: list[str]) -> list[H
 
 
 def ended(frames: list[bytes]) -> bool:
-    """Whether a log ends with its terminal event."""
-    return is_terminal(decode_frame(frames[-1]).event)
+    """Whether a log ends with its terminal event (one whose last frame does not decode is
+    taken as live: reading it back sets it aside, ``RunManager.take_back``)."""
+    try:
+        return is_terminal(decode_frame(frames[-1]).event)
+    except Exception:  # damaged data: the run's reader reports it
+        return False
 
 
 def frames_of(entries: _Entries) -> list[bytes]:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import time
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -34,14 +36,9 @@ from cleveragents.sidecar.fleet.control import Control
 from cleveragents.sidecar.fleet.directory import FleetRuns
 from cleveragents.sidecar.fleet.fencing import CLAIM, Claims
 from cleveragents.sidecar.fleet.layout import (
-    SIDECARS_KEY,
-    adopter_key,
-    control_key,
+    Keys,
     ended,
-    lease_key,
-    meta_key,
     read_stored,
-    runs_of_key,
     stored_runs,
 )
 from cleveragents.sidecar.runs.store import StoredRun
@@ -50,6 +47,10 @@ __all__ = ["Lease"]
 
 log = structlog.get_logger("cleveragents.sidecar.store")
 
+#: While the lease was renewed within this share of it, it surely holds: nobody may adopt this
+#: sidecar's runs before it expires, at least a lease after the renewal was sent. Renewals
+#: come every third of a lease.
+FRESH_SHARE = 0.5
 #: How long one blocking read of the control stream waits (milliseconds).
 _CONTROL_BLOCK_MS = 1000
 #: What XREAD answers (per stream).
@@ -57,11 +58,16 @@ _Streams = list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]
 
 
 class Lease:
-    """This sidecar's lease, its adoption of expired ones, and its control stream."""
+    """This sidecar's lease, its adoption of expired ones, and its control stream, among the
+    keys ``keys`` names (the fleet of one deployment)."""
 
-    def __init__(self, client: redis.asyncio.Redis, claims: Claims, lease_s: float) -> None:
+    def __init__(
+        self, client: redis.asyncio.Redis, claims: Claims, lease_s: float, keys: Keys
+    ) -> None:
         self.client = client
         self.claims = claims
+        #: The names of this deployment's keys (its ``event_store_key_prefix``).
+        self.keys = keys
         self.lease_s = lease_s
         #: Lease renewals that failed (Redis unreachable, or the lease had expired).
         self.renewal_failures = 0
@@ -69,6 +75,9 @@ class Lease:
         self.adopted_runs = 0
         #: Set when the lease stops: its loops end at their next turn even if a cancel is lost.
         self._closing = asyncio.Event()
+        #: When (this sidecar's monotonic clock) the renewal that holds the lease now was sent:
+        #: the lease lasts at least ``lease_s`` from then (see ``fresh``).
+        self._renewed_at = -math.inf
 
     @property
     def sidecar_id(self) -> str:
@@ -89,7 +98,7 @@ class Lease:
         alive = self._register(client)
         adopted: dict[str, bool] = {}  # a dead sidecar's id: whether this one adopts its runs
         runs, wanted = [], []
-        for stored, sidecar in stored_runs(client):
+        for stored, sidecar in stored_runs(client, self.keys):
             if ended(stored.frames):
                 runs.append(stored)
                 continue
@@ -97,32 +106,34 @@ class Lease:
                 if sidecar in alive:
                     continue  # another sidecar runs it now
                 if sidecar not in adopted:
-                    key, px = adopter_key(sidecar), 3 * self.lease_ms
+                    key, px = self.keys.adopter(sidecar), 3 * self.lease_ms
                     adopted[sidecar] = bool(client.set(key, me, px=px, nx=True))
                 if not adopted[sidecar]:
                     continue
             wanted.append((stored.run_id, sidecar))
         with client.pipeline(transaction=False) as pipe:
             for run_id, sidecar in wanted:
-                pipe.eval(CLAIM, 1, meta_key(run_id), me, sidecar)
+                pipe.eval(CLAIM, 1, self.keys.meta(run_id), me, sidecar)
             claimed = self._claimed([run_id for run_id, _ in wanted], pipe.execute())
         if claimed:
-            client.sadd(runs_of_key(me), *claimed)
-        runs += [stored for stored, _ in stored_runs(client, claimed)]
+            client.sadd(self.keys.runs_of(me), *claimed)
+        runs += [stored for stored, _ in stored_runs(client, self.keys, claimed)]
         for sidecar in (sidecar for sidecar, won in adopted.items() if won):
-            client.srem(SIDECARS_KEY, sidecar)
-            client.delete(runs_of_key(sidecar), control_key(sidecar))
+            client.srem(self.keys.sidecars, sidecar)
+            client.delete(self.keys.runs_of(sidecar), self.keys.control(sidecar))
         return runs
 
     def _register(self, client: redis.Redis) -> set[str]:
         """Take this sidecar's lease; return the ids of the other sidecars whose leases live."""
-        client.set(lease_key(self.sidecar_id), "1", px=self.lease_ms)
-        client.sadd(SIDECARS_KEY, self.sidecar_id)
-        others = [m.decode() for m in cast("set[bytes]", client.smembers(SIDECARS_KEY))]
+        asked = time.monotonic()
+        client.set(self.keys.lease(self.sidecar_id), "1", px=self.lease_ms)
+        self._renewed_at = asked
+        client.sadd(self.keys.sidecars, self.sidecar_id)
+        others = [m.decode() for m in cast("set[bytes]", client.smembers(self.keys.sidecars))]
         others = [other for other in others if other != self.sidecar_id]
         with client.pipeline(transaction=False) as pipe:
             for other in others:
-                pipe.exists(lease_key(other))
+                pipe.exists(self.keys.lease(other))
             alive = pipe.execute()
         return {other for other, live in zip(others, alive, strict=True) if live}
 
@@ -166,8 +177,8 @@ class Lease:
         me = self.sidecar_id
         with contextlib.suppress(RedisError):
             async with self.client.pipeline(transaction=False) as pipe:
-                pipe.srem(SIDECARS_KEY, me)
-                pipe.delete(lease_key(me), runs_of_key(me), control_key(me))
+                pipe.srem(self.keys.sidecars, me)
+                pipe.delete(self.keys.lease(me), self.keys.runs_of(me), self.keys.control(me))
                 await pipe.execute()
 
     async def release(self) -> None:
@@ -175,7 +186,14 @@ class Lease:
         adopt them at their next renewal, not a lease later."""
         self._closing.set()
         with contextlib.suppress(RedisError):
-            await self.client.delete(lease_key(self.sidecar_id))
+            await self.client.delete(self.keys.lease(self.sidecar_id))
+
+    def fresh(self) -> bool:
+        """Whether the lease surely holds, by this sidecar's own clock: renewed (without
+        expiring first) within ``FRESH_SHARE`` of a lease. A sidecar that stalled (``SIGSTOP``,
+        a long pause) finds it stale on waking, before its next renewal tells it what it lost;
+        a run's tool calls then wait for their starts to be stored (a fenced write)."""
+        return time.monotonic() - self._renewed_at < self.lease_s * FRESH_SHARE
 
     def counts(self) -> tuple[int, int, int]:
         """Lease renewals that failed, runs adopted, runs taken over by others (metrics)."""
@@ -196,18 +214,25 @@ class Lease:
         sidecar claimed meanwhile."""
         me = self.sidecar_id
         try:
-            renewed = await self.client.set(lease_key(me), "1", px=self.lease_ms, xx=True)
-            if not renewed:  # it expired first: other sidecars may have adopted our runs
+            asked = time.monotonic()
+            renewed = await self.client.set(self.keys.lease(me), "1", px=self.lease_ms, xx=True)
+            if renewed:
+                self._renewed_at = asked
+            else:  # it expired first: other sidecars may have adopted our runs
                 self.renewal_failures += 1
                 log.error(
-                    "store lease had expired before its renewal; taken again",
+                    "store lease had expired (or vanished from the store) before its "
+                    "renewal; taken again",
                     sidecar=me,
                     lease_s=self.lease_s,
                 )
-                await self.client.set(lease_key(me), "1", px=self.lease_ms)
-                await self.client.sadd(SIDECARS_KEY, me)  # an adopter removed it
+                asked = time.monotonic()
+                await self.client.set(self.keys.lease(me), "1", px=self.lease_ms)
+                await self.client.sadd(self.keys.sidecars, me)  # an adopter removed it
                 if runs is not None:
                     await self._check(runs, list(self.claims.tokens))
+                    # Fresh again only now: the runs others claimed meanwhile are lost here.
+                    self._renewed_at = asked
             return True
         except RedisError as exc:
             self.renewal_failures += 1
@@ -225,7 +250,7 @@ class Lease:
             return
         async with self.client.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
-                pipe.hmget(meta_key(run_id), ["sidecar", "epoch"])
+                pipe.hmget(self.keys.meta(run_id), ["sidecar", "epoch"])
             answers = await pipe.execute()
         for run_id, (sidecar, epoch) in zip(run_ids, answers, strict=True):
             token = self.claims.tokens.get(run_id)  # none: forgotten while this read was on
@@ -240,14 +265,16 @@ class Lease:
     async def _adopt_expired(self, runs: FleetRuns) -> None:
         """Adopt the live runs of each sidecar whose lease expired (one adopter each)."""
         me = self.sidecar_id
-        members = cast("set[bytes]", await self.client.smembers(SIDECARS_KEY))
+        members = cast("set[bytes]", await self.client.smembers(self.keys.sidecars))
         for other in sorted(m.decode() for m in members):
-            if other == me or await self.client.exists(lease_key(other)):
+            if other == me or await self.client.exists(self.keys.lease(other)):
                 continue
-            if not await self.client.set(adopter_key(other), me, px=3 * self.lease_ms, nx=True):
+            if not await self.client.set(
+                self.keys.adopter(other), me, px=3 * self.lease_ms, nx=True
+            ):
                 continue
-            run_ids = cast("set[bytes]", await self.client.smembers(runs_of_key(other)))
-            found = await read_stored(self.client, sorted(m.decode() for m in run_ids))
+            run_ids = cast("set[bytes]", await self.client.smembers(self.keys.runs_of(other)))
+            found = await read_stored(self.client, self.keys, sorted(m.decode() for m in run_ids))
             # Only what the dead sidecar still ran: an id it once ran may be another's now.
             live = [
                 held.stored.run_id
@@ -256,14 +283,14 @@ class Lease:
             ]
             async with self.client.pipeline(transaction=False) as pipe:
                 for run_id in live:
-                    pipe.eval(CLAIM, 1, meta_key(run_id), me, other)
+                    pipe.eval(CLAIM, 1, self.keys.meta(run_id), me, other)
                 claimed = self._claimed(live, await pipe.execute())
             if claimed:
-                await self.client.sadd(runs_of_key(me), *claimed)
+                await self.client.sadd(self.keys.runs_of(me), *claimed)
             stored = await self.claimed_logs(claimed)
             async with self.client.pipeline(transaction=False) as pipe:
-                pipe.delete(runs_of_key(other), control_key(other))
-                pipe.srem(SIDECARS_KEY, other)
+                pipe.delete(self.keys.runs_of(other), self.keys.control(other))
+                pipe.srem(self.keys.sidecars, other)
                 await pipe.execute()
             self.adopted_runs += len(stored)
             log.warning(
@@ -277,11 +304,11 @@ class Lease:
     async def claimed_logs(self, run_ids: list[str]) -> list[StoredRun]:
         """The logs of the live runs ``run_ids`` this sidecar claimed, read after the claim:
         a frame the old owner wrote is in them, and it can write none after the claim."""
-        found = await read_stored(self.client, run_ids)
+        found = await read_stored(self.client, self.keys, run_ids)
         return [held.stored for held in found if not ended(held.stored.frames)]
 
     async def _control_loop(self, runs: FleetRuns) -> None:
-        key, last = control_key(self.sidecar_id), "0-0"
+        key, last = self.keys.control(self.sidecar_id), "0-0"
         while not self._closing.is_set():
             try:
                 read = self.client.xread({key: last}, block=_CONTROL_BLOCK_MS, count=100)
@@ -292,8 +319,12 @@ class Lease:
                 continue
             for _, entries in answer or ():
                 for entry_id, fields in entries:
-                    last = entry_id.decode()
-                    control = Control.of(fields)
+                    last = entry_id.decode()  # read past, whatever it holds
+                    try:
+                        control = Control.of(fields)
+                    except ValueError as exc:  # written by something else: not for us to obey
+                        log.warning("control entry skipped", entry=last, error=str(exc))
+                        continue
                     try:
                         await runs.obey(control)
                     except Exception:  # one bad request must not stop the stream's reading

@@ -18,7 +18,8 @@ from typing import Protocol, TypeVar
 import grpc
 import structlog
 
-from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.errors import DamagedLog, SidecarError
+from cleveragents.sidecar.fleet.fencing import gone_message
 from cleveragents.sidecar.runs.log import LogStats
 from cleveragents.sidecar.runs.run import Run
 from cleveragents.sidecar.runs.store import EventStore, MemoryEventStore, StoredRun
@@ -81,10 +82,16 @@ def mirror(stored: StoredRun, stats: LogStats, frame_limit: int = 0) -> Run:
 
 
 class Mirrors:
-    """The mirrors of other sidecars' runs, each kept up by one task while it is wanted."""
+    """The mirrors of other sidecars' runs, each kept up by one task while it is wanted. A
+    followed run whose log vanishes from the store (``shown``) ends its watchers with
+    ``DATA_LOSS``: its sidecar can write none of it there any more."""
 
-    def __init__(self, store: FleetLog, stats: LogStats, frame_limit: int = 0) -> None:
+    def __init__(
+        self, store: FleetLog, stats: LogStats, frame_limit: int = 0, shown: str = ""
+    ) -> None:
         self.store = store
+        #: The store's URL as messages show it.
+        self.shown = shown
         self.stats = stats
         self.frame_limit = frame_limit
         #: The mirrors kept up to date, by run id, with the sidecar running each, and until when
@@ -167,8 +174,10 @@ class Mirrors:
             kept = self._kept.get(found.stored.run_id)
             try:
                 runs.append(kept or (mirror(found.stored, self.stats), found.sidecar))
-            except Exception:  # an unreadable log is left out of the list, not fatal to it
-                log.warning("another sidecar's run unreadable", run_id=found.stored.run_id)
+            except DamagedLog as exc:  # left out of the list, not fatal to it
+                log.warning(
+                    "another sidecar's run unreadable", run_id=exc.run_id, error=exc.message
+                )
         return runs
 
     async def close(self) -> None:
@@ -188,7 +197,15 @@ class Mirrors:
                 if not wanted:
                     break
                 frames = await self.store.read_after(run_id, len(run.log.frames), BLOCK_MS)
+                if not frames and await self.store.read_head(run_id) is None:
+                    message = gone_message(run_id, self.shown)
+                    log.warning("another sidecar's run is gone from the store", run_id=run_id)
+                    run.lose(message, grpc.StatusCode.DATA_LOSS)
+                    break
                 run.take(frames)
+        except DamagedLog as exc:  # its watchers are told, as a reader of the log would be
+            log.warning("another sidecar's run unreadable", run_id=run_id, error=exc.message)
+            run.lose(exc.message, exc.code)
         except Exception as exc:  # the store went away: the watchers end where they are
             log.warning("another sidecar's run no longer kept up", run_id=run_id, error=repr(exc))
             run.log.close()

@@ -32,15 +32,9 @@ from redis.exceptions import RedisError
 from cleveragents.sidecar.errors import SidecarError
 from cleveragents.sidecar.fleet.control import TAKEN, Control
 from cleveragents.sidecar.fleet.directory import FleetRuns, Handover
-from cleveragents.sidecar.fleet.fencing import HOLD, PARK, TAKE, Claims
+from cleveragents.sidecar.fleet.fencing import HOLD, PARK, TAKE, Claims, gone_message
 from cleveragents.sidecar.fleet.layout import (
-    INDEX_KEY,
-    control_key,
-    lease_key,
-    log_key,
-    meta_key,
     read_stored,
-    runs_of_key,
 )
 from cleveragents.sidecar.fleet.lease import Lease
 from cleveragents.sidecar.fleet.mirrors import HeldRun, Mirrors, RunHead
@@ -61,7 +55,8 @@ _CONTROL_MAXLEN = 10_000
 
 class RedisFleet:
     """This sidecar's view of the others on one Redis: ``claims`` holds its fencing tokens,
-    ``lease`` its membership; the mirrors of their runs keep ``stats`` and ``frame_limit``."""
+    ``lease`` its membership; the mirrors of their runs keep ``stats`` and ``frame_limit``;
+    ``shown`` is the store's URL without its password."""
 
     def __init__(
         self,
@@ -70,11 +65,15 @@ class RedisFleet:
         lease: Lease,
         stats: LogStats,
         frame_limit: int = 0,
+        shown: str = "",
     ) -> None:
+        #: The store's URL as logs and messages show it (no password).
+        self.shown = shown
         self.client = client
         self.claims = claims
         self.lease = lease
-        self.mirrors = Mirrors(self, stats, frame_limit)
+        self.keys = lease.keys
+        self.mirrors = Mirrors(self, stats, frame_limit, shown)
 
     @property
     def sidecar_id(self) -> str:
@@ -83,12 +82,12 @@ class RedisFleet:
     # -- reading the others' runs (``mirrors.FleetLog``) -------------------------------------
 
     async def read_runs(self, run_ids: list[str]) -> list[HeldRun]:
-        return await read_stored(self.client, run_ids)
+        return await read_stored(self.client, self.keys, run_ids)
 
     async def read_head(self, run_id: str) -> RunHead | None:
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.exists(log_key(run_id))
-            pipe.hmget(meta_key(run_id), ["owner", "sidecar", "resume"])
+            pipe.exists(self.keys.log(run_id))
+            pipe.hmget(self.keys.meta(run_id), ["owner", "sidecar", "resume"])
             exists, (owner, sidecar, resume) = await pipe.execute()
         if not exists:
             return None
@@ -96,11 +95,11 @@ class RedisFleet:
         return RunHead(name, (sidecar or b"").decode(), (resume or b"").decode())
 
     async def recent_run_ids(self, limit: int) -> list[str]:
-        members = await self.client.zrevrange(INDEX_KEY, 0, max(0, limit - 1))
+        members = await self.client.zrevrange(self.keys.index, 0, max(0, limit - 1))
         return [member.decode() for member in cast("list[bytes]", members)]
 
     async def read_after(self, run_id: str, after: int, block_ms: int) -> list[bytes]:
-        streams = {log_key(run_id): f"{after}-0"}
+        streams = {self.keys.log(run_id): f"{after}-0"}
         answer = cast("_Streams", await self.client.xread(streams, block=block_ms))  # type: ignore[arg-type]
         frames: list[bytes] = []
         for _, entries in answer or ():
@@ -146,7 +145,9 @@ class RedisFleet:
         """Queue ``control`` on the control stream of ``sidecar``."""
         fields = control.fields(self.sidecar_id)
         await _store(
-            self.client.xadd(control_key(sidecar), fields, maxlen=_CONTROL_MAXLEN, approximate=True)
+            self.client.xadd(
+                self.keys.control(sidecar), fields, maxlen=_CONTROL_MAXLEN, approximate=True
+            )
         )
 
     async def take(self, run_id: str, identity: str) -> Handover:
@@ -157,11 +158,11 @@ class RedisFleet:
         if run_id in self.claims.tokens:
             return Handover(False, me, alive=True)
         answer = await _store(
-            self.client.eval(TAKE, 1, meta_key(run_id), me, identity, DEFAULT_IDENTITY.name)
+            self.client.eval(TAKE, 1, self.keys.meta(run_id), me, identity, DEFAULT_IDENTITY.name)
         )
         token, holder = int(answer[0]), _text(answer[1])
         if not token:
-            alive = bool(holder) and bool(await _store(self.client.exists(lease_key(holder))))
+            alive = bool(holder) and bool(await _store(self.client.exists(self.keys.lease(holder))))
             return Handover(False, holder, alive=alive)
         self.claims.hold(run_id, token)
         stored = await _store(self._moved(run_id, holder))
@@ -177,8 +178,8 @@ class RedisFleet:
         """Move ``run_id`` from ``holder``'s runs to this sidecar's; its log after the claim."""
         async with self.client.pipeline(transaction=False) as pipe:
             if holder and holder != self.sidecar_id:
-                pipe.srem(runs_of_key(holder), run_id)
-            pipe.sadd(runs_of_key(self.sidecar_id), run_id)
+                pipe.srem(self.keys.runs_of(holder), run_id)
+            pipe.sadd(self.keys.runs_of(self.sidecar_id), run_id)
             await pipe.execute()
         stored = await self.lease.claimed_logs([run_id])
         return stored[0] if stored else None
@@ -190,7 +191,10 @@ class RedisFleet:
         me, token = self.sidecar_id, self.claims.tokens.get(run_id)
         if token is None:  # not written yet, or forgotten: nothing for another to take
             return None
-        holder = _text(await _store(self.client.eval(HOLD, 1, meta_key(run_id), me, token)))
+        answer = await _store(self.client.eval(HOLD, 1, self.keys.meta(run_id), me, token))
+        if answer is None:  # its keys vanished: its next frame fails the run, saying so
+            raise SidecarError(grpc.StatusCode.DATA_LOSS, gone_message(run_id, self.shown))
+        holder = _text(answer)
         if not holder:
             self.claims.parked.discard(run_id)
             return None
@@ -201,13 +205,13 @@ class RedisFleet:
         token = self.claims.tokens.get(run_id)
         if token is None:
             return
+        # Counted as parked before the store may say so: from then on its tool calls wait for
+        # their starts to be stored (another sidecar may take it at any moment).
+        self.claims.parked.add(run_id)
         try:
-            marked = await self.client.eval(PARK, 1, meta_key(run_id), self.sidecar_id, token)
+            await self.client.eval(PARK, 1, self.keys.meta(run_id), self.sidecar_id, token)
         except RedisError as exc:  # only a client re-attaching here can have it then
             log.warning("parked run not marked in the store", run_id=run_id, error=repr(exc))
-            return
-        if marked:
-            self.claims.parked.add(run_id)
 
 
 def _text(value: Any) -> str:

@@ -36,15 +36,16 @@ import structlog
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from cleveragents.sidecar.errors import ConfigError
-from cleveragents.sidecar.fleet.fencing import APPEND, APPEND_SHA, WRITTEN, Claims, fenced_by
+from cleveragents.sidecar.fleet.fencing import (
+    APPEND,
+    APPEND_SHA,
+    GONE,
+    WRITTEN,
+    Claims,
+    fenced_by,
+)
 from cleveragents.sidecar.fleet.layout import (
-    INDEX_KEY,
-    QUARANTINE_KEY,
-    log_key,
-    meta_key,
-    quarantine_key,
     redacted,
-    runs_of_key,
 )
 from cleveragents.sidecar.fleet.lease import Lease
 from cleveragents.sidecar.runs.store import LogOwner, StoredRun, StoreListener
@@ -94,7 +95,7 @@ class RedisEventStore:
     ``options`` are redis-py's (``redis_options``; no password is ever logged), ``client``
     the connection every part of the fleet shares, ``claims`` the fencing tokens frames are
     written with, ``lease`` the sidecar's membership, which its open takes first and a clean
-    close leaves.
+    close leaves; its keys are the lease's (one deployment's prefix).
     """
 
     def __init__(
@@ -121,6 +122,7 @@ class RedisEventStore:
         self.client = client
         self.claims = claims
         self.lease = lease
+        self.keys = lease.keys
 
     def open(self) -> list[StoredRun]:
         """The stored runs; ``ConfigError`` (one line) when Redis cannot be reached."""
@@ -154,6 +156,13 @@ class RedisEventStore:
             "for client certificates (tls-auth-clients) needs event_store_cert_file and "
             "event_store_key_file"
         )
+
+    shared = True
+
+    def holds(self, run_id: str) -> bool:
+        """While the lease is fresh by this sidecar's clock (nobody may adopt its runs yet)
+        and the run is not parked (another sidecar may take a parked run at any moment)."""
+        return self.lease.fresh() and run_id not in self.claims.parked
 
     def append(self, owner: LogOwner, sequence: int, frame: bytes) -> None:
         self._pending.append((owner, sequence, frame))
@@ -242,37 +251,43 @@ class RedisEventStore:
         """Send ``batch`` in one pipeline (in order, not atomic: each frame is its own
         fenced append, ``fencing.APPEND``); returns each owner with the last sequence
         written. A run whose frame the fence refused is another sidecar's now: its frames
-        are not released, and the listeners are told (the manager stops the run here).
+        are not released, and the listeners are told (the manager stops the run here). A run
+        whose keys are gone (``fencing.GONE``) is told as lost data (the manager fails it
+        here); its frames are released unkept, those from then on without being sent.
 
         The script goes by its digest; a Redis without it (restarted, flushed) is sent it,
         and the batch again (what the first try wrote is refused as already stored)."""
         now, me, claims = time.time(), self.claims.sidecar_id, self.claims
-        tokens = claims.tokens
+        tokens, gone = claims.tokens, claims.gone
         appends: list[tuple[int, LogOwner, int]] = []  # (answer index, owner, sequence)
+        unkept: dict[int, tuple[LogOwner, int]] = {}  # frames of runs whose keys are gone
         async with self.client.pipeline(transaction=False) as pipe:
             for item in batch:
                 if len(item) == 2:
                     run_id, action = item
                     claims.drop(run_id)
                     if action == "forget":
-                        pipe.delete(log_key(run_id), meta_key(run_id))
-                        pipe.srem(runs_of_key(me), run_id)
+                        pipe.delete(self.keys.log(run_id), self.keys.meta(run_id))
+                        pipe.srem(self.keys.runs_of(me), run_id)
                     else:
-                        pipe.rename(log_key(run_id), quarantine_key(run_id))
-                        pipe.sadd(QUARANTINE_KEY, run_id)
-                    pipe.zrem(INDEX_KEY, run_id)
+                        pipe.rename(self.keys.log(run_id), self.keys.quarantine(run_id))
+                        pipe.sadd(self.keys.quarantined, run_id)
+                    pipe.zrem(self.keys.index, run_id)
                     continue
                 owner, sequence, frame = item
                 run_id = owner.run_id
+                if gone and run_id in gone:
+                    unkept[id(owner)] = (owner, sequence)
+                    continue
                 if sequence == 1:
                     tokens[run_id] = WRITTEN
-                keys, token = (log_key(run_id), meta_key(run_id)), tokens.get(run_id, 0)
+                keys, token = (self.keys.log(run_id), self.keys.meta(run_id)), tokens.get(run_id, 0)
                 appends.append((len(pipe), owner, sequence))
                 if sequence == 1:
                     args = (sequence, frame, me, token, owner.owner, owner.resume_info)
                     pipe.evalsha(APPEND_SHA, 2, *keys, *args)
-                    pipe.sadd(runs_of_key(me), run_id)
-                    pipe.zadd(INDEX_KEY, {run_id: now})
+                    pipe.sadd(self.keys.runs_of(me), run_id)
+                    pipe.zadd(self.keys.index, {run_id: now})
                 else:
                     pipe.evalsha(APPEND_SHA, 2, *keys, sequence, frame, me, token)
             answers = await pipe.execute(raise_on_error=False)
@@ -286,12 +301,16 @@ class RedisEventStore:
                 raise answer
             if isinstance(answer, Exception) and not isinstance(answer, ResponseError):
                 raise answer
-        written: dict[int, tuple[LogOwner, int]] = {}
+        written: dict[int, tuple[LogOwner, int]] = unkept
         lost: dict[str, str] = {}
+        vanished: set[str] = set()
         for index, owner, sequence in appends:
             if owner.run_id in lost:
                 continue
-            if (by := fenced_by(answers[index])) is not None:
+            if owner.run_id in vanished or answers[index] == GONE:
+                vanished.add(owner.run_id)
+                unkept[id(owner)] = (owner, sequence)  # released unkept, as those after it
+            elif (by := fenced_by(answers[index])) is not None:
                 lost[owner.run_id] = by
             else:
                 written[id(owner)] = (owner, sequence)
@@ -299,6 +318,10 @@ class RedisEventStore:
             if (message := claims.lost(run_id, by)) is not None:
                 for listener in self._listeners:
                     listener.run_taken(run_id, message)
+        for run_id in vanished:
+            if (message := claims.vanished(run_id, self.shown)) is not None:
+                for listener in self._listeners:
+                    listener.log_lost(run_id, message)
         return list(written.values())
 
 

@@ -37,6 +37,7 @@ def store_for(config: SidecarConfig, env: Mapping[str, str] | None = None) -> Ev
     import redis.asyncio
 
     from cleveragents.sidecar.fleet.fencing import Claims
+    from cleveragents.sidecar.fleet.layout import Keys
     from cleveragents.sidecar.fleet.lease import Lease
     from cleveragents.sidecar.fleet.redis_store import RedisEventStore, redis_options
 
@@ -58,7 +59,7 @@ def store_for(config: SidecarConfig, env: Mapping[str, str] | None = None) -> Ev
     )
     client = redis.asyncio.Redis.from_url(url, **options)
     claims = Claims(config.store.sidecar_id or uuid.uuid4().hex[:16])
-    lease = Lease(client, claims, config.store.lease_s)
+    lease = Lease(client, claims, config.store.lease_s, Keys(config.store.key_prefix))
     return RedisEventStore(url, options, client, claims, lease)
 
 
@@ -72,5 +73,7 @@ def directory_for(config: SidecarConfig, manager: RunManager) -> RunDirectory:
     from cleveragents.sidecar.fleet.redis_store import RedisEventStore
 
     assert isinstance(store, RedisEventStore)
-    fleet = RedisFleet(store.client, store.claims, store.lease, manager.stats, manager.frame_limit)
+    fleet = RedisFleet(
+        store.client, store.claims, store.lease, manager.stats, manager.frame_limit, store.shown
+    )
     return RunDirectory(manager, fleet, takes_over=takes_over)

@@ -48,6 +48,7 @@ class RunLog:
         "_held",
         "_on_end",
         "_release_waiters",
+        "_storing",
         "closed",
         "cursors",
         "frames",
@@ -85,6 +86,8 @@ class RunLog:
         self.cursors: list[WatchCursor] = []
         self.closed = False
         self._release_waiters: list[asyncio.Future[None]] = []
+        #: Who waits until a sequence is stored (``stored``), and for which.
+        self._storing: list[tuple[int, asyncio.Future[None]]] = []
         self._held: collections.deque[tuple[int, FrameSink, bytes]] = collections.deque()
         self._end_at = 0
         self._on_end: Callable[[], None] | None = None
@@ -146,6 +149,16 @@ class RunLog:
         elif reader in self.sinks:
             self.sinks.remove(reader)
 
+    async def stored(self) -> None:
+        """Return once the store holds every frame logged so far (at once if it does), or the
+        log closed first (its run stopped: lost to another sidecar, its task cancelled)."""
+        logged = len(self.frames)
+        if self.released >= logged or self.closed:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._storing.append((logged, waiter))
+        await waiter
+
     def wait_for_release(self) -> asyncio.Future[None]:
         """A future set when more frames are released or the log finishes (for cursors)."""
         waiters = self._release_waiters
@@ -195,6 +208,8 @@ class RunLog:
             if previous // _LAG_CHECK_EVERY != sequence // _LAG_CHECK_EVERY:
                 self._drop_laggards()
             self._wake_cursors()
+        if self._storing:
+            self._wake_stored(sequence)
         if self._on_end is not None and sequence >= self._end_at:
             on_end, self._on_end = self._on_end, None
             self.close()
@@ -209,6 +224,17 @@ class RunLog:
         self.sinks.clear()
         self.cursors.clear()
         self._wake_cursors()
+        self._wake_stored(len(self.frames) if self._storing else 0)
+
+    def _wake_stored(self, sequence: int) -> None:
+        """Wake the ``stored`` waits for a sequence up to ``sequence`` (all, once closed)."""
+        waiting, self._storing = self._storing, []
+        for mark, waiter in waiting:
+            if mark <= sequence or self.closed:
+                if not waiter.done():
+                    waiter.set_result(None)
+            else:
+                self._storing.append((mark, waiter))
 
     def _push(self, start: int, stop: int) -> None:
         if self.sinks and stop > start:

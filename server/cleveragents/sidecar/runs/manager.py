@@ -51,6 +51,7 @@ from cleveragents.tool import (
     StopReason,
     ToolCallingRuntime,
     ToolCallRunResult,
+    ToolSpec,
 )
 
 if TYPE_CHECKING:
@@ -354,14 +355,16 @@ class RunManager:
             # ever running. Its first step is already scheduled, so cancel right after it.
             asyncio.get_running_loop().call_soon(self.cancel, run, reason)
 
-    def fail(self, run: Run, message: str) -> None:
-        """End a live run now with ``run_failed`` (``UNAVAILABLE``, ``message``) and stop it."""
+    def fail(
+        self, run: Run, message: str, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
+    ) -> None:
+        """End a live run now with ``run_failed`` (``code``, ``message``) and stop it."""
         if run.ended or run.task is None:
             return
         if run.phase is RunPhase.STARTING:  # its first step logs run_started: fail it after
-            asyncio.get_running_loop().call_soon(self.fail, run, message)
+            asyncio.get_running_loop().call_soon(self.fail, run, message, code)
             return
-        error = SidecarError(grpc.StatusCode.UNAVAILABLE, message)
+        error = SidecarError(code, message)
         run.emit(RunFailed(message, partial_result(run.run_id, run.log.frames), error))
         run.task.cancel(message)  # the loop stops; what it logs now is ignored
 
@@ -403,6 +406,12 @@ class RunManager:
     def run_taken(self, run_id: str, message: str) -> None:
         """The store refused a frame of ``run_id``: another sidecar owns it now."""
         self.lose(run_id, message)
+
+    def log_lost(self, run_id: str, message: str) -> None:
+        """The store lost the log of ``run_id``: the run fails here (``DATA_LOSS``), and
+        this sidecar keeps what it has of it; one whose end is logged finishes as it ended."""
+        if (run := self._live.get(run_id)) is not None:
+            self.fail(run, message, grpc.StatusCode.DATA_LOSS)
 
     def health_changed(self, failure: str | None) -> None:
         """The store failed to write (every live run ends), or writes again."""
@@ -462,9 +471,18 @@ def refuse_when_full(live: int, limit: int, stats: LogStats) -> None:
 
 async def drive(run: Run, assembled: Launchable, resume: Resumption | None = None) -> None:
     """Run ``run``'s loop (from its log, with ``resume``); every way out logs a terminal
-    event: the loop's own, or one written here when the loop never got to it."""
+    event: the loop's own, or one written here when the loop never got to it. On a store other
+    sidecars share, a tool call runs only once this sidecar surely still owns the run: its
+    lease fresh by its own clock, or else the store holding the call's start (``Run.stored``)."""
     run.begin()
     runtime = assembled.runtime
+    hosted, store, run_id = assembled.hosted_tools, run.log.store, run.run_id
+
+    async def checkpoint(spec: ToolSpec) -> None:
+        # A client's tool is invoked after its start is stored already (``push_in_order``).
+        if spec.name not in hosted and not store.holds(run_id):
+            await run.stored()
+
     try:
         await runtime.arun_tool_loop(
             run.request.prompt,
@@ -473,6 +491,7 @@ async def drive(run: Run, assembled: Launchable, resume: Resumption | None = Non
             timeout_s=assembled.timeout_s,
             on_event=run.emit,
             resume=resume,
+            checkpoint=checkpoint if store.shared else None,
         )
     except asyncio.CancelledError as exc:
         if not run.ended:  # cancelled before the loop began

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 import grpc
 import structlog
 
-from cleveragents.sidecar.errors import SidecarError
+from cleveragents.sidecar.errors import DamagedLog, SidecarError
 from cleveragents.sidecar.runs.log import LogStats, RunLog
 from cleveragents.sidecar.runs.store import EventStore, StoredRun
 from cleveragents.sidecar.status import status_from_code, status_of
@@ -47,6 +47,7 @@ from cleveragents.tool import (
 )
 from cleveragents.wire import (
     EventEncoder,
+    LoggedEvent,
     OversizedEvent,
     RunRequest,
     RunState,
@@ -122,7 +123,7 @@ _ENDED = frozenset({RunPhase.ENDING, RunPhase.FINISHED, RunPhase.LOST})
 class Launchable(Protocol):
     """A run ready to start, as the manager starts it (``assembly.AssembledRun`` is one): the
     request as accepted, the runtime and context its loop runs with, the time its starting
-    call left it (``None``: no deadline), and its approvals broker."""
+    call left it (``None``: no deadline), its approvals broker and the tools its client hosts."""
 
     @property
     def request(self) -> RunRequest: ...
@@ -138,6 +139,12 @@ class Launchable(Protocol):
 
     @property
     def approvals(self) -> ApprovalBroker: ...
+
+    @property
+    def hosted_tools(self) -> frozenset[str]:
+        """The tools its Session's client hosts (their invocations reach the client only once
+        the store holds their start: no call of theirs needs to wait for it)."""
+        ...
 
 
 class RunObserver(Protocol):
@@ -265,23 +272,23 @@ class Run:
         """The run a stored log holds (its frames all stored already): finished if the log
         ends with its terminal event, else ``RESTORED``, live (to resume, to wait for its
         client, to end as a crash left it; or, another sidecar's run, to be followed with
-        ``take``). ``ValueError`` (or another exception) when a frame cannot be read back.
-        ``frame_limit`` bounds what it logs from now on (see ``Run``)."""
-        for sequence, item in enumerate(stored.frames, 1):
-            check_frame(item, stored.run_id, sequence)
-        first = decode_frame(stored.frames[0])
-        run_log = RunLog(stored.run_id, store, stats, stored.owner, stored.resume_info)
-        run_log.restore(list(stored.frames))
-        run = cls(
-            request_of_started(stored.frames[0]),
-            run_log,
-            started_at=first.time,
-            frame_limit=frame_limit,
-        )
+        ``take``). ``DamagedLog`` (``DATA_LOSS``) names the first frame that cannot be read
+        back. ``frame_limit`` bounds what it logs from now on (see ``Run``)."""
+        run_id, frames = stored.run_id, stored.frames
+        for sequence, item in enumerate(frames, 1):
+            _check(item, run_id, sequence)
+        try:
+            first = decode_frame(frames[0])
+            request = request_of_started(frames[0])
+        except Exception as exc:  # it parsed, but holds what no sidecar writes
+            raise DamagedLog(run_id, 1, f"{type(exc).__name__}: {exc}") from None
+        run_log = RunLog(run_id, store, stats, stored.owner, stored.resume_info)
+        run_log.restore(list(frames))
+        run = cls(request, run_log, started_at=first.time, frame_limit=frame_limit)
         run._phase = RunPhase.RESTORED
-        for item in stored.frames[:-1]:
-            run._count(decode_frame(item).event)
-        if (terminal := _terminal_of(stored.frames[-1], run)) is not None:
+        for sequence, item in enumerate(frames[:-1], 1):
+            run._count(_decoded(item, run_id, sequence).event)
+        if (terminal := _terminal_of(frames[-1], run, len(frames))) is not None:
             run._move(RunPhase.FINISHED)
             run._terminal = terminal
             run.log.close()
@@ -306,7 +313,8 @@ class Run:
 
     @property
     def lost(self) -> SidecarError | None:
-        """Why another sidecar has the run now (``FAILED_PRECONDITION``), if it has."""
+        """Why its copy here stopped (another sidecar has the run now: ``FAILED_PRECONDITION``),
+        if it did."""
         return self._loss
 
     @property
@@ -346,6 +354,15 @@ class Run:
     def reattached(self) -> None:
         """The re-attach that took it gave it its client back (its loop went on)."""
         self._move(RunPhase.RUNNING)
+
+    async def stored(self) -> None:
+        """Return once the store holds every event logged so far. On a shared store that write
+        is fenced: a sidecar that lost the run (it stalled past its lease) finds out here,
+        before the tool call that waits for it (``drive``), and the call never runs
+        (``CancelledError``)."""
+        await self.log.stored()
+        if self._loss is not None:
+            raise asyncio.CancelledError(self._loss.message)
 
     async def wait(self) -> None:
         """Wait until the run has ended and its terminal event is stored (or it was lost)."""
@@ -394,11 +411,13 @@ class Run:
 
     def take(self, frames: list[bytes]) -> None:
         """Append the newly stored ``frames`` of another sidecar's run, which this one
-        follows; the terminal one ends it."""
+        follows; the terminal one ends it. ``DamagedLog`` for a frame that cannot be read."""
         for item in frames:
             if self._ended:
                 return
-            if (terminal := _terminal_of(item, self)) is not None:
+            sequence = self.log.next_sequence
+            _check(item, self.run_id, sequence)
+            if (terminal := _terminal_of(item, self, sequence)) is not None:
                 self.end(item, terminal)
             else:
                 self.log.append(item)
@@ -423,16 +442,19 @@ class Run:
         self._terminal = terminal
         self.log.end(item, self._stored)
 
-    def lose(self, message: str) -> bool:
+    def lose(
+        self, message: str, code: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION
+    ) -> bool:
         """Stop this sidecar's copy of a run another sidecar took over (its lease had expired:
-        the fleet logs that as an error; or it was parked: a hand-over), or of a run a failed
-        start leaves for the next: nothing more is logged or run here, its streams end
-        (``FAILED_PRECONDITION``, ``message``) and its waiters wake; ``False`` if it had
-        already finished."""
+        the fleet logs that as an error; or it was parked: a hand-over), of a run a failed
+        start leaves for the next, or of another sidecar's run followed here whose stored log
+        turned out damaged (``DATA_LOSS``): nothing more is logged or run here, its streams
+        end (``code``, ``message``) and its waiters wake; ``False`` if it had already
+        finished."""
         if self._phase in (RunPhase.FINISHED, RunPhase.LOST):
             return False
         self._move(RunPhase.LOST)
-        self._loss = SidecarError(grpc.StatusCode.FAILED_PRECONDITION, message)
+        self._loss = SidecarError(code, message)
         self.log.close()
         if self.task is not None:
             self.task.cancel(message)
@@ -498,11 +520,27 @@ class Run:
         )
 
 
-def _terminal_of(item: bytes, run: Run) -> Terminal | None:
-    """How the run ended, if the logged frame ``item`` is its terminal event (read back from
-    a log: a result that leaves its history out still says how many calls it made); else
-    ``None``, and the event is counted."""
-    logged = decode_frame(item)
+def _check(item: bytes, run_id: str, sequence: int) -> None:
+    """``DamagedLog`` unless ``item`` is the frame of event ``sequence`` of ``run_id``."""
+    try:
+        check_frame(item, run_id, sequence)
+    except ValueError as exc:
+        raise DamagedLog(run_id, sequence, str(exc)) from None
+
+
+def _decoded(item: bytes, run_id: str, sequence: int) -> LoggedEvent:
+    """The event frame ``item`` holds (``sequence`` of ``run_id``), or ``DamagedLog``."""
+    try:
+        return decode_frame(item)
+    except Exception as exc:  # it parsed, but holds what no sidecar writes
+        raise DamagedLog(run_id, sequence, f"{type(exc).__name__}: {exc}") from None
+
+
+def _terminal_of(item: bytes, run: Run, sequence: int) -> Terminal | None:
+    """How the run ended, if the logged frame ``item`` (event ``sequence``) is its terminal
+    event (read back from a log: a result that leaves its history out still says how many
+    calls it made); else ``None``, and the event is counted."""
+    logged = _decoded(item, run.run_id, sequence)
     event = logged.event
     if not isinstance(event, _TERMINAL_EVENTS):
         run._count(event)

@@ -9,12 +9,22 @@ A commit that fails (a full disk, a file gone read-only) does not stop the write
 turns *failing*, tells its listeners (the run manager ends the live runs and refuses new
 ones), releases what it holds so that no reader hangs, and tries the same batch again every
 ``retry_interval_s`` until a commit succeeds; then it tells its listeners it works again.
+
+A store file belongs to one sidecar at a time: ``open`` takes an exclusive advisory lock
+(``flock``) on ``<file>.lock`` beside it, held until ``close`` (or the process's end, a crash
+included), and writes there who holds it. A second sidecar on the file would take the first
+one's live runs for a crash's and run them again, tools and all: it refuses to start instead,
+naming the holder.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import json
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -27,7 +37,7 @@ from cleveragents.sidecar.identity import DEFAULT_IDENTITY
 from cleveragents.sidecar.runs.store import LogOwner, StoredRun, StoreListener
 from cleveragents.wire.frames import single
 
-__all__ = ["SqliteEventStore"]
+__all__ = ["SqliteEventStore", "claim_file"]
 
 log = structlog.get_logger("cleveragents.sidecar.store")
 
@@ -91,10 +101,14 @@ class SqliteEventStore:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: The open lock file that holds the store for this sidecar (``claim_file``).
+        self._claim: int | None = None
 
     def open(self) -> list[StoredRun]:
-        """The stored runs; ``ConfigError`` (one line) for a file that is not a usable store."""
+        """The stored runs; ``ConfigError`` (one line) for a file that is not a usable store,
+        or one another sidecar holds (it names that sidecar's process)."""
         self._loop = asyncio.get_running_loop()
+        self._claim = claim_file(self.path)
         try:
             connection = self._connect()
             try:
@@ -102,6 +116,7 @@ class SqliteEventStore:
             finally:
                 connection.close()
         except sqlite3.Error as exc:
+            self._let_go()
             raise ConfigError(
                 f"event_store {self.path} is not a usable run store ({exc}): move it away, "
                 "or point event_store at another file"
@@ -110,6 +125,12 @@ class SqliteEventStore:
         self._thread.start()
         log.info("event store opened", path=self.path, runs=len(runs))
         return runs
+
+    #: The file is this sidecar's alone while it is open (``claim_file``).
+    shared = False
+
+    def holds(self, run_id: str) -> bool:
+        return True
 
     def append(self, owner: LogOwner, sequence: int, frame: bytes) -> None:
         with self._lock:
@@ -139,6 +160,13 @@ class SqliteEventStore:
         self._wake.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Let the file go: another sidecar may open it now."""
+        if self._claim is not None:
+            os.close(self._claim)
+            self._claim = None
 
     def _connect(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -245,6 +273,45 @@ class SqliteEventStore:
         marks = _marks(batch)
         if marks:
             self._tell(_release_all, marks)
+
+
+def claim_file(path: str) -> int:
+    """Hold ``path`` for this process: an exclusive ``flock`` on ``<path>.lock``, kept while the
+    returned descriptor is open, with this process's pid, host and start written in it;
+    ``ConfigError`` naming the holder when another sidecar (or this one) holds it already."""
+    lock = f"{path}.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise ConfigError(
+            f"event_store {path}: its lock file {lock} cannot be opened ({exc.strerror}): "
+            "the sidecar needs to create and write files beside its store"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = _holder(fd)
+        os.close(fd)
+        raise ConfigError(
+            f"event_store {path} is in use by another sidecar ({holder}; its lock: {lock}): "
+            "a SQLite store belongs to one sidecar at a time, or each would run the other's "
+            "runs again. Stop that sidecar first, give this one its own event_store file, or "
+            "share runs between sidecars through Redis (event_store = redis://...)"
+        ) from None
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    held = {"pid": os.getpid(), "host": socket.gethostname(), "since": since}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(held).encode(), 0)
+    return fd
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock file ``fd``, as it says (written by ``claim_file``)."""
+    try:
+        held = json.loads(os.pread(fd, 4096, 0))
+        return f"pid {int(held['pid'])} on host {held['host']}, since {held['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its process did not say which it is"
 
 
 def _marks(batch: Iterable[_Item]) -> list[tuple[LogOwner, int]]:

@@ -28,6 +28,12 @@ class StoreListener(Protocol):
         the run now (``message`` says which, for the run's streams)."""
         ...
 
+    def log_lost(self, run_id: str, message: str) -> None:
+        """The store no longer holds the log of ``run_id`` (its keys vanished: ``message``
+        says so, for the run's streams); it takes the run's frames from now on without
+        keeping them."""
+        ...
+
 
 class LogOwner(Protocol):
     """The run log a frame belongs to; told on the event loop once its frames are stored."""
@@ -66,6 +72,18 @@ class StoredRun:
 class EventStore(Protocol):
     """Keeps each run's frames; tells the run's log when they are safe to hand out."""
 
+    @property
+    def shared(self) -> bool:
+        """Whether other sidecars write to this store (a shared Redis): a run's tool call
+        must then know its sidecar still owns the run before it runs (``holds``)."""
+        ...
+
+    def holds(self, run_id: str) -> bool:
+        """Whether this sidecar surely owns ``run_id`` now without asking the store; if not,
+        a tool call of the run waits until the store holds its start (a fenced write, which
+        a sidecar that lost the run cannot make)."""
+        ...
+
     def open(self) -> list[StoredRun]:
         """Start storing; return the runs already stored."""
         ...
@@ -99,6 +117,11 @@ class EventStore(Protocol):
 
 class MemoryEventStore:
     """Keeps nothing beyond the manager's own memory; every frame is released at once."""
+
+    shared = False
+
+    def holds(self, run_id: str) -> bool:
+        return True
 
     def open(self) -> list[StoredRun]:
         return []

@@ -17,6 +17,7 @@ from typing import Any
 
 from cleveragents.tool.context import ToolActorContext
 from cleveragents.tool.events import (
+    Checkpoint,
     EventSink,
     ToolCallCompleted,
     ToolCallProgress,
@@ -37,9 +38,11 @@ _encode = Encoder()
 
 class ToolBatch:
     """The calls of one response: those from index ``allowed`` on are over the run's budget
-    and are closed as denied without running, ``over_budget`` (which budget) their error."""
+    and are closed as denied without running, ``over_budget`` (which budget) their error.
+    With a ``checkpoint``, each call that may run awaits it before it runs (after ``gate``)."""
 
     __slots__ = (
+        "_checkpoint",
         "_context",
         "_emit",
         "_gate",
@@ -68,6 +71,7 @@ class ToolBatch:
         allowed: int,
         over_budget: str = "",
         run_id: str = "",
+        checkpoint: Checkpoint | None = None,
     ) -> None:
         self.calls = calls
         self.run_id = run_id
@@ -87,6 +91,7 @@ class ToolBatch:
         self._context = context
         self._emit = emit
         self._gate = gate
+        self._checkpoint = checkpoint
 
     def resume(
         self,
@@ -165,6 +170,8 @@ class ToolBatch:
             return
         over_budget = index >= self.allowed
         gate = self._gate if self.calls[index].id not in self.approved else None
+        if self._checkpoint is not None and not over_budget:
+            gate = _checked(gate, self._checkpoint)
 
         def started(call: ToolCall, inputs: Mapping[str, Any]) -> None:
             self.started[index] = (inputs, time.time())
@@ -192,6 +199,23 @@ class ToolBatch:
             self.executed += 1
         self.records[index] = record
         self._emit(ToolCallCompleted(record))
+
+
+def _checked(gate: Gate | None, checkpoint: Checkpoint) -> Gate:
+    """``gate``, then, for a call it lets run, ``checkpoint``: the call runs once its start
+    (and its approval) are on record."""
+
+    async def checked(
+        call: ToolCall, inputs: Mapping[str, Any], spec: ToolSpec, iteration: int
+    ) -> str | None:
+        if gate is not None:
+            denial = await gate(call, inputs, spec, iteration)
+            if denial is not None:
+                return denial
+        await checkpoint(spec)
+        return None
+
+    return checked
 
 
 def feedback(record: ToolCallRecord) -> Message:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cleveragents.tool.context import ToolActorContext
+from cleveragents.tool.events import Checkpoint
 from cleveragents.tool.loop.batch import ToolBatch
 from cleveragents.tool.loop.gate import CallGate
 from cleveragents.tool.messages import LLMResponse, Message, Usage
@@ -30,6 +31,7 @@ class LoopState:
 
     __slots__ = (
         "batch",
+        "checkpoint",
         "context",
         "gate",
         "history",
@@ -54,6 +56,8 @@ class LoopState:
         #: Invalid answers sent back to the model for another try (see ``final.py``).
         self.output_retries = 0
         self.gate: CallGate | None = None
+        #: Awaited before each tool call runs (``arun_tool_loop``'s ``checkpoint``).
+        self.checkpoint: Checkpoint | None = None
         #: The calls of the response being worked on, until their results are fed back.
         self.batch: ToolBatch | None = None
 

@@ -18,6 +18,7 @@ from cleveragents.tool.budget import RunBudget
 from cleveragents.tool.context import ToolActorContext
 from cleveragents.tool.errors import LLMCallError
 from cleveragents.tool.events import (
+    Checkpoint,
     EventSink,
     IterationStarted,
     LLMResponded,
@@ -167,8 +168,11 @@ class ToolCallingRuntime:
         timeout_s: float | None = None,
         on_event: EventSink | None = None,
         resume: Resumption | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> ToolCallRunResult:
-        """Run the loop and return the result; ``on_event`` receives every event in order.
+        """Run the loop and return the result; ``on_event`` receives every event in order,
+        and each tool call waits for ``checkpoint`` (if given) before it runs: once
+        ``on_event``'s durable log holds its ``ToolCallStarted``.
 
         With ``resume``, the run goes on from its logged events (``resume.py``): ``RunResumed``,
         then the loop where it stopped; its time limits count from the run's first start.
@@ -181,7 +185,8 @@ class ToolCallingRuntime:
         closes calls in flight, emits ``RunCancelled`` and re-raises ``CancelledError``.
         """
         check_prompt(prompt)
-        return await self._execute(prompt, context, run_id, timeout_s, on_event or _ignore, resume)
+        emit = on_event or _ignore
+        return await self._execute(prompt, context, run_id, timeout_s, emit, resume, checkpoint)
 
     def stream_tool_loop(
         self,
@@ -230,8 +235,10 @@ class ToolCallingRuntime:
         timeout_s: float | None,
         emit: EventSink,
         resume: Resumption | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> ToolCallRunResult:
         state = LoopState(run_id, context if context is not None else ToolActorContext())
+        state.checkpoint = checkpoint
         if self.profile is not None:
             state.gate = CallGate(
                 self.profile,
@@ -346,7 +353,7 @@ class ToolCallingRuntime:
             batch = state.batch = ToolBatch(
                 pending.calls, pending.iteration, runner=self.runner, context=state.context,
                 emit=emit, gate=state.gate, allowed=pending.allowed, over_budget=pending.refusal,
-                run_id=state.run_id,
+                run_id=state.run_id, checkpoint=state.checkpoint,
             )  # fmt: skip
             batch.resume(
                 pending.records, logged_starts=frozenset(pending.started),
@@ -436,6 +443,7 @@ class ToolCallingRuntime:
         batch = state.batch = ToolBatch(
             calls, iteration, runner=self.runner, context=state.context, emit=emit,
             gate=state.gate, allowed=allowed, over_budget=refusal, run_id=state.run_id,
+            checkpoint=state.checkpoint,
         )  # fmt: skip
         await batch.run(
             parallel=self.parallel_tool_calls, max_concurrent=self.budget.max_concurrent_tool_calls
