@@ -126,8 +126,8 @@ async def answer(body: bytes, writer: asyncio.StreamWriter, burst: bool = False)
     count, interval = (int(ask[1]), float(ask[2])) if ask else (10, 0.0)
     shape = SHAPES[ask[4] if ask and ask[4] else "openai"]
     if burst:
-        pieces = b"".join(shape.text("tok ") for _ in range(count))
-        writer.write(HEAD + _chunk(shape.start() + pieces + shape.end(count)) + b"0\r\n\r\n")
+        texts = b"".join(shape.text("tok ") for _ in range(count))
+        writer.write(HEAD + _chunk(shape.start() + texts + shape.end(count)) + b"0\r\n\r\n")
         await writer.drain()
         return
     writer.write(HEAD)
