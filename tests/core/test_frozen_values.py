@@ -1,9 +1,12 @@
-"""``quick_init``: a frozen dataclass's quicker ``__init__`` builds the same values."""
+"""``quick_init``: a frozen dataclass's values built through an unfrozen twin are the values the
+dataclass builds: frozen, equal, hashed, shown, pickled and replaced alike."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
+import pickle
 from typing import Any
 
 import pytest
@@ -42,6 +45,10 @@ def _init_of(cls: type) -> Any:
     return cls.__dict__["__init__"]
 
 
+def _new_of(cls: type) -> Any:
+    return cls.__dict__["__new__"].__func__
+
+
 def _values(value: Any) -> dict[str, Any]:
     return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
 
@@ -61,10 +68,16 @@ def test_quick_init_sets_what_the_dataclass_init_sets(
 
 
 def test_quick_init_takes_the_dataclass_init_parameters() -> None:
-    QUICK(1, required=True)  # the quick __init__ is made with the first value
-    quick = inspect.signature(_init_of(QUICK)).parameters
+    QUICK(1, required=True)  # the quick __new__ is made with the first value
+    quick = inspect.signature(_new_of(QUICK), follow_wrapped=False).parameters
     plain = inspect.signature(_init_of(PLAIN)).parameters
-    assert [(p.name, p.kind) for p in quick.values()] == [(p.name, p.kind) for p in plain.values()]
+    assert [(p.name, p.kind) for p in quick.values()][1:] == [
+        (p.name, p.kind) for p in plain.values()
+    ][1:]
+
+
+def test_a_quick_class_shows_the_dataclass_signature() -> None:
+    assert inspect.signature(QUICK) == inspect.signature(PLAIN)
 
 
 def test_each_quick_value_gets_its_own_default_factory_value() -> None:
@@ -96,6 +109,46 @@ def test_a_quick_value_hashes_as_the_dataclass_makes_it() -> None:
     assert hash(messages.Usage(1, 2)) == hash((1, 2, 0))
 
 
+def test_a_quick_value_is_shown_as_the_dataclass_shows_it() -> None:
+    quick, plain = QUICK(1, "x", [2], required=True), PLAIN(1, "x", [2], required=True)
+    assert repr(quick) == repr(plain).replace(PLAIN.__qualname__, QUICK.__qualname__)
+    assert type(quick) is QUICK
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_a_quick_value_pickles_to_an_equal_value(protocol: int) -> None:
+    value = records.ToolCallRecord("noop", {"a": 1}, {"ok": True}, 2.0, True, None, 1, "c1")
+    again = pickle.loads(pickle.dumps(value, protocol))
+    assert again == value
+    assert type(again) is records.ToolCallRecord
+
+
+def test_a_quick_value_is_copied_to_an_equal_value() -> None:
+    value = QUICK(1, "x", [2], required=True)
+    assert copy.copy(value) == value
+    deep = copy.deepcopy(value)
+    assert deep == value
+    assert deep.listed is not value.listed
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        deep.first = 2
+
+
+def test_a_subclass_not_decorated_is_built_as_the_dataclass_builds_it() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Wider(messages.ToolCall):
+        extra: int = 0
+
+    class Same(messages.ToolCall):
+        pass
+
+    wider = Wider("c1", "noop", {}, None, 3)
+    assert (wider.id, wider.extra, type(wider)) == ("c1", 3, Wider)
+    same = Same("c1", "noop")
+    assert (same.id, same.name, same.arguments, type(same)) == ("c1", "noop", {}, Same)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        wider.extra = 1  # type: ignore[misc]
+
+
 def test_quick_init_refuses_a_class_that_is_not_a_frozen_slotted_dataclass() -> None:
     @dataclasses.dataclass(frozen=True)
     class NoSlots:
@@ -121,18 +174,18 @@ def test_quick_init_refuses_an_init_only_variable() -> None:
         WithInitVar(1)
 
 
-def test_the_quick_init_is_made_once_with_the_first_value() -> None:
+def test_the_quick_new_is_made_once_with_the_first_value() -> None:
     @quick_init
     @dataclasses.dataclass(frozen=True, slots=True)
     class Once:
         a: int
 
-    stand_in = _init_of(Once)
+    stand_in = _new_of(Once)
     assert Once(1).a == 1
-    made = _init_of(Once)
+    made = _new_of(Once)
     assert made is not stand_in
     assert Once(2).a == 2
-    assert _init_of(Once) is made
+    assert _new_of(Once) is made
 
 
 QUICK_CORE_VALUES = [
@@ -145,5 +198,5 @@ QUICK_CORE_VALUES = [
 
 @pytest.mark.parametrize("cls", QUICK_CORE_VALUES, ids=lambda cls: cls.__name__)
 def test_the_core_values_are_quick(cls: type) -> None:
-    made_by = _init_of(cls).__code__.co_filename
+    made_by = _new_of(cls).__code__.co_filename
     assert made_by in (inspect.getfile(quick_init), f"<quick_init of {cls.__qualname__}>")
