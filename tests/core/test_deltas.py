@@ -68,6 +68,56 @@ async def test_a_scripted_caller_that_does_not_stream_sends_no_deltas() -> None:
     assert got == []
 
 
+class _Unread:
+    """A deltas sink that says no one reads it (as the loop's does, see ``deltas_read``)."""
+
+    read = False
+
+    def __init__(self) -> None:
+        self.got: list[ResponseDelta] = []
+
+    def __call__(self, delta: ResponseDelta) -> None:
+        self.got.append(delta)
+
+
+async def test_a_scripted_caller_splits_no_answer_for_a_sink_no_one_reads() -> None:
+    sink = _Unread()
+    response = await streamed([final("hello world")]).call(LLMRequest([], [], 1, sink))
+
+    assert response == final("hello world")
+    assert sink.got == []
+
+
+async def test_a_scripted_caller_with_a_delay_streams_to_a_sink_no_one_reads_yet() -> None:
+    sink = _Unread()  # someone may come to read it while the answer streams
+    llm = ScriptedLLMCaller([final("hello world")], stream=True, delta_delay_s=0.001)
+    await llm.call(LLMRequest([], [], 1, sink))
+
+    assert assemble(sink.got) == ("hello world", [])
+
+
+async def test_a_run_whose_consumer_reads_no_deltas_emits_none_until_it_does(
+    registry: ToolRegistry,
+) -> None:
+    llm = streamed([asks(ToolCall("c1", "add", {"a": 1, "b": 2}), content="let me add"),
+                    final("three it is")])  # fmt: skip
+    events: list[RunEvent] = []
+    reading = False
+
+    def emit(event: RunEvent) -> None:
+        nonlocal reading
+        events.append(event)
+        reading = reading or isinstance(event, LLMResponded)  # from the second call on
+
+    await make_runtime(registry, llm).arun_tool_loop(
+        "add", on_event=emit, deltas_read=lambda: reading
+    )
+
+    deltas = [e for e in events if isinstance(e, LLMDelta)]
+    assert {d.iteration for d in deltas} == {2}
+    assert assemble(deltas) == ("three it is", [])
+
+
 async def test_usage_rides_on_the_last_delta() -> None:
     got: list[ResponseDelta] = []
     await streamed([final("a b c", Usage(3, 4))]).call(LLMRequest([], [], 1, got.append))

@@ -196,6 +196,54 @@ async def test_a_watcher_joining_mid_call_first_gets_everything_so_far_as_one_de
     assert rest[-1].HasField("run_completed")
 
 
+async def _watched_around_a_client_tool(stub: Stub, run_id: str) -> list[events_pb2.RunEvent]:
+    """A Session that reads no deltas, on the scripted profile (answers split all at once):
+    its first answer calls the client's ``hold``, which answers only once a watcher asking
+    for deltas has joined; the second answer is the final one. The watcher's events."""
+    script = [turn("first answer", call("c1", "hold")), turn("the second answer")]
+    call_: Any = stub.Session()
+    await call_.write(
+        session_start(run_spec(script, run_id=run_id), types_pb2.ToolSpec(name="hold"))
+    )
+    watch = service_pb2.WatchRunRequest(run_id=run_id, stream_deltas=True)
+    watched: list[events_pb2.RunEvent] = []
+    async with asyncio.timeout(WAIT_S):
+        while (response := await call_.read()) is not grpc.aio.EOF:
+            if response.HasField("tool_invocation"):
+                watcher: Any = stub.WatchRun(watch)
+                watched += events_of([await watcher.read()])  # it has joined: it reads deltas
+                result = session_pb2.ToolResult(call_id="c1", output="{}")
+                await call_.write(session_pb2.SessionRequest(tool_result=result))
+            if events_of([response]) and events_of([response])[-1].HasField("run_completed"):
+                await call_.done_writing()
+        while (more := await watcher.read()) is not grpc.aio.EOF:
+            watched += events_of([more])
+    return watched
+
+
+async def test_a_watcher_asking_for_deltas_gets_them_though_the_run_own_stream_does_not(
+    stub: Stub,
+) -> None:
+    watched = await _watched_around_a_client_tool(stub, "d-unread-then-read")
+
+    deltas = deltas_of(watched)
+    assert {d.iteration for d in deltas} == {2}
+    assert "".join(d.text for d in deltas) == "the second answer"
+    kinds = [e.WhichOneof("payload") for e in watched]
+    second = kinds.index("llm_responded", kinds.index("llm_responded") + 1)
+    assert set(kinds[second - len(deltas) : second]) == {"llm_delta"}  # right before it
+
+
+async def test_an_answer_made_while_no_stream_reads_deltas_is_not_split_into_deltas(
+    stub: Stub,
+) -> None:
+    watched = await _watched_around_a_client_tool(stub, "d-unread")
+
+    assert 1 not in {d.iteration for d in deltas_of(watched)}
+    responded = [e.llm_responded for e in watched if e.HasField("llm_responded")]
+    assert responded[0].content == "first answer"  # whole, in its llm_responded
+
+
 async def test_a_follower_that_acks_gets_deltas_within_its_window(slow_stub: Stub) -> None:
     spec = run_spec([turn(LONG)], run_id="d-follow")
     spec.llm.profile = "slow"

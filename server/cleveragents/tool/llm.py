@@ -17,6 +17,7 @@ from cleveragents.tool.messages import (
     Message,
     ToolCall,
     Usage,
+    deltas_read,
 )
 from cleveragents.tool.streaming import split_response
 
@@ -63,7 +64,9 @@ class ScriptedLLMCaller:
 
     With ``stream=True`` each answer is also streamed to the request's ``deltas`` sink, split
     as a provider would (text word by word, tool-call arguments in pieces), ``delta_delay_s``
-    apart (0: all at once), so that a person watching sees the text appear.
+    apart (0: all at once), so that a person watching sees the text appear. All at once, an
+    answer is split only when its deltas are read (:func:`deltas_read`): a run no stream reads
+    deltas of pays nothing for them.
     """
 
     __slots__ = (
@@ -108,7 +111,7 @@ class ScriptedLLMCaller:
         """The next scripted response (streamed to ``request.deltas`` first when streaming)."""
         response = self._next(request)
         sink = request.deltas
-        if self._stream and sink is not None:
+        if self._stream and sink is not None and (self._delay_s or deltas_read(sink)):
             for number, delta in enumerate(split_response(response)):
                 if number and self._delay_s:
                     await asyncio.sleep(self._delay_s)

@@ -23,6 +23,7 @@ __all__ = [
     "StructuredRequest",
     "ToolCall",
     "Usage",
+    "deltas_read",
 ]
 
 #: The largest token count a usage may hold: what the API's int64 fields carry.
@@ -183,6 +184,15 @@ class ResponseDelta:
 
 #: Receives an answer's deltas in order, as they arrive (``LLMRequest.deltas``).
 DeltaSink = Callable[[ResponseDelta], None]
+
+
+def deltas_read(sink: DeltaSink) -> bool:
+    """Whether what ``sink`` receives reaches anyone now. A sink says it does not with a false
+    ``read`` attribute: the loop's own does while the run's consumer reads no deltas (see
+    ``arun_tool_loop``'s ``deltas_read``); any other sink is read. A caller that makes its
+    deltas out of the whole answer, all at once (the scripted one), makes none while unread:
+    no one could join in the middle of the answer to miss them."""
+    return getattr(sink, "read", True) is not False
 
 
 @quick_init

@@ -92,6 +92,10 @@ class LiveDeltas:
         call.deltas, call.cached = joined, None
         call.compact_at = max(_COMPACT_FROM, 2 * len(joined))
 
+    def read(self) -> bool:
+        """Whether a stream reads the run's deltas now (one that asked for them is attached)."""
+        return bool(self.readers)
+
     def close(self) -> None:
         """The run has ended: no call streams any more; the deltas go once no stream still
         reads them."""

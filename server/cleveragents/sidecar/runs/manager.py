@@ -492,6 +492,7 @@ async def drive(run: Run, assembled: Launchable, resume: Resumption | None = Non
             on_event=run.emit,
             resume=resume,
             checkpoint=checkpoint if store.shared else None,
+            deltas_read=run.log.live.read,
         )
     except asyncio.CancelledError as exc:
         if not run.ended:  # cancelled before the loop began

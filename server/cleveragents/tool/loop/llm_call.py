@@ -15,7 +15,7 @@ import contextlib
 import inspect
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cleveragents.tool.budget import RunBudget
@@ -37,10 +37,13 @@ class DeltaRelay:
     """The deltas sink of one LLM call: each delta becomes an ``LLMDelta`` event; never
     blocks, never raises."""
 
-    __slots__ = ("_emit", "_loop", "_thread", "closed", "count", "iteration")
+    __slots__ = ("_emit", "_loop", "_read", "_thread", "closed", "count", "iteration")
 
-    def __init__(self, emit: EventSink, iteration: int) -> None:
+    def __init__(
+        self, emit: EventSink, iteration: int, read: Callable[[], bool] | None = None
+    ) -> None:
         self._emit = emit
+        self._read = read
         self.iteration = iteration
         #: How many deltas became events.
         self.count = 0
@@ -57,6 +60,12 @@ class DeltaRelay:
                 self._loop.call_soon_threadsafe(self._relay, delta)
             return
         self._relay(delta)
+
+    @property
+    def read(self) -> bool:
+        """Whether the run's consumer reads deltas now (``deltas_read``: always, unless its
+        ``read`` says otherwise)."""
+        return self._read is None or self._read()
 
     def close(self) -> None:
         """The call returned: later deltas are dropped."""
@@ -92,7 +101,7 @@ async def call_llm(
     Raises ``LLMCallError`` when the caller raises or answers something that is not a
     usable response.
     """
-    relay = DeltaRelay(emit, iteration)
+    relay = DeltaRelay(emit, iteration, state.deltas_read)
     if output is None:
         request = LLMRequest(state.messages, tools, iteration, relay)
     else:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from cleveragents.tool.context import ToolActorContext
 from cleveragents.tool.events import Checkpoint
@@ -33,6 +33,7 @@ class LoopState:
         "batch",
         "checkpoint",
         "context",
+        "deltas_read",
         "gate",
         "history",
         "iterations",
@@ -58,6 +59,8 @@ class LoopState:
         self.gate: CallGate | None = None
         #: Awaited before each tool call runs (``arun_tool_loop``'s ``checkpoint``).
         self.checkpoint: Checkpoint | None = None
+        #: Whether anything reads the LLM's deltas now (``arun_tool_loop``'s ``deltas_read``).
+        self.deltas_read: Callable[[], bool] | None = None
         #: The calls of the response being worked on, until their results are fed back.
         self.batch: ToolBatch | None = None
 

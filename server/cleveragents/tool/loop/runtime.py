@@ -169,10 +169,14 @@ class ToolCallingRuntime:
         on_event: EventSink | None = None,
         resume: Resumption | None = None,
         checkpoint: Checkpoint | None = None,
+        deltas_read: Callable[[], bool] | None = None,
     ) -> ToolCallRunResult:
         """Run the loop and return the result; ``on_event`` receives every event in order,
         and each tool call waits for ``checkpoint`` (if given) before it runs: once
-        ``on_event``'s durable log holds its ``ToolCallStarted``.
+        ``on_event``'s durable log holds its ``ToolCallStarted``. ``deltas_read``, when given,
+        says whether ``on_event``'s consumer reads ``LLMDelta`` events at the moment: an LLM
+        caller whose deltas cost work of their own may skip them while it says no
+        (``deltas_read`` in ``messages.py``).
 
         With ``resume``, the run goes on from its logged events (``resume.py``): ``RunResumed``,
         then the loop where it stopped; its time limits count from the run's first start.
@@ -186,7 +190,9 @@ class ToolCallingRuntime:
         """
         check_prompt(prompt)
         emit = on_event or _ignore
-        return await self._execute(prompt, context, run_id, timeout_s, emit, resume, checkpoint)
+        return await self._execute(
+            prompt, context, run_id, timeout_s, emit, resume, checkpoint, deltas_read
+        )
 
     def stream_tool_loop(
         self,
@@ -236,9 +242,11 @@ class ToolCallingRuntime:
         emit: EventSink,
         resume: Resumption | None = None,
         checkpoint: Checkpoint | None = None,
+        deltas_read: Callable[[], bool] | None = None,
     ) -> ToolCallRunResult:
         state = LoopState(run_id, context if context is not None else ToolActorContext())
         state.checkpoint = checkpoint
+        state.deltas_read = deltas_read
         if self.profile is not None:
             state.gate = CallGate(
                 self.profile,
