@@ -140,7 +140,7 @@ def plain_output(value: Any, walk: Callable[[Any], Any]) -> tuple[dict[str, Any]
     """A handler's return value as a plain JSON object (a non-object becomes ``result``) and
     its text. ``walk`` is the exact check and copy, used where the fast one cannot say: it
     raises ``TypeError`` or ``ValueError`` for what JSON cannot carry."""
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):  # dict: no ABC check
         value = {"result": value}
     if isinstance(value, dict):
         if not value:
