@@ -18,6 +18,7 @@ from typing import Any
 
 from cleveragents.tool.context import ToolActorContext
 from cleveragents.tool.errors import ToolDeniedError, ToolError
+from cleveragents.tool.execution.call_timer import CallTimer
 from cleveragents.tool.execution.limits import ToolLimits
 from cleveragents.tool.execution.registry import RegisteredTool, ToolRegistry, UnknownToolError
 from cleveragents.tool.frozen import quick_init
@@ -60,15 +61,16 @@ class CallScope:
     ``idempotency_key`` (the run id and the call id) is the same each time the call runs,
     a run resumed after a restart included: a tool can use it to do its work only once.
     ``progress`` reports how far the call has got (a ``ToolCallProgress`` event); ``timer``
-    is the call's timeout (``None``: it has none), which a handler may ``reschedule``, as an
-    MCP server's progress may extend its call's timeout.
+    is the call's timeout (``None``: it has none; a ``CallTimer``, as ``asyncio.timeout``
+    gives one), which a handler may ``reschedule``, as an MCP server's progress may extend
+    its call's timeout.
     """
 
     call: ToolCall
     iteration: int
     timeout_s: float | None
     progress: ProgressReport = _no_report
-    timer: asyncio.Timeout | None = None
+    timer: CallTimer | None = None
     run_id: str = ""
 
     @property
@@ -234,7 +236,7 @@ class ToolRunner:
         text: OutputText | None = None
         report = _no_report if on_progress is None else functools.partial(on_progress, call)
         # The timer is made before the call's scope, so that one scope carries it.
-        scope = None if timeout_s is None else asyncio.timeout(timeout_s)
+        scope = None if timeout_s is None else CallTimer(timeout_s)
         first_deadline = None if scope is None else scope.when()
         token = _current.set(CallScope(call, iteration, timeout_s, report, scope, run_id))
         try:
