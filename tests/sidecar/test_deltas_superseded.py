@@ -3,8 +3,9 @@ and that ``llm_responded`` (which always has the whole answer) supersedes them.
 
 The rule the proto and README state: a rejoining stream gets the call's deltas the sidecar
 still keeps, from index 0 as one catch-up delta (so a UI replaces its streamed text rather
-than appends), or none once they are gone; either way ``llm_responded`` carries the whole
-text and a UI replaces what it streamed with it.
+than appends), or none once they are gone (or were never made: an answer that comes whole,
+a scripted one, is split into deltas only while a stream reads them); either way
+``llm_responded`` carries the whole text and a UI replaces what it streamed with it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cleveragents.toolruntime.v1 import events_pb2, service_pb2
 
-from .conftest import WAIT_S, call, run_spec, turn
+from .conftest import WAIT_S, ServerTools, call, run_spec, turn
 
 if TYPE_CHECKING:
     from cleveragents.toolruntime.v1.service_pb2_grpc import ToolRuntimeServiceAsyncStub as Stub
@@ -46,21 +47,30 @@ async def _watch_until(
 
 
 async def test_a_watcher_rejoining_after_a_call_ended_gets_its_kept_deltas_from_index_0(
-    stub: Stub,
+    stub: Stub, server_tools: ServerTools
 ) -> None:
-    script = [turn(TEXT, call("h1", "hang")), turn("done")]
+    # The answer is split into deltas only if a stream reads deltas as it is made: a watcher
+    # that does joins while ``gate`` holds the run, before the answer.
+    script = [turn("", call("g1", "gate")), turn(TEXT, call("h1", "hang")), turn("done")]
     spec = run_spec(script, run_id="d-after", detach=True)
     async with asyncio.timeout(WAIT_S):
         async for _ in stub.StreamToolLoop(service_pb2.StreamToolLoopRequest(spec=spec)):
             break  # detached: the run goes on
+        await server_tools.gate_started.wait()
+        watch = service_pb2.WatchRunRequest(run_id="d-after", stream_deltas=True)
+        watcher: Any = stub.WatchRun(watch)
+        first = _events([await watcher.read()])  # it has joined: it reads deltas
+        server_tools.release.set()
         # The LLM call has ended once its tool call (which hangs) has started.
-        first = await _watch_until(stub, "d-after", 0, "tool_call_started")
-        (started,) = [e.sequence for e in first if e.HasField("iteration_started")]
+        while sum(e.HasField("tool_call_started") for e in first) < 2:
+            first += _events([await watcher.read()])
+        watcher.cancel()
+        started = [e.sequence for e in first if e.HasField("iteration_started")][1]
         rejoined = await _watch_until(stub, "d-after", started, "llm_responded")
         await stub.CancelRun(service_pb2.CancelRunRequest(run_id="d-after"))
 
     deltas = [e.llm_delta for e in rejoined if e.HasField("llm_delta")]
-    assert [(d.iteration, d.index) for d in deltas][:1] == [(1, 0)]  # a catch-up, from 0
+    assert [(d.iteration, d.index) for d in deltas][:1] == [(2, 0)]  # a catch-up, from 0
     assert "".join(d.text for d in deltas) == TEXT
     responded = rejoined[-1].llm_responded
     assert responded.content == TEXT  # the whole text, whatever the deltas were
