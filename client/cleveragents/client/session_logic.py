@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from cleveragents.client.deadlines import Deadlines
+from cleveragents.client.eager import cannot_suspend
 from cleveragents.client.exchange import EventDecoder, Tools, as_registry, describe, run_request
 from cleveragents.client.output import OutputType
 from cleveragents.client.types import StreamedEvent
@@ -135,6 +136,12 @@ class SessionLogic:
         self.decode = EventDecoder(output_type)
         #: The deadlines of the calls under way: one timer, armed only while a call waits.
         self.deadlines = Deadlines()
+        #: The tools whose calls run straight through (``cannot_suspend``): worth doing inline.
+        self.instant_tools = frozenset(
+            spec.name
+            for spec in registry.specs()
+            if (entry := registry.get(spec.name)) is not None and cannot_suspend(entry.handler)
+        )
         #: Where the run's log stands for this client: its id and the last sequence seen.
         self.run_id = str(options.get("run_id") or "")
         self.last_sequence = 0
@@ -176,6 +183,10 @@ class SessionLogic:
         if job.key in self.working:
             return None
         return job
+
+    def instant(self, job: Job) -> bool:
+        """Whether ``job`` is a call of one of the ``instant_tools``."""
+        return isinstance(job, ToolJob) and job.invocation.tool_name in self.instant_tools
 
     def answered(self, job: Job) -> session_pb2.SessionRequest | None:
         """The answer already given to ``job``'s id, if any (sent again, not redone)."""
