@@ -297,8 +297,11 @@ class AsyncSidecarClient(AsyncTypedRuns):
         pending: set[asyncio.Task[None]] = set()
 
         async def send(message: session_pb2.SessionRequest) -> None:
-            async with lock:
+            await lock.acquire()  # not ``async with``: two coroutines fewer a message
+            try:
                 await call.write(message)  # the current stream, a re-attached one included
+            finally:
+                lock.release()
 
         async def work(job: Job) -> None:
             key = job.key

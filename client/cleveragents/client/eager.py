@@ -20,6 +20,8 @@ from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from cleveragents.tool.frozen import quick_init
+
 __all__ = ["Finished", "Resumed", "cannot_suspend", "started"]
 
 _T = TypeVar("_T")
@@ -32,6 +34,7 @@ _SUSPENDING = frozenset(
 )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Finished(Generic[_T]):
     """A coroutine's value: it finished in its first step."""
