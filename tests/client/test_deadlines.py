@@ -234,3 +234,21 @@ async def _step_outside_a_task(steps: Generator[Any, Any, Any]) -> None:
 
     loop.call_soon(step)
     await stepped
+
+
+def test_a_deadline_passes_on_a_loop_that_rounds_its_timers() -> None:
+    """uvloop keeps a timer's time in milliseconds: the call due between two still expires."""
+    uvloop = pytest.importorskip("uvloop")
+    deadlines = Deadlines(FixedClock())
+
+    async def waits_past_its_deadline() -> str:
+        async with asyncio.timeout(5.0):  # a guard: without the fix this spun for ever
+            try:
+                await deadlines.within(asyncio.Event().wait(), NOW + 0.0001234)
+            except TimeoutError:
+                return "expired"
+        return "returned"
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(waits_past_its_deadline()) == "expired"
+    assert deadlines.armed_for is None

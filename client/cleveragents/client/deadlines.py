@@ -45,11 +45,14 @@ class Deadlines:
         self._order = itertools.count()
         self._waiting = 0
         self._timer: asyncio.TimerHandle | None = None
+        #: The time the timer was armed for: ours, for a loop may round its handle's (uvloop
+        #: keeps milliseconds).
+        self._due = 0.0
 
     @property
     def armed_for(self) -> float | None:
         """When, on the event loop's clock, the timer fires next (``None``: it is not armed)."""
-        return None if self._timer is None else self._timer.when()
+        return None if self._timer is None else self._due
 
     def within(self, work: Awaitable[_T], deadline: float | None) -> Awaitable[_T]:
         """``work``, cancelled if it still waits at ``deadline`` (``None``: never) and
@@ -69,10 +72,10 @@ class Deadlines:
         heapq.heappush(self._heap, (waiting.when, next(self._order), waiting))
         self._waiting += 1
         timer = self._timer
-        if timer is None or waiting.when < timer.when():
+        if timer is None or waiting.when < self._due:
             if timer is not None:
                 timer.cancel()
-            self._timer = loop.call_at(waiting.when, self._expire)
+            self._due, self._timer = waiting.when, loop.call_at(waiting.when, self._expire)
         return waiting
 
     def _leave(self, waiting: _Waiting) -> None:
@@ -86,16 +89,15 @@ class Deadlines:
                 self._timer = None
 
     def _expire(self) -> None:
-        timer, heap = self._timer, self._heap
-        assert timer is not None
-        fired, self._timer = timer.when(), None
-        while heap and (heap[0][0] <= fired or heap[0][2].left):
+        heap, due, self._timer = self._heap, self._due, None
+        while heap and (heap[0][0] <= due or heap[0][2].left):
             waiting = heapq.heappop(heap)[2]
             if not waiting.left:
                 waiting.expired = True
                 waiting.task.cancel()
         if heap:
-            self._timer = asyncio.get_running_loop().call_at(heap[0][0], self._expire)
+            self._due = heap[0][0]
+            self._timer = asyncio.get_running_loop().call_at(self._due, self._expire)
 
 
 class _Bounded(Awaitable[_T]):
