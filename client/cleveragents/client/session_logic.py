@@ -40,6 +40,7 @@ from cleveragents.wire import (
     Conversation,
     SessionOpening,
     approval_request,
+    dumps,
     events_of,
     join_delta_requests,
     llm_delta_request,
@@ -226,13 +227,14 @@ class SessionLogic:
     ) -> Iterator[tuple[StreamedEvent, Job | None]]:
         """Each event a response carries (they come before its invocation), with the
         approval it asks this client for, if any."""
+        decode, approves = self.decode, self.approver is not None
         for event in events_of(response):
-            streamed = self.decode(event)
+            streamed = decode(event)
             self.run_id, self.last_sequence = streamed.run_id, streamed.sequence
-            job = None
-            if self.approver is not None and isinstance(streamed.event, ApprovalRequested):
-                job = ApprovalJob(streamed.event, "approval:" + streamed.event.call_id)
-            yield streamed, job
+            if approves and isinstance(streamed.event, ApprovalRequested):
+                yield streamed, ApprovalJob(streamed.event, "approval:" + streamed.event.call_id)
+            else:
+                yield streamed, None
 
     async def answer(
         self, job: Job, send: Sender | None = None, *, threadsafe: bool = False
@@ -286,7 +288,7 @@ class SessionLogic:
             output = await self.runner.invoke(invocation.tool_name, inputs)
         except Exception as exc:
             return tool_result_request(invocation.call_id, None, describe(exc))
-        return tool_result_request(invocation.call_id, output, None)
+        return _output_request(invocation.call_id, output)
 
     def joins(
         self, message: session_pb2.SessionRequest, previous: session_pb2.SessionRequest
@@ -424,6 +426,17 @@ def _deadline_of(
         return None
     deadline = invocation.deadline
     return deadline.seconds + deadline.nanos / 1e9
+
+
+def _output_request(call_id: str, output: dict[str, Any]) -> session_pb2.SessionRequest:
+    """The ``tool_result`` carrying a call's ``output``, as ``tool_result_request`` makes it
+    but filled in place: its keyword constructor copies the result into the request, 5.5k of
+    a hosted call's instructions."""
+    request = session_pb2.SessionRequest()
+    result = request.tool_result
+    result.call_id = call_id
+    result.output = dumps(output)
+    return request
 
 
 def _direct(invocation: session_pb2.LlmInvocation, send: Sender) -> Callable[[ResponseDelta], None]:
