@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
@@ -21,6 +22,15 @@ from tests.redis_server import RedisServer
 _LISTENING = "cleveragents-sidecar listening on "
 #: Set for every sidecar process the tests start (they inherit the environment).
 SANDBOX_ROOTS_ENV = "CLEVERAGENTS_SIDECAR_SANDBOX_ROOTS"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let the processes the tests start be interrupted: a suite started in the background by
+    a shell without job control (``make test &`` in a script) inherits SIGINT ignored, and a
+    child inheriting that would sit through the tests' Ctrl-C. A handler (unlike ignoring) is
+    reset to the default in every program this process starts."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)
