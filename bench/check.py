@@ -388,9 +388,11 @@ async def session_client_path(grind: Callgrind, keep: bool) -> list[Counted]:
     )
     async with contextlib.AsyncExitStack() as stack:
 
-        async def started(command: list[str], **pipes: int) -> asyncio.subprocess.Process:
+        async def started(
+            command: list[str], stdin: int | None = None
+        ) -> asyncio.subprocess.Process:
             process = await asyncio.create_subprocess_exec(
-                *command, stdout=subprocess.PIPE, env=env, **pipes
+                *command, stdin=stdin, stdout=subprocess.PIPE, env=env
             )
 
             async def stop() -> None:
