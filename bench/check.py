@@ -12,7 +12,9 @@ Python run; gRPC's own threads (its poller, its timers) spin for as long as the 
 them, so their count moves with the machine's load. The sidecar paths count the sidecar (this
 process is their client, outside valgrind); the delta path reads a loopback OpenAI-shaped SSE
 provider (in this process) that writes each answer in one piece, so that every run parses the
-same reads. An import is ``python -c STATEMENT`` less ``python -c "pass"``, all threads.
+same reads. The ``session_client`` path is the session path the other way round: the Python
+client hosting the tool is counted (in a process of its own), its sidecar runs outside valgrind.
+An import is ``python -c STATEMENT`` less ``python -c "pass"``, all threads.
 
     python bench/check.py                  # compare with the baselines; exit 1 on a regression
     python bench/check.py --write          # take the figures as the new baselines
@@ -46,7 +48,9 @@ SCRIPT = str(HERE / "check.py")
 BASELINES = HERE / "baselines.json"
 #: The short and the long run of each path, in its units (iterations, deltas).
 RUNS = {"in_process": (20, 420), "stream": (20, 220), "session": (20, 220), "delta": (20, 220)}
+RUNS["session_client"] = RUNS["session"]
 UNITS = {"in_process": "iteration", "stream": "iteration", "session": "iteration"}
+UNITS["session_client"] = "iteration"
 SIDECAR_PATHS = ("stream", "session", "delta")
 #: The imports counted, each a path named for its statement. ``cleveragents.sidecar`` alone
 #: loads none of the server (its names come on first use, so that ``--version`` is quick);
@@ -57,7 +61,7 @@ IMPORTS = (
     "from cleveragents.sidecar import Sidecar",
     "import cleveragents.client",
 )
-ALL_PATHS = ("in_process", *SIDECAR_PATHS, *IMPORTS)
+ALL_PATHS = ("in_process", *SIDECAR_PATHS, "session_client", *IMPORTS)
 #: A path's tolerance when baselines.json gives none: counts repeat to within 0.1%.
 DEFAULT_TOLERANCE = 0.02
 #: How much slower than the wall's the counted processes' loop clocks run. A run that never
@@ -350,6 +354,82 @@ async def sidecar_path(grind: Callgrind, path: str, keep: bool) -> list[Counted]
         return [await grind.per_unit(process.pid, path, run, keep)]
 
 
+# -- the client's side of a session ----------------------------------------------------------
+
+
+def client_worker(address: str) -> None:
+    """Under callgrind: ``Workloads.session(N)`` against the sidecar at ``address`` for each N
+    read from stdin, answering ``done``, on the loop ``asyncio.run`` makes, with a slow clock."""
+    from cleveragents.client import AsyncSidecarClient
+
+    async def serve() -> None:
+        async with AsyncSidecarClient(address) as client:
+            workloads = Workloads(client)
+            print("ready", flush=True)
+            reader = asyncio.StreamReader()
+            loop = asyncio.get_running_loop()
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+            while line := await reader.readline():
+                await workloads.session(int(line))
+                print("done", flush=True)
+
+    with asyncio.Runner(loop_factory=slow_clock(asyncio.SelectorEventLoop)) as runner:
+        runner.run(serve())
+
+
+async def session_client_path(grind: Callgrind, keep: bool) -> list[Counted]:
+    """The session path's client counted, its sidecar native (outside valgrind)."""
+    env = grind.env(
+        PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+        CLEVERAGENTS_SIDECAR_TOOL_MODULES="noop_tools:registry",
+        CLEVERAGENTS_SIDECAR_BUILTIN_TOOLS="false",
+        CLEVERAGENTS_SIDECAR_LISTEN="127.0.0.1:0",
+        CLEVERAGENTS_SIDECAR_LOG_LEVEL="warning",
+    )
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def started(
+            command: list[str], stdin: int | None = None
+        ) -> asyncio.subprocess.Process:
+            process = await asyncio.create_subprocess_exec(
+                *command, stdin=stdin, stdout=subprocess.PIPE, env=env
+            )
+
+            async def stop() -> None:
+                if process.returncode is None:
+                    process.terminate()
+                    await process.wait()
+
+            stack.push_async_callback(stop)
+            return process
+
+        sidecar = await started([grind.python, SCRIPT, "sidecar-worker", ""])
+        assert sidecar.stdout is not None
+        address = (await sidecar.stdout.readline()).decode().strip()
+        if not address:
+            raise RuntimeError("the native sidecar did not start")
+        client = await started(
+            grind.command(SCRIPT, "client-worker", address), stdin=subprocess.PIPE
+        )
+        assert client.stdin is not None
+        assert client.stdout is not None
+        stdin, stdout = client.stdin, client.stdout
+
+        async def run(iterations: int) -> None:
+            stdin.write(f"{iterations}\n".encode())
+            await stdin.drain()
+            if (await stdout.readline()).strip() != b"done":
+                raise RuntimeError(f"the client worker ended early (its log: {grind.directory})")
+
+        if (await stdout.readline()).strip() != b"ready":
+            raise RuntimeError(f"the client worker did not start (its log: {grind.directory})")
+        try:
+            return [await grind.per_unit(client.pid, "session_client", run, keep)]
+        finally:
+            stdin.close()
+            await client.wait()
+
+
 # -- imports -------------------------------------------------------------------------------
 
 
@@ -384,6 +464,8 @@ def measure(paths: list[str], python: str, keep: Path | None) -> list[Counted]:
         if "in_process" in paths:
             jobs.append(in_process_path(grind, keep is not None))
         jobs += [sidecar_path(grind, p, keep is not None) for p in SIDECAR_PATHS if p in paths]
+        if "session_client" in paths:
+            jobs.append(session_client_path(grind, keep is not None))
         if statements := [p for p in paths if p in IMPORTS]:
             jobs.append(import_paths(grind, statements))
 
@@ -434,6 +516,9 @@ def main() -> int:
         return 0
     if args.worker[:1] == ["sidecar-worker"]:
         sidecar_worker(args.worker[1] if len(args.worker) > 1 else "")
+        return 0
+    if args.worker[:1] == ["client-worker"]:
+        client_worker(args.worker[1])
         return 0
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("make bench-check needs valgrind (Debian: apt-get install valgrind)", file=sys.stderr)

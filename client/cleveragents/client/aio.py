@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any, TypeVar, Unpack
@@ -12,6 +13,7 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from cleveragents.client._ready import HEALTH_REQUEST, RECONNECT_OPTIONS, ReadyPoll
+from cleveragents.client.eager import Finished, Resumed, started
 from cleveragents.client.errors import RunFailedError, SidecarRpcError, rpc_errors
 from cleveragents.client.exchange import (
     EventDecoder,
@@ -295,8 +297,11 @@ class AsyncSidecarClient(AsyncTypedRuns):
         pending: set[asyncio.Task[None]] = set()
 
         async def send(message: session_pb2.SessionRequest) -> None:
-            async with lock:
+            await lock.acquire()  # not ``async with``: two coroutines fewer a message
+            try:
                 await call.write(message)  # the current stream, a re-attached one included
+            finally:
+                lock.release()
 
         async def work(job: Job) -> None:
             key = job.key
@@ -320,6 +325,38 @@ class AsyncSidecarClient(AsyncTypedRuns):
             pending.add(task)
             task.add_done_callback(settled)
 
+        async def finish(job: Job, rest: Resumed[session_pb2.SessionRequest]) -> None:
+            try:
+                answer = await logic.bounded(job, rest)
+            finally:
+                logic.working.discard(job.key)
+            logic.remember(job, answer)
+            await send(answer)
+
+        def begin(job: Job) -> session_pb2.SessionRequest | None:
+            """``job``'s answer, to be sent now, if it is known already or its work is done
+            at once (an instant tool's, started in a context of its own as a task's would
+            be); else its work goes on in a task, which sends the answer."""
+            answer = logic.answered(job)
+            if answer is not None:
+                return answer
+            if not logic.instant(job):
+                spawn(job)
+                return None
+            context = contextvars.copy_context()
+            try:
+                step = context.run(started, logic.work(job, send))
+            except Exception:
+                return None  # as a failed task's: no answer
+            if isinstance(step, Finished):
+                logic.remember(job, step.value)
+                return step.value
+            logic.working.add(job.key)  # it waited after all: a task finishes it
+            task = asyncio.create_task(finish(job, step), context=context)
+            pending.add(task)
+            task.add_done_callback(settled)
+            return None
+
         finished, first, attempt = False, logic.start, 0
         loop = asyncio.get_running_loop()
         give_up_at: float | None = None  # the window counts from the break, not the start
@@ -331,14 +368,21 @@ class AsyncSidecarClient(AsyncTypedRuns):
                         async for response in call:
                             attempt, give_up_at = 0, None
                             # The events batched with an invocation come before it, but the
-                            # sidecar waits on the invocation alone: its task gets one turn
-                            # (to run a quick tool and send the answer) before the events are
-                            # converted and handed out. Tasks start in the order spawned: LLM
-                            # invocations extend the conversation in order.
+                            # sidecar waits on the invocation alone: an instant tool's answer
+                            # is sent, or another job's task gets one turn (to run a quick
+                            # call and send the answer), before the events are converted and
+                            # handed out. Tasks start in the order spawned: LLM invocations
+                            # extend the conversation in order.
                             job = logic.invocation(response)
                             if job is not None:
-                                spawn(job)
-                                if response.events:
+                                if (answer := begin(job)) is not None:
+                                    # A failed write is a failed task's: reading on says how
+                                    # the call ended (a try costs nothing until it raises).
+                                    try:  # noqa: SIM105
+                                        await send(answer)
+                                    except (grpc.RpcError, asyncio.InvalidStateError):
+                                        pass
+                                elif response.events:
                                     await asyncio.sleep(0)
                             for streamed, approval in logic.events(response):
                                 if approval is not None:

@@ -14,13 +14,14 @@ import dataclasses
 import inspect
 import queue
 import threading
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
+from cleveragents.client.deadlines import Deadlines
+from cleveragents.client.eager import cannot_suspend
 from cleveragents.client.exchange import EventDecoder, Tools, as_registry, describe, run_request
 from cleveragents.client.output import OutputType
 from cleveragents.client.types import StreamedEvent
@@ -39,6 +40,7 @@ from cleveragents.wire import (
     Conversation,
     SessionOpening,
     approval_request,
+    dumps,
     events_of,
     join_delta_requests,
     llm_delta_request,
@@ -65,7 +67,6 @@ __all__ = [
 LEAVING = session_pb2.SessionRequest(
     cancel=session_pb2.SessionCancel(reason="the client went away")
 )
-_T = TypeVar("_T")
 #: The answers a session remembers, to send again when a re-attached stream asks again.
 _ANSWERS_KEPT = 1024
 #: Waits between re-attach attempts: from a blink to a second.
@@ -134,6 +135,14 @@ class SessionLogic:
         self.approver = approver
         self.conversation = Conversation()
         self.decode = EventDecoder(output_type)
+        #: The deadlines of the calls under way: one timer, armed only while a call waits.
+        self.deadlines = Deadlines()
+        #: The tools whose calls run straight through (``cannot_suspend``): worth doing inline.
+        self.instant_tools = frozenset(
+            spec.name
+            for spec in registry.specs()
+            if (entry := registry.get(spec.name)) is not None and cannot_suspend(entry.handler)
+        )
         #: Where the run's log stands for this client: its id and the last sequence seen.
         self.run_id = str(options.get("run_id") or "")
         self.last_sequence = 0
@@ -176,6 +185,10 @@ class SessionLogic:
             return None
         return job
 
+    def instant(self, job: Job) -> bool:
+        """Whether ``job`` is a call of one of the ``instant_tools``."""
+        return isinstance(job, ToolJob) and job.invocation.tool_name in self.instant_tools
+
     def answered(self, job: Job) -> session_pb2.SessionRequest | None:
         """The answer already given to ``job``'s id, if any (sent again, not redone)."""
         return self.answers.get(job.key)
@@ -214,13 +227,14 @@ class SessionLogic:
     ) -> Iterator[tuple[StreamedEvent, Job | None]]:
         """Each event a response carries (they come before its invocation), with the
         approval it asks this client for, if any."""
+        decode, approves = self.decode, self.approver is not None
         for event in events_of(response):
-            streamed = self.decode(event)
+            streamed = decode(event)
             self.run_id, self.last_sequence = streamed.run_id, streamed.sequence
-            job = None
-            if self.approver is not None and isinstance(streamed.event, ApprovalRequested):
-                job = ApprovalJob(streamed.event, "approval:" + streamed.event.call_id)
-            yield streamed, job
+            if approves and isinstance(streamed.event, ApprovalRequested):
+                yield streamed, ApprovalJob(streamed.event, "approval:" + streamed.event.call_id)
+            else:
+                yield streamed, None
 
     async def answer(
         self, job: Job, send: Sender | None = None, *, threadsafe: bool = False
@@ -232,27 +246,41 @@ class SessionLogic:
         (a plain function that may be called from any thread) is called straight from the
         sink, in whatever thread the LLM streams; any other is called on this event loop.
         """
+        return await self.bounded(job, self.work(job, send, threadsafe=threadsafe))
+
+    def work(
+        self, job: Job, send: Sender | None = None, *, threadsafe: bool = False
+    ) -> Coroutine[Any, Any, session_pb2.SessionRequest]:
+        """``job``'s work, unbounded by its deadline (``bounded`` adds it): a coroutine that
+        may be started at once and finished elsewhere (as ``answer``, which both are)."""
         if isinstance(job, ToolJob):
-            try:
-                return await _by_deadline(self._run_tool(job.invocation), job.invocation)
-            except TimeoutError:
-                call_id = job.invocation.call_id
-                return tool_result_request(call_id, None, _PASSED.format("call", call_id))
+            return self._run_tool(job.invocation)
         if isinstance(job, LlmJob):
             if job.invocation.accepts_delta_batches:
                 self.delta_batches.add(job.invocation.request_id)
             if send is None:
-                asking = self._ask_llm(job.invocation, None)
-            elif threadsafe:
-                asking = self._ask_llm(job.invocation, _direct(job.invocation, send))
-            else:
-                asking = self._streaming(job.invocation, send)
-            try:
-                return await _by_deadline(asking, job.invocation)
-            except TimeoutError:
-                request_id = job.invocation.request_id
-                return llm_result_request(request_id, None, _PASSED.format("request", request_id))
-        return await self._decide(job.event)
+                return self._ask_llm(job.invocation, None)
+            if threadsafe:
+                return self._ask_llm(job.invocation, _direct(job.invocation, send))
+            return self._streaming(job.invocation, send)
+        return self._decide(job.event)
+
+    async def bounded(
+        self, job: Job, work: Awaitable[session_pb2.SessionRequest]
+    ) -> session_pb2.SessionRequest:
+        """``work``'s answer to ``job``, or, past the sidecar's deadline for it (which only
+        work that waits can reach), the answer saying the deadline passed."""
+        if isinstance(job, ApprovalJob):
+            return await work
+        invocation = job.invocation
+        try:
+            return await self.deadlines.within(work, _deadline_of(invocation))
+        except TimeoutError:
+            if isinstance(invocation, session_pb2.ToolInvocation):
+                call_id = invocation.call_id
+                return tool_result_request(call_id, None, _PASSED.format("call", call_id))
+            request_id = invocation.request_id
+            return llm_result_request(request_id, None, _PASSED.format("request", request_id))
 
     async def _run_tool(self, invocation: session_pb2.ToolInvocation) -> session_pb2.SessionRequest:
         try:
@@ -260,7 +288,7 @@ class SessionLogic:
             output = await self.runner.invoke(invocation.tool_name, inputs)
         except Exception as exc:
             return tool_result_request(invocation.call_id, None, describe(exc))
-        return tool_result_request(invocation.call_id, output, None)
+        return _output_request(invocation.call_id, output)
 
     def joins(
         self, message: session_pb2.SessionRequest, previous: session_pb2.SessionRequest
@@ -386,47 +414,10 @@ class SessionLogic:
 _PASSED = "stopped: the sidecar's deadline for {} {} passed"
 
 
-async def _by_deadline(
-    work: Awaitable[_T], invocation: session_pb2.ToolInvocation | session_pb2.LlmInvocation
-) -> _T:
-    """``await work``, cancelled once the sidecar's deadline for ``invocation`` passes and
-    ``TimeoutError`` raised in its place, as ``asyncio.timeout`` would: one timer handle and
-    no context manager (a hosted call spent 36k instructions in ``asyncio.timeout``, 15k here).
-    """
-    seconds = _seconds_left(invocation)
-    if seconds is None:
-        return await work
-    task = asyncio.current_task()
-    assert task is not None  # every job runs in a task of its own
-    cancelling, expired = task.cancelling(), False
-
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        task.cancel()
-
-    timer = asyncio.get_running_loop().call_later(seconds, expire)
-    try:
-        result = await work
-    except asyncio.CancelledError:
-        if expired and task.uncancel() <= cancelling:
-            raise TimeoutError from None  # our own cancellation, and no one else's
-        raise
-    except BaseException:
-        if expired:
-            task.uncancel()
-        raise
-    finally:
-        timer.cancel()
-    if expired:
-        task.uncancel()
-    return result
-
-
-def _seconds_left(
+def _deadline_of(
     invocation: session_pb2.ToolInvocation | session_pb2.LlmInvocation,
 ) -> float | None:
-    """How long until the sidecar stops waiting for ``invocation`` (``None``: no deadline).
+    """When (wall-clock seconds) the sidecar stops waiting for ``invocation`` (``None``: never).
 
     The work is cancelled then: an async tool or LLM stops, and a session reading its
     invocations one at a time (the sync client's) goes on; a blocking one's thread runs on.
@@ -434,7 +425,18 @@ def _seconds_left(
     if not invocation.HasField("deadline"):
         return None
     deadline = invocation.deadline
-    return deadline.seconds + deadline.nanos / 1e9 - time.time()
+    return deadline.seconds + deadline.nanos / 1e9
+
+
+def _output_request(call_id: str, output: dict[str, Any]) -> session_pb2.SessionRequest:
+    """The ``tool_result`` carrying a call's ``output``, as ``tool_result_request`` makes it
+    but filled in place: its keyword constructor copies the result into the request, 5.5k of
+    a hosted call's instructions."""
+    request = session_pb2.SessionRequest()
+    result = request.tool_result
+    result.call_id = call_id
+    result.output = dumps(output)
+    return request
 
 
 def _direct(invocation: session_pb2.LlmInvocation, send: Sender) -> Callable[[ResponseDelta], None]:
