@@ -7,7 +7,7 @@ import copy
 import dataclasses
 import inspect
 import pickle
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pytest
 
@@ -121,6 +121,26 @@ def test_a_quick_value_pickles_to_an_equal_value(protocol: int) -> None:
     again = pickle.loads(pickle.dumps(value, protocol))
     assert again == value
     assert type(again) is records.ToolCallRecord
+
+
+_V = TypeVar("_V")
+
+
+@quick_init
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Boxed(Generic[_V]):
+    """A generic value: its twin must name the same base (``Generic[...]``, as ``typing``
+    requires of a subclass) for the value to move into the class."""
+
+    content: _V
+
+
+def test_a_generic_quick_value_is_built_frozen() -> None:
+    value = _Boxed(3)
+    assert (value.content, type(value)) == (3, _Boxed)
+    assert value == _Boxed(3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        value.content = 4  # type: ignore[misc]
 
 
 def test_a_quick_value_is_copied_to_an_equal_value() -> None:

@@ -344,10 +344,9 @@ class AsyncSidecarClient(AsyncTypedRuns):
                 spawn(job)
                 return None
             context = contextvars.copy_context()
-            try:
-                step = context.run(started, logic.work(job, send))
-            except Exception:
-                return None  # as a failed task's: no answer
+            # A tool's failure is its answer already: what raises here is this client's own
+            # fault, and ends the session with it rather than leave the sidecar waiting.
+            step = context.run(started, logic.work(job, send))
             if isinstance(step, Finished):
                 logic.remember(job, step.value)
                 return step.value

@@ -92,10 +92,14 @@ def _made_new(cls: type, dataclass_init: Any) -> Any:
         raise TypeError(f"{cls.__name__}'s __init__ takes more than its fields")
     if any(name.startswith(_HELPER) for name in wanted):
         raise TypeError(f"{cls.__name__} has a field named like quick_init's own names")
+    extra: dict[str, Any] = {}
+    if "__orig_bases__" in cls.__dict__:  # a Generic[...] value: its base, as ``cls`` names it
+        extra["__orig_bases__"] = cls.__dict__["__orig_bases__"]
     twin = type(
         f"_Unfrozen{cls.__name__}",
         cls.__bases__,
         {
+            **extra,
             "__slots__": cls.__dict__["__slots__"],
             "__setattr__": object.__setattr__,  # both: or stores take the slow path
             "__delattr__": object.__delattr__,

@@ -166,7 +166,9 @@ class LlmDelta(_message.Message):
     the call's deltas the server still keeps, from index 0 as one delta (a
     client starts that iteration's text over at index 0 rather than append), or
     none once they are gone (the run has ended and no stream reads them, or two
-    later calls have begun); the missing text is never sent as deltas later.
+    later calls have begun) or were never made (an answer that comes whole, as a
+    scripted one does, is split into deltas only while a stream reads deltas);
+    the missing text is never sent as deltas later.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
