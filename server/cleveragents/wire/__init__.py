@@ -89,6 +89,7 @@ from cleveragents.wire.trailers import (
     result_trailer,
 )
 from cleveragents.wire.values import (
+    ConvertedRecords,
     RecordDecoder,
     RunState,
     budget_from_pb,
@@ -98,6 +99,7 @@ from cleveragents.wire.values import (
     context_from_pb,
     context_to_pb,
     fill_record,
+    fill_result,
     message_from_pb,
     message_to_pb,
     output_schema_from_pb,
@@ -124,6 +126,7 @@ __all__ = [
     "RESULT_TRAILER",
     "SKIPPED_RECORD",
     "Conversation",
+    "ConvertedRecords",
     "EventEncoder",
     "LlmAnswer",
     "LlmChoice",
@@ -160,6 +163,7 @@ __all__ = [
     "events_of",
     "fill_delta",
     "fill_record",
+    "fill_result",
     "fit_frame",
     "follow_message",
     "frame",

@@ -41,13 +41,14 @@ from cleveragents.wire.jsonfields import dumps, parse_json_object
 from cleveragents.wire.requests import RunRequest, run_request_from_pb, started_spec
 from cleveragents.wire.timestamps import seconds_of, set_time
 from cleveragents.wire.values import (
+    ConvertedRecords,
     RecordDecoder,
     call_from_pb,
     call_to_pb,
     fill_record,
+    fill_result,
     record_from_pb,
     result_from_pb,
-    result_to_pb,
     usage_from_pb,
 )
 
@@ -73,14 +74,19 @@ class EventEncoder:
     ``OversizedEvent`` when it cannot be. A frame under it costs nothing more. One known to be
     over it from its outputs' sizes is not serialised whole first, and a result whose records
     cannot fit is converted without them (the bytes are those the whole one cut gives).
+
+    Each record is converted once: its ``tool_call_completed`` event's protobuf is kept (until
+    the encoder goes, with its run) and copied into the terminal event's result.
     """
 
-    __slots__ = ("_accepted", "_limit", "_run_id")
+    __slots__ = ("_accepted", "_converted", "_limit", "_run_id")
 
     def __init__(self, run_id: str, accepted: RunRequest, limit: int = 0) -> None:
         self._run_id = run_id
         self._accepted = accepted
         self._limit = limit
+        #: The records whose frames were made whole (not cut to fit), converted.
+        self._converted: dict[int, tuple[ToolCallRecord, types_pb2.ToolCallRecord]] = {}
 
     def encode(self, sequence: int, event: RunEvent, failure_code: int = 0) -> bytes:
         """The frame of ``event``; ``failure_code`` is the status code a ``RunFailed`` carries."""
@@ -97,9 +103,19 @@ class EventEncoder:
                 omitted = getattr(pb, pb.WhichOneof("payload") or "").result
                 omitted.tool_call_count, omitted.history_omitted = len(records), True
                 return fit_frame(pb, limit)
-        event_to_pb(event, pb, failure_code=failure_code, accepted=self._accepted)
-        if limit and type(event) is ToolCallCompleted and event.record.known_output_size() > limit:
-            return fit_frame(pb, limit)
+        event_to_pb(
+            event, pb, failure_code=failure_code, accepted=self._accepted,
+            converted=self._converted,
+        )  # fmt: skip
+        if type(event) is ToolCallCompleted:
+            record = event.record
+            if limit and record.known_output_size() > limit:
+                return fit_frame(pb, limit)
+            item = frame(pb)
+            if limit and len(item) > limit:
+                return fit_frame(pb, limit)
+            self._converted[id(record)] = (record, pb.tool_call_completed.record)
+            return item
         item = frame(pb)
         if limit and len(item) > limit:
             return fit_frame(pb, limit)
@@ -115,11 +131,12 @@ def event_to_pb(
     *,
     failure_code: int,
     accepted: RunRequest | None = None,
+    converted: ConvertedRecords | None = None,
 ) -> None:
     """Fill ``run_event``'s payload from a core event.
 
     A ``RunStarted`` carries the ``accepted`` request (with only the event's own fields when
-    there is none).
+    there is none); a terminal event's result copies the records found in ``converted``.
     """
     match event:
         case ToolCallCompleted():
@@ -176,15 +193,15 @@ def event_to_pb(
             resumed.rerun_call_ids.extend(event.rerun_call_ids)
             resumed.interrupted_call_ids.extend(event.interrupted_call_ids)
         case RunCompleted():
-            run_event.run_completed.result.CopyFrom(result_to_pb(event.result))
+            fill_result(run_event.run_completed.result, event.result, converted)
         case RunFailed():
             failed = run_event.run_failed
             failed.code = failure_code
             failed.message = event.message
-            failed.result.CopyFrom(result_to_pb(event.result))
+            fill_result(failed.result, event.result, converted)
         case RunCancelled():
             run_event.run_cancelled.reason = event.reason
-            run_event.run_cancelled.result.CopyFrom(result_to_pb(event.result))
+            fill_result(run_event.run_cancelled.result, event.result, converted)
         case _:  # pragma: no cover - mypy checks that every event type is handled
             assert_never(event)
 

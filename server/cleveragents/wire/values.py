@@ -7,7 +7,7 @@ malformed message raises.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from cleveragents.tool import (
     ErrorKind,
@@ -29,6 +29,7 @@ from cleveragents.wire.jsonfields import dumps, parse_json_object
 from cleveragents.wire.timestamps import duration, seconds_of, set_time
 
 __all__ = [
+    "ConvertedRecords",
     "RecordDecoder",
     "RunState",
     "budget_from_pb",
@@ -38,6 +39,7 @@ __all__ = [
     "context_from_pb",
     "context_to_pb",
     "fill_record",
+    "fill_result",
     "message_from_pb",
     "message_to_pb",
     "output_schema_from_pb",
@@ -248,19 +250,49 @@ def record_from_pb(pb: types_pb2.ToolCallRecord) -> ToolCallRecord:
 RecordDecoder = Callable[[types_pb2.ToolCallRecord], ToolCallRecord]
 
 
+#: Records already converted, by ``id``, each with the record it was converted from (held, so
+#: that its ``id`` is not reused while it is looked up).
+ConvertedRecords = Mapping[int, tuple[ToolCallRecord, types_pb2.ToolCallRecord]]
+
+
 def result_to_pb(result: ToolCallRunResult) -> types_pb2.ToolCallRunResult:
     """A run result as protobuf."""
-    return types_pb2.ToolCallRunResult(
-        run_id=result.run_id,
-        content=result.content,
-        tool_call_history=[record_to_pb(r) for r in result.tool_call_history],
-        iterations=result.iterations,
-        terminated_by_limit=result.terminated_by_limit,
-        usage=usage_to_pb(result.usage),
-        stop_reason=_STOP_REASONS[result.stop_reason],
-        output=result.output_json,
-        output_error=result.output_error,
-    )
+    pb = types_pb2.ToolCallRunResult()
+    fill_result(pb, result)
+    return pb
+
+
+def fill_result(
+    pb: types_pb2.ToolCallRunResult,
+    result: ToolCallRunResult,
+    converted: ConvertedRecords | None = None,
+) -> None:
+    """Fill an empty ``pb`` (a field of a message being built) from ``result``, in place.
+
+    A record of its history found in ``converted`` (the very record) is copied from its
+    protobuf, not converted again: a run's last event carries every record its events did.
+    """
+    pb.run_id = result.run_id
+    pb.content = result.content
+    history = pb.tool_call_history
+    for record in result.tool_call_history:
+        known = converted.get(id(record)) if converted else None
+        if known is not None and known[0] is record:
+            history.add().CopyFrom(known[1])
+        else:
+            fill_record(history.add(), record)
+    pb.iterations = result.iterations
+    pb.terminated_by_limit = result.terminated_by_limit
+    usage = result.usage
+    if usage is not None:
+        pb_usage = pb.usage
+        pb_usage.SetInParent()
+        pb_usage.input_tokens = usage.input_tokens
+        pb_usage.output_tokens = usage.output_tokens
+        pb_usage.reported_total_tokens = usage.reported_total_tokens
+    pb.stop_reason = _STOP_REASONS[result.stop_reason]
+    pb.output = result.output_json
+    pb.output_error = result.output_error
 
 
 def result_from_pb(
