@@ -44,7 +44,7 @@ from cleveragents.wire.values import (
     ConvertedRecords,
     RecordDecoder,
     call_from_pb,
-    call_to_pb,
+    fill_call,
     fill_record,
     fill_result,
     record_from_pb,
@@ -160,7 +160,9 @@ def event_to_pb(
             responded = run_event.llm_responded
             responded.iteration = event.iteration
             responded.content = event.content
-            responded.tool_calls.extend(call_to_pb(c) for c in event.tool_calls)
+            calls = responded.tool_calls
+            for call in event.tool_calls:
+                fill_call(calls.add(), call)
             if event.usage is not None:
                 responded.usage.input_tokens = event.usage.input_tokens
                 responded.usage.output_tokens = event.usage.output_tokens

@@ -38,6 +38,7 @@ __all__ = [
     "call_to_pb",
     "context_from_pb",
     "context_to_pb",
+    "fill_call",
     "fill_record",
     "fill_result",
     "message_from_pb",
@@ -181,6 +182,14 @@ def call_to_pb(call: ToolCall) -> types_pb2.ToolCall:
     return types_pb2.ToolCall(id=call.id, name=call.name, arguments=dumps(dict(call.arguments)))
 
 
+def fill_call(pb: types_pb2.ToolCall, call: ToolCall) -> None:
+    """Fill an empty ``pb`` (an element of a message being built, ``add()``-ed) from ``call``:
+    a call made apart and then added would be copied."""
+    pb.id = call.id
+    pb.name = call.name
+    pb.arguments = dumps(dict(call.arguments))
+
+
 def call_from_pb(pb: types_pb2.ToolCall) -> ToolCall:
     """A tool call from protobuf; unparseable arguments set ``arguments_error``."""
     return parse_call(pb.id, pb.name, pb.arguments)
@@ -188,13 +197,16 @@ def call_from_pb(pb: types_pb2.ToolCall) -> ToolCall:
 
 def message_to_pb(message: Message) -> types_pb2.Message:
     """A conversation message as protobuf."""
-    return types_pb2.Message(
+    pb = types_pb2.Message(
         role=_ROLES[message.role],
         content=message.content,
-        tool_calls=[call_to_pb(c) for c in message.tool_calls],
         tool_call_id=message.tool_call_id,
         is_error=message.is_error,
     )
+    calls = pb.tool_calls
+    for call in message.tool_calls:
+        fill_call(calls.add(), call)
+    return pb
 
 
 def message_from_pb(pb: types_pb2.Message) -> Message:
