@@ -10,7 +10,10 @@ from cleveragents.client.exchange import EventDecoder
 from cleveragents.tool import (
     ErrorKind,
     LLMResponded,
+    Message,
+    Role,
     RunCompleted,
+    ToolCall,
     ToolCallCompleted,
     ToolCallRecord,
     ToolCallRunResult,
@@ -77,6 +80,30 @@ def test_an_empty_object_decodes_to_a_new_dict_each_time() -> None:
     first["changed"] = True
 
     assert convert.parse_json_object("{}", "output") == {}
+
+
+def test_an_empty_json_value_parses_to_a_new_dict_each_time() -> None:
+    first = convert.parse_json("{}", "output")
+    first["changed"] = True
+
+    assert convert.parse_json("{}", "output") == {}
+
+
+def test_a_logged_llm_responded_keeps_its_tool_calls_in_order() -> None:
+    calls = (ToolCall("c1", "echo", {"text": "é"}), ToolCall("c2", "noop", {}))
+    pb = events_pb2.RunEvent(run_id="r1", sequence=3)
+    convert.event_to_pb(LLMResponded(1, "", calls, None), pb, failure_code=0)
+    decoded = convert.event_from_pb(events_pb2.RunEvent.FromString(pb.SerializeToString()))
+
+    assert isinstance(decoded, LLMResponded)
+    assert decoded.tool_calls == calls
+
+
+def test_a_message_with_tool_calls_survives_its_protobuf_form() -> None:
+    calls = [ToolCall("c1", "echo", {"text": "é"}), ToolCall("c2", "noop", {})]
+    message = Message(Role.ASSISTANT, "thinking", calls)
+
+    assert convert.message_from_pb(convert.message_to_pb(message)) == message
 
 
 def test_a_logged_llm_responded_keeps_a_provider_total_above_input_plus_output() -> None:
