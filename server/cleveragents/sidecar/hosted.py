@@ -309,6 +309,8 @@ class ClientHost:
             self._expired.popitem(last=False)
 
     def _proxy(self, spec: ToolSpec) -> Any:
+        what = f"the invocation of {spec.name!r}"  # once per tool, not per call
+
         async def invoke(inputs: Mapping[str, Any]) -> Any:
             scope = current_call()
             if scope is None:  # pragma: no cover - only the runner calls handlers
@@ -323,7 +325,7 @@ class ClientHost:
                 call_id, spec.name, inputs, scope.iteration, time.time() + timeout_s,
                 scope.idempotency_key,
             )  # fmt: skip
-            if (why := self.too_large(invocation, f"the invocation of {spec.name!r}")) is not None:
+            if (why := self.too_large(invocation, what)) is not None:
                 raise ToolRuntimeError(f"{why}: it was not sent")
             future: asyncio.Future[ToolAnswer] = asyncio.get_running_loop().create_future()
             self.pending_tools[call_id] = future
