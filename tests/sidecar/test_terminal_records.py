@@ -22,6 +22,7 @@ from cleveragents.tool import (
 )
 from cleveragents.toolruntime.v1 import types_pb2
 from cleveragents.wire import EventEncoder, RunRequest, record_to_pb, result_to_pb
+from cleveragents.wire.events import KEPT_OUTPUT_BYTES
 from cleveragents.wire.frames import unframe
 
 TERMINALS: dict[str, Callable[[ToolCallRunResult], RunEvent]] = {
@@ -82,3 +83,19 @@ def test_another_record_with_the_same_call_id_is_not_taken_for_the_one_carried()
     held = _terminal_result(encoder.encode(3, RunCompleted(result)), "run_completed")
 
     assert held.tool_call_history[0].output == '{"n":2}'
+
+
+def test_records_past_what_the_encoder_keeps_are_converted_in_the_terminal_result() -> None:
+    kept, big, after = (
+        _record("c1", n=1),
+        _record("c2", text="x" * KEPT_OUTPUT_BYTES),
+        _record("c3"),
+    )
+    encoder = EventEncoder("run-1", RunRequest("go"))
+    for sequence, record in enumerate((kept, big, after), 2):
+        encoder.encode(sequence, ToolCallCompleted(record))
+    result = ToolCallRunResult("done", (kept, big, after), 3, False)
+
+    held = _terminal_result(encoder.encode(9, RunCompleted(result)), "run_completed")
+
+    assert held == result_to_pb(result)

@@ -75,11 +75,13 @@ class EventEncoder:
     over it from its outputs' sizes is not serialised whole first, and a result whose records
     cannot fit is converted without them (the bytes are those the whole one cut gives).
 
-    Each record is converted once: its ``tool_call_completed`` event's protobuf is kept (until
-    the encoder goes, with its run) and copied into the terminal event's result.
+    Each record is converted once: its ``tool_call_completed`` event's protobuf is kept until
+    the terminal event, and copied into its result. What is kept is bounded: records whose
+    outputs add up to ``limit`` bytes (a result past it omits its history anyway), or to
+    ``KEPT_OUTPUT_BYTES`` with no limit; a record beyond that is converted again.
     """
 
-    __slots__ = ("_accepted", "_converted", "_limit", "_run_id")
+    __slots__ = ("_accepted", "_converted", "_keep", "_limit", "_run_id")
 
     def __init__(self, run_id: str, accepted: RunRequest, limit: int = 0) -> None:
         self._run_id = run_id
@@ -87,6 +89,8 @@ class EventEncoder:
         self._limit = limit
         #: The records whose frames were made whole (not cut to fit), converted.
         self._converted: dict[int, tuple[ToolCallRecord, types_pb2.ToolCallRecord]] = {}
+        #: The outputs' bytes still to be kept converted.
+        self._keep = limit or KEPT_OUTPUT_BYTES
 
     def encode(self, sequence: int, event: RunEvent, failure_code: int = 0) -> bytes:
         """The frame of ``event``; ``failure_code`` is the status code a ``RunFailed`` carries."""
@@ -114,8 +118,13 @@ class EventEncoder:
             item = frame(pb)
             if limit and len(item) > limit:
                 return fit_frame(pb, limit)
-            self._converted[id(record)] = (record, pb.tool_call_completed.record)
+            converted = pb.tool_call_completed.record
+            if (size := len(converted.output)) <= self._keep:
+                self._keep -= size
+                self._converted[id(record)] = (record, converted)
             return item
+        if type(event) in _TERMINAL_TYPES:
+            self._converted.clear()  # the last event: nothing is converted again
         item = frame(pb)
         if limit and len(item) > limit:
             return fit_frame(pb, limit)
@@ -123,6 +132,9 @@ class EventEncoder:
 
 
 _TERMINALS = (RunCompleted, RunFailed, RunCancelled)
+_TERMINAL_TYPES = frozenset(_TERMINALS)
+#: Outputs' bytes an encoder with no frame limit keeps converted for its run's terminal result.
+KEPT_OUTPUT_BYTES = 1 << 20
 
 
 def event_to_pb(
