@@ -320,17 +320,23 @@ class Workloads:
         assert text == "tok " * count, text
 
 
-async def sidecar_path(grind: Callgrind, path: str, keep: bool) -> list[Counted]:
-    """``path`` counted in a sidecar of its own (what ran before in a process moves a count)."""
-    from cleveragents.client import AsyncSidecarClient
-
-    env = grind.env(
+def sidecar_env(grind: Callgrind) -> dict[str, str]:
+    """The environment of a counted path's sidecar: the bench's no-op tools, nothing built in,
+    any free port, warnings only."""
+    return grind.env(
         PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
         CLEVERAGENTS_SIDECAR_TOOL_MODULES="noop_tools:registry",
         CLEVERAGENTS_SIDECAR_BUILTIN_TOOLS="false",
         CLEVERAGENTS_SIDECAR_LISTEN="127.0.0.1:0",
         CLEVERAGENTS_SIDECAR_LOG_LEVEL="warning",
     )
+
+
+async def sidecar_path(grind: Callgrind, path: str, keep: bool) -> list[Counted]:
+    """``path`` counted in a sidecar of its own (what ran before in a process moves a count)."""
+    from cleveragents.client import AsyncSidecarClient
+
+    env = sidecar_env(grind)
     async with contextlib.AsyncExitStack() as stack:
         config = ""
         if path == "delta":
@@ -379,13 +385,7 @@ def client_worker(address: str) -> None:
 
 async def session_client_path(grind: Callgrind, keep: bool) -> list[Counted]:
     """The session path's client counted, its sidecar native (outside valgrind)."""
-    env = grind.env(
-        PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-        CLEVERAGENTS_SIDECAR_TOOL_MODULES="noop_tools:registry",
-        CLEVERAGENTS_SIDECAR_BUILTIN_TOOLS="false",
-        CLEVERAGENTS_SIDECAR_LISTEN="127.0.0.1:0",
-        CLEVERAGENTS_SIDECAR_LOG_LEVEL="warning",
-    )
+    env = sidecar_env(grind)
     async with contextlib.AsyncExitStack() as stack:
 
         async def started(
