@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from cleveragents import wire as convert
@@ -17,7 +18,9 @@ from cleveragents.tool import (
     ToolCallCompleted,
     ToolCallRecord,
     ToolCallRunResult,
+    ToolCallStarted,
     Usage,
+    parse_call,
 )
 from cleveragents.toolruntime.v1 import events_pb2
 
@@ -104,6 +107,34 @@ def test_a_message_with_tool_calls_survives_its_protobuf_form() -> None:
     message = Message(Role.ASSISTANT, "thinking", calls)
 
     assert convert.message_from_pb(convert.message_to_pb(message)) == message
+
+
+def test_a_call_without_arguments_decodes_as_parse_call_makes_it_with_its_own_dict() -> None:
+    pb = convert.call_to_pb(ToolCall("c1", "noop", {}))
+    first, second = convert.call_from_pb(pb), convert.call_from_pb(pb)
+    first.arguments["changed"] = True  # type: ignore[index]
+
+    assert second == parse_call("c1", "noop", "{}") == ToolCall("c1", "noop", {})
+
+
+def test_a_record_with_empty_inputs_and_output_decodes_to_new_dicts_each_time() -> None:
+    record = _record("c1", {})
+    record = dataclasses.replace(record, inputs={})
+    pb = convert.record_to_pb(record)
+    first = convert.record_from_pb(pb)
+    first.inputs["changed"] = first.output["changed"] = True  # type: ignore[index]
+
+    assert convert.record_from_pb(pb) == record
+
+
+def test_a_started_call_without_inputs_decodes_to_a_new_dict_each_time() -> None:
+    pb = events_pb2.RunEvent(run_id="r1", sequence=2)
+    convert.event_to_pb(ToolCallStarted("c1", "noop", {}, 1), pb, failure_code=0)
+    first = convert.event_from_pb(pb)
+    assert isinstance(first, ToolCallStarted)
+    first.inputs["changed"] = True  # type: ignore[index]
+
+    assert convert.event_from_pb(pb) == ToolCallStarted("c1", "noop", {}, 1)
 
 
 def test_a_logged_llm_responded_keeps_a_provider_total_above_input_plus_output() -> None:

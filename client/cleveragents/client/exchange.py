@@ -10,6 +10,7 @@ from typing import Any, TypedDict
 from cleveragents.client.output import OutputSpec, OutputType, output_type_of
 from cleveragents.client.types import StreamedEvent
 from cleveragents.tool import (
+    LLMResponded,
     LLMResponse,
     RunBudget,
     RunCancelled,
@@ -17,6 +18,8 @@ from cleveragents.tool import (
     RunEvent,
     RunFailed,
     ToolActorContext,
+    ToolCall,
+    ToolCallCompleted,
     ToolCallRecord,
     ToolCallRunResult,
     ToolRegistry,
@@ -171,19 +174,21 @@ class EventDecoder:
     def __call__(self, event: events_pb2.RunEvent) -> StreamedEvent:
         at = event.time
         core = event_from_pb(event, self._record)
-        kind = event.WhichOneof("payload")
-        if kind == "tool_call_completed":
-            self._completed.append(core.record)  # type: ignore[union-attr]
-        elif kind == "llm_responded":
-            self._asked.note(event.llm_responded)
-        elif (
-            kind in _TERMINALS
-            and getattr(event, kind).result.history_omitted
-            and not self.missing_history(event)
-        ):
-            core = event_with_history(core, self._asked.sorted(self._completed))
-        if self._output is not None and isinstance(core, RunCompleted | RunFailed | RunCancelled):
-            core = dataclasses.replace(core, result=self._output.result(core.result))
+        # What the event is, from the core value (its payload's name is asked of protobuf
+        # only for a terminal event): one lookup fewer for each event.
+        if isinstance(core, ToolCallCompleted):
+            self._completed.append(core.record)
+        elif isinstance(core, LLMResponded):  # a refusal too
+            self._asked.note(core.iteration, core.tool_calls)
+        elif isinstance(core, RunCompleted | RunFailed | RunCancelled):
+            result = core.result
+            payload = getattr(event, event.WhichOneof("payload") or "")
+            if payload.result.history_omitted and not self.missing_history(event):
+                result = with_history(result, self._asked.sorted(self._completed))
+            if self._output is not None:
+                result = self._output.result(result)
+            if result is not core.result:
+                core = dataclasses.replace(core, result=result)
         return StreamedEvent(event.run_id, event.sequence, at.seconds + at.nanos / 1e9, core)
 
     def missing_history(self, event: events_pb2.RunEvent) -> bool:
@@ -243,10 +248,12 @@ class CallOrder:
     def __init__(self) -> None:
         self._index: dict[tuple[int, str], int] = {}
 
-    def note(self, responded: events_pb2.LlmResponded) -> None:
-        """Remember the order of the calls ``responded`` asks for."""
-        for index, call in enumerate(responded.tool_calls):
-            self._index.setdefault((responded.iteration, call.id), index)
+    def note(self, iteration: int, calls: Iterable[ToolCall | types_pb2.ToolCall]) -> None:
+        """Remember the order of the ``calls`` an ``llm_responded`` of ``iteration`` asks for
+        (decoded or still protobuf)."""
+        index = self._index
+        for position, call in enumerate(calls):
+            index.setdefault((iteration, call.id), position)
 
     def sorted(self, records: list[ToolCallRecord]) -> list[ToolCallRecord]:
         """``records`` by iteration, then as the model asked (calls of unknown order after
@@ -264,7 +271,8 @@ def history_records(events: Iterable[events_pb2.RunEvent]) -> list[ToolCallRecor
     for event in events:
         kind = event.WhichOneof("payload")
         if kind == "llm_responded":
-            order.note(event.llm_responded)
+            responded = event.llm_responded
+            order.note(responded.iteration, responded.tool_calls)
         elif kind == "tool_call_completed":
             records.append(record_from_pb(event.tool_call_completed.record))
     return order.sorted(records)

@@ -234,8 +234,12 @@ def event_from_pb(
         return ToolCallCompleted(record_from(pb.tool_call_completed.record))
     if kind == "tool_call_started":
         s = pb.tool_call_started
+        inputs = s.inputs
         return ToolCallStarted(
-            s.call_id, s.tool_name, parse_json_object(s.inputs, "inputs"), s.iteration
+            s.call_id,
+            s.tool_name,
+            {} if inputs == "{}" else parse_json_object(inputs, "inputs"),
+            s.iteration,
         )
     if kind == "tool_call_progress":
         p = pb.tool_call_progress
@@ -249,7 +253,7 @@ def event_from_pb(
         reasoning = None
         if r.HasField("reasoning"):  # items_omitted: "" items, so the turn goes back plain
             reasoning = Reasoning(r.reasoning.provider, r.reasoning.summary, r.reasoning.items)
-        calls = tuple(call_from_pb(c) for c in r.tool_calls)
+        calls = tuple(map(call_from_pb, r.tool_calls))
         if r.refusal:
             return LLMRefused(r.iteration, r.content, calls, usage, reasoning, r.refusal)
         return LLMResponded(r.iteration, r.content, calls, usage, reasoning)

@@ -26,7 +26,7 @@ from cleveragents.tool import (
 )
 from cleveragents.toolruntime.v1 import types_pb2
 from cleveragents.wire.jsonfields import dumps, parse_json_object
-from cleveragents.wire.timestamps import duration, seconds_of, set_time
+from cleveragents.wire.timestamps import duration, set_time
 
 __all__ = [
     "ConvertedRecords",
@@ -192,7 +192,10 @@ def fill_call(pb: types_pb2.ToolCall, call: ToolCall) -> None:
 
 def call_from_pb(pb: types_pb2.ToolCall) -> ToolCall:
     """A tool call from protobuf; unparseable arguments set ``arguments_error``."""
-    return parse_call(pb.id, pb.name, pb.arguments)
+    arguments = pb.arguments
+    if arguments == "{}":  # no arguments, the common case: what parse_call gives, unparsed
+        return ToolCall(pb.id, pb.name, {})
+    return parse_call(pb.id, pb.name, arguments)
 
 
 def message_to_pb(message: Message) -> types_pb2.Message:
@@ -243,18 +246,20 @@ def fill_record(pb: types_pb2.ToolCallRecord, record: ToolCallRecord) -> None:
 
 
 def record_from_pb(pb: types_pb2.ToolCallRecord) -> ToolCallRecord:
-    """A record from protobuf."""
+    """A record from protobuf (its fields in order, and ``{}`` not parsed: one is decoded
+    for each hosted call a client answers)."""
+    inputs, output, started = pb.inputs, pb.output, pb.started_at
     return ToolCallRecord(
-        tool_name=pb.tool_name,
-        inputs=parse_json_object(pb.inputs, "record.inputs"),
-        output=parse_json_object(pb.output, "record.output"),
-        duration_ms=pb.duration_ms,
-        success=pb.success,
-        error=pb.error if pb.HasField("error") else None,
-        iteration=pb.iteration,
-        call_id=pb.call_id,
-        error_kind=_ERROR_KINDS_BACK.get(pb.error_kind),
-        started_at=seconds_of(pb.started_at),
+        pb.tool_name,
+        {} if inputs == "{}" else parse_json_object(inputs, "record.inputs"),
+        {} if output == "{}" else parse_json_object(output, "record.output"),
+        pb.duration_ms,
+        pb.success,
+        pb.error if pb.HasField("error") else None,
+        pb.iteration,
+        pb.call_id,
+        _ERROR_KINDS_BACK.get(pb.error_kind),
+        started.seconds + started.nanos / 1e9,
     )
 
 
@@ -313,7 +318,7 @@ def result_from_pb(
     """A run result from protobuf; ``record_from`` decodes each record of its history."""
     return ToolCallRunResult(
         content=pb.content,
-        tool_call_history=tuple(record_from(r) for r in pb.tool_call_history),
+        tool_call_history=tuple(map(record_from, pb.tool_call_history)),
         iterations=pb.iterations,
         terminated_by_limit=pb.terminated_by_limit,
         usage=usage_from_pb(pb.usage),
