@@ -252,3 +252,18 @@ def test_a_deadline_passes_on_a_loop_that_rounds_its_timers() -> None:
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         assert runner.run(waits_past_its_deadline()) == "expired"
     assert deadlines.armed_for is None
+
+
+async def test_ended_calls_deadlines_are_not_kept_behind_one_that_waits() -> None:
+    deadlines = Deadlines(FixedClock())
+    long_wait, started = asyncio.Event(), asyncio.Event()
+    waiting = asyncio.create_task(bounded(deadlines, until(long_wait, started), FAR))
+    await started.wait()
+
+    for _ in range(1000):  # each suspends once, then ends, while the first still waits
+        assert await deadlines.within(asyncio.sleep(0, "done"), FAR) == "done"
+
+    assert deadlines.kept <= 2 * 1 + 64
+    long_wait.set()
+    assert await waiting == "waited"
+    assert deadlines.kept == 0

@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 __all__ = ["Deadlines"]
 
 _T = TypeVar("_T")
+#: Entries of ended calls the heap may hold beyond those of waiting calls before a sweep.
+_SLACK = 64
 
 
 class _Waiting:
@@ -54,6 +56,12 @@ class Deadlines:
         """When, on the event loop's clock, the timer fires next (``None``: it is not armed)."""
         return None if self._timer is None else self._due
 
+    @property
+    def kept(self) -> int:
+        """How many deadlines are held: those of the calls that wait, and of calls that have
+        ended but whose entry has not been dropped yet (at most as many again, plus 64)."""
+        return len(self._heap)
+
     def within(self, work: Awaitable[_T], deadline: float | None) -> Awaitable[_T]:
         """``work``, cancelled if it still waits at ``deadline`` (``None``: never) and
         ``TimeoutError`` raised in its place; a cancellation from elsewhere stays one."""
@@ -82,11 +90,18 @@ class Deadlines:
         """The call ``waiting`` stands for is over; with no call waiting the timer stops."""
         waiting.left = True
         self._waiting -= 1
+        heap = self._heap
         if self._waiting == 0:
-            self._heap.clear()
+            heap.clear()
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+        elif len(heap) > 2 * self._waiting + _SLACK:
+            # Ended calls' entries leave the heap when they reach its top; behind one long
+            # wait they would pile up, one per call, so they are swept (at most once per
+            # _SLACK calls ended: amortised, a constant cost a call).
+            heap[:] = [entry for entry in heap if not entry[2].left]
+            heapq.heapify(heap)
 
     def _expire(self) -> None:
         heap, due, self._timer = self._heap, self._due, None
