@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from cleveragents.tool.errors import ScriptExhaustedError
+from cleveragents.tool.jsontext import is_object
 from cleveragents.tool.messages import (
     MAX_TOKEN_COUNT,
     LLMRefusal,
@@ -151,8 +152,7 @@ def response_from_dict(turn: Mapping[str, Any], *, turn_number: int = 1) -> LLMR
     JSON text (instead of ``content``); ``"refusal"`` (a string) makes the model decline.
     Raises ``ValueError`` on a wrong shape, naming the offending key.
     """
-    # ``type(x) is dict`` first: JSON gives dicts, and the Mapping ABC's check costs ~2k.
-    if type(turn) is not dict and not isinstance(turn, Mapping):
+    if not is_object(turn):
         raise ValueError(f"a scripted turn must be a JSON object, got {type(turn).__name__}")
     unknown = set(turn) - {"content", "tool_calls", "usage", "output", "refusal"}
     if unknown:
@@ -172,12 +172,10 @@ def response_from_dict(turn: Mapping[str, Any], *, turn_number: int = 1) -> LLMR
         raise ValueError("'tool_calls' of a scripted turn must be an array")
     calls = []
     for index, raw in enumerate(raw_calls):
-        if (type(raw) is not dict and not isinstance(raw, Mapping)) or not isinstance(
-            raw.get("name"), str
-        ):
+        if not is_object(raw) or not isinstance(raw.get("name"), str):
             raise ValueError(f"tool_calls[{index}] needs a string 'name'")
         arguments = raw.get("arguments", {})
-        if type(arguments) is not dict and not isinstance(arguments, Mapping):
+        if not is_object(arguments):
             raise ValueError(f"tool_calls[{index}].arguments must be a JSON object")
         call_id = raw.get("id") or f"call_{turn_number}_{index + 1}"
         if not isinstance(call_id, str):

@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cleveragents.tool.jsontext import Encoder, find_surrogate
+from cleveragents.tool.jsontext import Encoder, find_surrogate, is_object
 
 __all__ = ["OutputText", "plain_output"]
 
@@ -140,7 +140,7 @@ def plain_output(value: Any, walk: Callable[[Any], Any]) -> tuple[dict[str, Any]
     """A handler's return value as a plain JSON object (a non-object becomes ``result``) and
     its text. ``walk`` is the exact check and copy, used where the fast one cannot say: it
     raises ``TypeError`` or ``ValueError`` for what JSON cannot carry."""
-    if type(value) is not dict and not isinstance(value, Mapping):  # dict: no ABC check
+    if not is_object(value):
         value = {"result": value}
     if isinstance(value, dict):
         if not value:

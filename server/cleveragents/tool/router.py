@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from cleveragents.tool.jsontext import Encoder
+from cleveragents.tool.jsontext import Encoder, is_object
 from cleveragents.tool.jsontext import loads as json_loads
 from cleveragents.tool.messages import (
     MAX_TOKEN_COUNT,
@@ -283,12 +283,7 @@ def _count(usage: Any, key: str) -> int:
 
 def route_call(call: ToolCall) -> ToolCall:
     """Normalise a call whose arguments arrived as JSON text (or not at all)."""
-    arguments = call.arguments  # a dict is a Mapping; the ABC's check costs some 2k instructions
-    if (
-        call.arguments_error is not None
-        or type(arguments) is dict
-        or isinstance(arguments, Mapping)
-    ):
+    if call.arguments_error is not None or is_object(call.arguments):
         return call
     return parse_call(call.id, call.name, call.arguments)
 
