@@ -40,7 +40,6 @@ from cleveragents.wire import (
     Conversation,
     SessionOpening,
     approval_request,
-    dumps,
     events_of,
     join_delta_requests,
     llm_delta_request,
@@ -288,7 +287,7 @@ class SessionLogic:
             output = await self.runner.invoke(invocation.tool_name, inputs)
         except Exception as exc:
             return tool_result_request(invocation.call_id, None, describe(exc))
-        return _output_request(invocation.call_id, output)
+        return tool_result_request(invocation.call_id, output, None)
 
     def joins(
         self, message: session_pb2.SessionRequest, previous: session_pb2.SessionRequest
@@ -426,17 +425,6 @@ def _deadline_of(
         return None
     deadline = invocation.deadline
     return deadline.seconds + deadline.nanos / 1e9
-
-
-def _output_request(call_id: str, output: dict[str, Any]) -> session_pb2.SessionRequest:
-    """The ``tool_result`` carrying a call's ``output``, as ``tool_result_request`` makes it
-    but filled in place: its keyword constructor copies the result into the request, 5.5k of
-    a hosted call's instructions."""
-    request = session_pb2.SessionRequest()
-    result = request.tool_result
-    result.call_id = call_id
-    result.output = dumps(output)
-    return request
 
 
 def _direct(invocation: session_pb2.LlmInvocation, send: Sender) -> Callable[[ResponseDelta], None]:

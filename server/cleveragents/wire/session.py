@@ -219,20 +219,26 @@ class Conversation:
 def tool_result_request(
     call_id: str, output: Mapping[str, Any] | None, error: str | None
 ) -> session_pb2.SessionRequest:
-    """A ``tool_result`` message: the output as JSON text, or the error."""
-    result = session_pb2.ToolResult(call_id=call_id)
+    """A ``tool_result`` message: the output as JSON text, or the error. Each of these
+    builders fills its message in place: a submessage given to a constructor is copied (5.5k
+    instructions of a hosted call)."""
+    request = session_pb2.SessionRequest()
+    result = request.tool_result
+    result.call_id = call_id
     if error is not None:
         result.error = error
     else:
         result.output = dumps(output or {})
-    return session_pb2.SessionRequest(tool_result=result)
+    return request
 
 
 def llm_result_request(
     request_id: str, response: LLMResponse | None, error: str | None
 ) -> session_pb2.SessionRequest:
     """An ``llm_result`` message."""
-    result = session_pb2.LlmResult(request_id=request_id)
+    request = session_pb2.SessionRequest()
+    result = request.llm_result
+    result.request_id = request_id
     if error is not None or response is None:
         result.error = error or "the LLM caller returned nothing"
     else:
@@ -243,13 +249,12 @@ def llm_result_request(
             result.usage.output_tokens = response.usage.output_tokens
         if isinstance(response, LLMRefusal):
             result.refusal = response.refusal or "the model refused"
-    return session_pb2.SessionRequest(llm_result=result)
+    return request
 
 
 def approval_request(call_id: str, approved: bool, reason: str) -> session_pb2.SessionRequest:
     """An ``approval_decision`` message."""
-    return session_pb2.SessionRequest(
-        approval_decision=session_pb2.ApprovalDecision(
-            call_id=call_id, approved=approved, reason=reason
-        )
-    )
+    request = session_pb2.SessionRequest()
+    decision = request.approval_decision
+    decision.call_id, decision.approved, decision.reason = call_id, approved, reason
+    return request
