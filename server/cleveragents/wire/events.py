@@ -234,12 +234,8 @@ def event_from_pb(
         return ToolCallCompleted(record_from(pb.tool_call_completed.record))
     if kind == "tool_call_started":
         s = pb.tool_call_started
-        inputs = s.inputs
         return ToolCallStarted(
-            s.call_id,
-            s.tool_name,
-            {} if inputs == "{}" else parse_json_object(inputs, "inputs"),
-            s.iteration,
+            s.call_id, s.tool_name, parse_json_object(s.inputs, "inputs"), s.iteration
         )
     if kind == "tool_call_progress":
         p = pb.tool_call_progress

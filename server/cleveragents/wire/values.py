@@ -26,7 +26,7 @@ from cleveragents.tool import (
 )
 from cleveragents.toolruntime.v1 import types_pb2
 from cleveragents.wire.jsonfields import dumps, parse_json_object
-from cleveragents.wire.timestamps import duration, set_time
+from cleveragents.wire.timestamps import duration, seconds_of, set_time
 
 __all__ = [
     "ConvertedRecords",
@@ -135,11 +135,17 @@ def usage_to_pb(usage: Usage | None) -> types_pb2.Usage | None:
     """Usage as protobuf (``None`` stays unset)."""
     if usage is None:
         return None
-    return types_pb2.Usage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        reported_total_tokens=usage.reported_total_tokens,
-    )
+    pb = types_pb2.Usage()
+    fill_usage(pb, usage)
+    return pb
+
+
+def fill_usage(pb: types_pb2.Usage, usage: Usage) -> None:
+    """Fill ``pb`` (a field of a message being built, which this sets) from ``usage``."""
+    pb.SetInParent()
+    pb.input_tokens = usage.input_tokens
+    pb.output_tokens = usage.output_tokens
+    pb.reported_total_tokens = usage.reported_total_tokens
 
 
 def usage_from_pb(pb: types_pb2.Usage) -> Usage:
@@ -246,20 +252,19 @@ def fill_record(pb: types_pb2.ToolCallRecord, record: ToolCallRecord) -> None:
 
 
 def record_from_pb(pb: types_pb2.ToolCallRecord) -> ToolCallRecord:
-    """A record from protobuf (its fields in order, and ``{}`` not parsed: one is decoded
-    for each hosted call a client answers)."""
-    inputs, output, started = pb.inputs, pb.output, pb.started_at
+    """A record from protobuf (its fields in order: one is decoded for each hosted call a
+    client answers)."""
     return ToolCallRecord(
         pb.tool_name,
-        {} if inputs == "{}" else parse_json_object(inputs, "record.inputs"),
-        {} if output == "{}" else parse_json_object(output, "record.output"),
+        parse_json_object(pb.inputs, "record.inputs"),
+        parse_json_object(pb.output, "record.output"),
         pb.duration_ms,
         pb.success,
         pb.error if pb.HasField("error") else None,
         pb.iteration,
         pb.call_id,
         _ERROR_KINDS_BACK.get(pb.error_kind),
-        started.seconds + started.nanos / 1e9,
+        seconds_of(pb.started_at),
     )
 
 
@@ -300,13 +305,8 @@ def fill_result(
             fill_record(history.add(), record)
     pb.iterations = result.iterations
     pb.terminated_by_limit = result.terminated_by_limit
-    usage = result.usage
-    if usage is not None:
-        pb_usage = pb.usage
-        pb_usage.SetInParent()
-        pb_usage.input_tokens = usage.input_tokens
-        pb_usage.output_tokens = usage.output_tokens
-        pb_usage.reported_total_tokens = usage.reported_total_tokens
+    if result.usage is not None:
+        fill_usage(pb.usage, result.usage)
     pb.stop_reason = _STOP_REASONS[result.stop_reason]
     pb.output = result.output_json
     pb.output_error = result.output_error
